@@ -1,0 +1,3 @@
+from ddptui.cli import main
+
+main()

@@ -1,0 +1,171 @@
+"""What a checklist step is, and what it gets to work with. Core layer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ddptui.config import ClusterConfig
+from ddptui.diagnosis.model import Finding, NodeResult, StepResult, step_status
+from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeOutput, Transport
+
+NodeCallback = Callable[[str, str, NodeResult], None]  # (step id, node name, result)
+
+
+@dataclass
+class StepContext:
+    """Everything a step may use: the config, the nodes and their transports,
+    what earlier steps found. Steps never touch asyncssh or the UI."""
+
+    config: ClusterConfig
+    targets: list[NodeTarget]
+    transports: dict[str, Transport]
+    salt: str
+    results: dict[str, StepResult] = field(default_factory=dict)
+    on_node: NodeCallback | None = None
+    unreachable: set[str] = field(default_factory=set)
+
+    @property
+    def reachable(self) -> list[NodeTarget]:
+        return [t for t in self.targets if t.name not in self.unreachable]
+
+    @property
+    def master(self) -> NodeTarget:
+        return self.targets[0]
+
+    def node_data(self, step: str, node: str) -> dict[str, Any]:
+        result = self.results.get(step)
+        if result is None or node not in result.nodes:
+            return {}
+        return result.nodes[node].data
+
+
+class Step(ABC):
+    """One checklist item. Subclasses set id/title and implement `check`."""
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    needs_ssh: ClassVar[bool] = True
+
+    async def run(self, ctx: StepContext) -> StepResult:
+        started = time.monotonic()
+        nodes: dict[str, NodeResult] = {}
+        for t in ctx.targets:
+            if self.needs_ssh and t.name in ctx.unreachable:
+                nodes[t.name] = NodeResult("skip", "not reachable over SSH (see the ssh step)")
+                self._report(ctx, t.name, nodes[t.name])
+        findings, data = await self.check(ctx, nodes)
+        for t in ctx.targets:
+            if t.name not in nodes:
+                nodes[t.name] = NodeResult("skip", "not checked")
+        ordered = {t.name: nodes[t.name] for t in ctx.targets}
+        return StepResult(
+            id=self.id,
+            title=self.title,
+            status=step_status(ordered, tuple(findings)),
+            duration_s=time.monotonic() - started,
+            nodes=ordered,
+            findings=tuple(findings),
+            data=data,
+        )
+
+    @abstractmethod
+    async def check(
+        self, ctx: StepContext, nodes: dict[str, NodeResult]
+    ) -> tuple[list[Finding], dict[str, Any]]:
+        """Fill `nodes` (reporting each as it lands) and return (findings, step-level data)."""
+
+    def _report(self, ctx: StepContext, node: str, result: NodeResult) -> None:
+        if ctx.on_node is not None:
+            ctx.on_node(self.id, node, result)
+
+    def set_node(
+        self, ctx: StepContext, nodes: dict[str, NodeResult], node: str, result: NodeResult
+    ) -> None:
+        nodes[node] = result
+        self._report(ctx, node, result)
+
+    async def probe_all(
+        self,
+        ctx: StepContext,
+        probe: str,
+        params: Callable[[NodeTarget], dict[str, Any]],
+        on_output: Callable[[NodeTarget, ProbeOutput], Awaitable[None] | None] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, ProbeOutput | ConnectFailure]:
+        """Run `probe` on every reachable node at once, each bounded by the step timeout."""
+        limit = timeout or ctx.config.timeouts.step
+
+        async def one(t: NodeTarget) -> tuple[str, ProbeOutput | ConnectFailure]:
+            try:
+                out: ProbeOutput | ConnectFailure = await ctx.transports[t.name].run_probe(
+                    probe, params(t), timeout=limit
+                )
+            except ConnectFailure as exc:
+                out = exc
+            if on_output is not None and isinstance(out, ProbeOutput):
+                maybe = on_output(t, out)
+                if maybe is not None:
+                    await maybe
+            return t.name, out
+
+        pairs = await asyncio.gather(*(one(t) for t in ctx.reachable))
+        return dict(pairs)
+
+
+def probe_trouble(out: ProbeOutput | ConnectFailure) -> str | None:
+    """Why a probe result cannot be judged (node vanished, timed out, garbage), or None."""
+    if isinstance(out, ConnectFailure):
+        return out.message
+    problem = out.problem()
+    if problem is None and not out.records:
+        if out.garbage:
+            return f"the node answered with unreadable output: {out.garbage[0][:120]!r}"
+        return "the probe printed nothing"
+    return problem
+
+
+def trouble_finding(step: str, node: str, out: ProbeOutput | ConnectFailure) -> Finding:
+    """A node that vanished, hung or answered garbage is a finding, never a crash."""
+    from ddptui.diagnosis.model import finding
+
+    problem = probe_trouble(out) or "unknown problem"
+    evidence = []
+    if isinstance(out, ProbeOutput):
+        evidence = [ln for ln in out.stderr.strip().splitlines()[-5:] if ln]
+        evidence += list(out.garbage[:3])
+        if out.lost:
+            return finding(
+                "NODE-LOST", "error", [node], f"{node}: connection lost during the {step} step",
+                "The SSH connection dropped while the probe ran: the node went down, its link "
+                "failed, or a firewall cut the session (keepalives went unanswered).",
+                f"Check that {node} is up and its network link is healthy (ping it, look at "
+                "`ip link` and `dmesg` there), then run the check again.", evidence,
+            )
+        if out.timed_out:
+            return finding(
+                "NODE-TIMEOUT", "error", [node], f"{node}: the {step} probe hung",
+                "The probe did not finish within the step timeout: the node is overloaded, a "
+                "filesystem (NFS home, /proc) hangs, or a network call blocks.",
+                f"Log into {node} and check its load (`uptime`, `ps aux --sort=-%cpu | head`) "
+                "and hung mounts; raise `timeouts.step` if the node is just slow.", evidence,
+            )
+        if out.exit_status == 127:
+            return finding(
+                "NODE-NO-PYTHON", "error", [node], f"{node}: the configured python was not found",
+                "The interpreter named by `python:` in the config does not exist in the node's "
+                "non-interactive login PATH (conda/venv activation in .bashrc is skipped for "
+                "ssh commands on many systems).",
+                "Set `python:` (or the node's `python:`) to the absolute path of the training "
+                "environment's interpreter, e.g. /opt/conda/envs/train/bin/python.", evidence,
+            )
+    return finding(
+        "NODE-PROBE-FAILED", "error", [node], f"{node}: the {step} check could not run",
+        f"The {step} probe failed on this node: {problem}.",
+        f"Run the check again; if it persists, log into {node} and run the training python "
+        "by hand to see what breaks.", evidence,
+    )

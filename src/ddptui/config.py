@@ -1,0 +1,266 @@
+"""cluster.yaml: typed models, loading with file:line:column errors, JSON Schema.
+
+Core layer: imports neither textual nor asyncssh.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+STEP_IDS = ("ssh", "inventory", "ping", "port", "env", "allreduce")
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; str() is the full message for the user."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _check_env(env: Any) -> Any:
+    """Names must be valid; scalar values (1, true, 2.5) become strings as a shell would see them."""
+    if not isinstance(env, dict):
+        return env
+    out: dict[str, Any] = {}
+    for key, value in env.items():
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        elif isinstance(value, (int, float)):
+            value = str(value)
+        out[key] = value
+    for key in out:
+        if not ENV_NAME.match(key):
+            raise ValueError(
+                f"environment variable name {key!r} is not valid "
+                "(letters, digits and '_', not starting with a digit)"
+            )
+    return out
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class Master(_Model):
+    addr: str = Field(min_length=1)
+    """MASTER_ADDR as the nodes see it (an IP or a hostname)."""
+    port: int = Field(default=29500, ge=1, le=65535)
+    """MASTER_PORT: the TCP port of the rendezvous store on the master."""
+
+
+class NodeConfig(_Model):
+    host: str = Field(min_length=1)
+    """SSH target: hostname, IP, or a ~/.ssh/config alias; "local" runs on this machine without SSH."""
+    name: str | None = Field(default=None, min_length=1)
+    """Display name (default: host)."""
+    user: str | None = None
+    """SSH user (default: from ~/.ssh/config, else the current user)."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """SSH port (default: from ~/.ssh/config, else 22)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra launch environment on this node; overrides the global env."""
+    python: str | None = None
+    """Interpreter on this node that has torch (default: the global python)."""
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_names(cls, v: Any) -> Any:
+        return _check_env(v)
+
+    @property
+    def display(self) -> str:
+        return self.name or self.host
+
+
+class SSHConfig(_Model):
+    known_hosts: str | list[str] | None = None
+    """known_hosts file(s) used to verify host keys (default: ~/.ssh/known_hosts and /etc/ssh/ssh_known_hosts)."""
+    accept_new_host_keys: bool = False
+    """Accept and record host keys not yet known (trust on first use). A CHANGED key is never accepted."""
+    identity_file: str | list[str] | None = None
+    """Private key file(s) to offer; the SSH agent and ~/.ssh/config are honoured too."""
+    config: str | None = None
+    """OpenSSH client config to read (default: ~/.ssh/config)."""
+    connect_timeout: float = Field(default=10, gt=0, le=600)
+    """Seconds to wait for a node's SSH connection and login."""
+    keepalive_interval: float = Field(default=5, gt=0, le=600)
+    """Seconds between keepalives; a node that misses 3 in a row is reported lost."""
+    max_concurrent_connects: int = Field(default=8, ge=1, le=256)
+    """Bound on simultaneous connection attempts (OpenSSH MaxStartups drops beyond 10 by default)."""
+    jump_host: str | None = None
+    """Bastion to reach the nodes through (ProxyJump in ~/.ssh/config works too)."""
+
+
+class Timeouts(_Model):
+    step: float = Field(default=30, gt=0, le=3600)
+    """Seconds one checklist step may take on one node."""
+    allreduce: float = Field(default=60, gt=0, le=7200)
+    """Seconds the whole allreduce step may take."""
+
+
+class ClusterConfig(_Model):
+    master: Master
+    """Where the rendezvous store listens (rank 0)."""
+    nodes: list[NodeConfig] = Field(min_length=1)
+    """The nodes, in NODE_RANK order."""
+    name: str | None = None
+    """Cluster name shown in reports and the TUI header."""
+    nproc_per_node: int | Literal["gpus"] = 1
+    """Processes per node for the allreduce; "gpus" means one per visible GPU."""
+    python: str = "python3"
+    """Interpreter on the nodes that has torch (the training environment)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Launch environment of the training job, applied on every node."""
+    ssh: SSHConfig = Field(default_factory=SSHConfig)
+    """How to connect to the nodes."""
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    """Time limits, in seconds."""
+    metrics_interval: float = Field(default=1.0, gt=0, le=60)
+    """Seconds between live metric samples from each node."""
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_names(cls, v: Any) -> Any:
+        return _check_env(v)
+
+    @field_validator("nproc_per_node", mode="before")
+    @classmethod
+    def _positive_nproc(cls, v: Any) -> Any:
+        if v == "gpus":
+            return v
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError('must be a positive integer or "gpus"')
+        return v
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ClusterConfig:
+        seen: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            if node.display in seen:
+                raise ValueError(
+                    f"node name {node.display!r} is used by nodes[{seen[node.display]}] and "
+                    f"nodes[{i}]; give each node a distinct name:"
+                )
+            seen[node.display] = i
+        return self
+
+    def python_for(self, node: NodeConfig) -> str:
+        return node.python or self.python
+
+
+def json_schema() -> dict[str, Any]:
+    schema = ClusterConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "ddptui cluster.yaml"
+    return schema
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _position(node: Any, loc: tuple[int | str, ...]) -> tuple[int, int] | None:
+    """Walk ruamel's round-trip tree along a pydantic error location to a (line, col)."""
+    best: tuple[int, int] | None = None
+    cur = node
+    for part in loc:
+        lc = getattr(cur, "lc", None)
+        try:
+            if isinstance(part, str) and lc is not None and isinstance(cur, dict) and part in cur:
+                line, col = lc.key(part)
+                best = (line, col)
+                cur = cur[part]
+            elif isinstance(part, int) and lc is not None and isinstance(cur, list):
+                line, col = lc.item(part)
+                best = (line, col)
+                cur = cur[part]
+            else:
+                break
+        except (KeyError, IndexError, TypeError):
+            break
+    if best is None and getattr(node, "lc", None) is not None:
+        best = (node.lc.line, node.lc.col)
+    return best
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _explain(err: dict[str, Any]) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return "unknown key (misspelled? `ddptui schema` lists the valid keys)"
+    if kind == "missing":
+        return "required key is missing"
+    msg = str(err["msg"])
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    got = err.get("input")
+    if kind not in ("missing",) and not isinstance(got, (dict, list)):
+        msg += f" (got {json.dumps(got, default=str)})"
+    return msg
+
+
+def parse_config(text: str, source: str = "<config>") -> ClusterConfig:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    yaml = YAML(typ="rt")
+    try:
+        data = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        raise ConfigError([f"{where}: YAML syntax error: {exc.problem or exc}"]) from None
+    except YAMLError as exc:
+        raise ConfigError([f"{source}: YAML error: {exc}"]) from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [f"{source}:1:1: expected a mapping with at least `master:` and `nodes:`, "
+             f"got {type(data).__name__ if data is not None else 'an empty file'}"]
+        )
+    try:
+        return ClusterConfig.model_validate(_plain(data))
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            pos = _position(data, loc)
+            where = f"{source}:{pos[0] + 1}:{pos[1] + 1}" if pos else source
+            problems.append(f"{where}: {_key_path(loc)}: {_explain(dict(err))}")
+        raise ConfigError(problems) from None
+
+
+def _plain(node: Any) -> Any:
+    """ruamel round-trip containers -> plain dict/list; scalars keep their YAML type."""
+    if isinstance(node, dict):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return node
+
+
+def load_config(path: str | Path) -> ClusterConfig:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{p}: no such file (give the path to your cluster.yaml)"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{p}: cannot read: {exc}"]) from None
+    return parse_config(text, str(p))

@@ -1,0 +1,34 @@
+"""The embedded local demo: two "nodes" on this machine, CPU/gloo, no SSH, no root."""
+
+from __future__ import annotations
+
+import sys
+
+from ddptui.config import ClusterConfig, parse_config
+
+DEMO_YAML = """\
+# ddptui embedded demo: two "nodes" that are both this machine (host: local),
+# so every step runs for real without SSH or root. Mirrors configs/local.yaml.
+name: local-demo
+master:
+  addr: 127.0.0.1
+  port: 29500
+nodes:
+  - host: local
+    name: node0
+  - host: local
+    name: node1
+nproc_per_node: 1
+env:
+  GLOO_SOCKET_IFNAME: lo
+timeouts:
+  step: 20
+  allreduce: 60
+"""
+
+
+def demo_config() -> ClusterConfig:
+    """The demo runs probes with this very interpreter (the one that has ddptui, and torch
+    when installed), so it works from any environment."""
+    cfg = parse_config(DEMO_YAML, "<embedded demo>")
+    return cfg.model_copy(update={"python": sys.executable})

@@ -1,0 +1,124 @@
+"""Immutable results: findings, per-node results, step results. Core layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["pass", "warn", "fail", "skip", "error"]
+Severity = Literal["error", "warning", "info"]
+
+STATUS_RANK: dict[str, int] = {"pass": 0, "skip": 1, "warn": 2, "error": 3, "fail": 4}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed fact: what is wrong (or noteworthy), where, why, and the fix."""
+
+    id: str
+    severity: Severity
+    nodes: tuple[str, ...]
+    summary: str
+    cause: str
+    fix: str
+    evidence: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "nodes": list(self.nodes),
+            "summary": self.summary,
+            "cause": self.cause,
+            "fix": self.fix,
+            "evidence": list(self.evidence),
+        }
+
+
+def finding(
+    id: str,  # noqa: A002 - the contract calls it id
+    severity: Severity,
+    nodes: list[str] | tuple[str, ...],
+    summary: str,
+    cause: str,
+    fix: str,
+    evidence: list[str] | tuple[str, ...] = (),
+) -> Finding:
+    return Finding(id, severity, tuple(nodes), summary, cause, fix, tuple(evidence))
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One node's outcome for one step; `data` holds the facts the step gathered."""
+
+    status: Status
+    summary: str
+    data: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "summary": self.summary}
+        if self.duration_s:
+            out["duration_s"] = round(self.duration_s, 3)
+        if self.data:
+            out["data"] = self.data
+        return out
+
+
+@dataclass(frozen=True)
+class StepResult:
+    id: str
+    title: str
+    status: Status
+    duration_s: float
+    nodes: dict[str, NodeResult]
+    findings: tuple[Finding, ...] = ()
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "title": self.title,
+            "status": self.status,
+            "duration_s": round(self.duration_s, 3),
+            "nodes": {name: r.to_dict() for name, r in self.nodes.items()},
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        if self.data:
+            out["data"] = self.data
+        return out
+
+    @property
+    def primary(self) -> Finding | None:
+        """The most specific finding behind a failure: the first error, else the first warning."""
+        for sev in ("error", "warning"):
+            for f in self.findings:
+                if f.severity == sev:
+                    return f
+        return None
+
+
+def worst(statuses: list[Status]) -> Status:
+    return max(statuses, key=lambda s: STATUS_RANK[s]) if statuses else "pass"
+
+
+def node_status_from(findings: list[Finding] | tuple[Finding, ...], node: str) -> Status:
+    """pass / warn / fail for one node from the findings that name it."""
+    sev = {f.severity for f in findings if node in f.nodes}
+    if "error" in sev:
+        return "fail"
+    if "warning" in sev:
+        return "warn"
+    return "pass"
+
+
+def step_status(nodes: dict[str, NodeResult], findings: tuple[Finding, ...]) -> Status:
+    statuses: list[Status] = [r.status for r in nodes.values()]
+    if any(f.severity == "error" for f in findings):
+        statuses.append("fail")
+    elif any(f.severity == "warning" for f in findings):
+        statuses.append("warn")
+    ran = [s for s in statuses if s != "skip"]
+    if not ran:
+        return "skip"
+    return worst(ran)

@@ -1,0 +1,59 @@
+"""Transports: how probes reach a node. One small protocol, two implementations.
+
+`base` holds the protocol and is safe to import anywhere; `ssh` (asyncssh) and
+`local` (subprocess) are imported only when a transport is made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ddptui.transport.base import (
+    ConnectFailure,
+    NodeTarget,
+    ProbeOutput,
+    ProbeRun,
+    Transport,
+)
+
+if TYPE_CHECKING:
+    from ddptui.config import ClusterConfig
+
+__all__ = ["ConnectFailure", "NodeTarget", "ProbeOutput", "ProbeRun", "Transport", "make_transports"]
+
+
+def make_transports(config: ClusterConfig, targets: list[NodeTarget]) -> dict[str, Transport]:
+    """One transport per node: `local` for host "local", SSH otherwise (sharing one
+    bound on concurrent connects)."""
+    out: dict[str, Transport] = {}
+    options = None
+    for t in targets:
+        if t.host == "local":
+            from ddptui.transport.local import LocalTransport
+
+            out[t.name] = LocalTransport(t)
+            continue
+        if options is None:
+            from ddptui.transport.ssh import DEFAULT_KNOWN_HOSTS, SSHOptions
+
+            ssh = config.ssh
+            known = ssh.known_hosts
+            options = SSHOptions(
+                known_hosts=tuple([known] if isinstance(known, str) else known)
+                if known else DEFAULT_KNOWN_HOSTS,
+                accept_new_host_keys=ssh.accept_new_host_keys,
+                identity_files=tuple(
+                    [ssh.identity_file] if isinstance(ssh.identity_file, str)
+                    else ssh.identity_file or []
+                ),
+                config=ssh.config,
+                connect_timeout=ssh.connect_timeout,
+                keepalive_interval=ssh.keepalive_interval,
+                jump_host=ssh.jump_host,
+                connect_limit=asyncio.Semaphore(ssh.max_concurrent_connects),
+            )
+        from ddptui.transport.ssh import SSHTransport
+
+        out[t.name] = SSHTransport(t, options)
+    return out

@@ -1,0 +1,44 @@
+"""Layering: core and transport never import textual; core never imports asyncssh; nothing
+on the login node imports torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CORE = [
+    "ddptui.config",
+    "ddptui.diagnosis.model",
+    "ddptui.diagnosis.envaudit",
+    "ddptui.checklist.runner",
+    "ddptui.checklist.registry",
+    "ddptui.report.json_report",
+    "ddptui.headless",
+    "ddptui.probeset",
+    "ddptui.transport",
+]
+
+
+def loaded_after(module: str) -> set[str]:
+    code = f"import sys, {module}; print('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_imports_no_ui_no_ssh_no_torch(module: str) -> None:
+    mods = loaded_after(module)
+    assert not {m for m in mods if m.split(".")[0] in ("textual", "asyncssh", "torch")}
+
+
+def test_transport_never_imports_textual_or_torch() -> None:
+    mods = loaded_after("ddptui.transport.ssh")
+    assert "asyncssh" in mods
+    assert not {m for m in mods if m.split(".")[0] in ("textual", "torch")}
+
+
+def test_cli_start_imports_nothing_heavy() -> None:
+    mods = loaded_after("ddptui.cli")
+    assert not {m for m in mods if m.split(".")[0] in ("textual", "torch", "asyncssh")}
