@@ -40,6 +40,21 @@ def owner_of(port):
     return owners
 
 
+TCP_STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "0A": "LISTEN"}
+
+
+def port_states(port):
+    """How many sockets use local port `port`, by TCP state (explains EADDRINUSE with no owner)."""
+    states = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (read_text(table, "") or "").splitlines()[1:]:
+            parts = line.split()
+            if len(parts) > 3 and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                name = TCP_STATES.get(parts[3], parts[3])
+                states[name] = states.get(name, 0) + 1
+    return states
+
+
 def listen():
     addr = PARAMS.get("addr", "0.0.0.0")
     if addr == "auto":
@@ -48,13 +63,17 @@ def listen():
     port = int(PARAMS.get("port", 0))
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
+    # Like torch's TCPStore: TIME_WAIT leftovers of earlier runs must not block the
+    # bind, while a real listener still does (Linux refuses a second LISTEN socket).
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((addr, port))
         sock.listen(128)
     except OSError as exc:
         emit("bind_failed", addr=addr, port=port, errno=exc.errno,
              error=exc.strerror or str(exc),
-             owners=owner_of(port) if exc.errno == errno.EADDRINUSE else [])
+             owners=owner_of(port) if exc.errno == errno.EADDRINUSE else [],
+             states=port_states(port))
         return
     emit("listening", addr=addr, port=sock.getsockname()[1])
     sock.settimeout(0.5)

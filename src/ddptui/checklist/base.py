@@ -89,6 +89,23 @@ class Step(ABC):
         nodes[node] = result
         self._report(ctx, node, result)
 
+    def judge_nodes(
+        self, ctx: StepContext, nodes: dict[str, NodeResult], findings: list[Finding]
+    ) -> None:
+        """After the cross-node rules: re-state the nodes that the findings name."""
+        from ddptui.diagnosis.model import node_status_from
+
+        for name, result in list(nodes.items()):
+            if result.status in ("skip", "error"):
+                continue
+            status = node_status_from(findings, name)
+            if status == result.status or (result.status == "fail" and status == "pass"):
+                continue
+            ids = ", ".join(dict.fromkeys(f.id for f in findings if name in f.nodes
+                                          and f.severity != "info"))
+            self.set_node(ctx, nodes, name, NodeResult(
+                status, f"{result.summary} [{ids}]", result.data, result.duration_s))
+
     async def probe_all(
         self,
         ctx: StepContext,

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from ddptui.checklist.base import Step, StepContext, trouble_finding
-from ddptui.diagnosis.model import Finding, NodeResult, finding, node_status_from
+from ddptui.diagnosis.model import Finding, NodeResult, finding
 from ddptui.transport.base import ProbeOutput
 
 # (fact key, label, severity when nodes differ, why it matters)
@@ -79,11 +79,7 @@ class InventoryStep(Step):
                 ))
         findings += skew_findings(facts)
         table = skew_table(facts)
-        for name, data in facts.items():
-            status = node_status_from(findings, name)
-            if status != "pass":
-                self.set_node(ctx, nodes, name, NodeResult(status, _summary(data), data,
-                                                           nodes[name].duration_s))
+        self.judge_nodes(ctx, nodes, findings)
         return findings, {"skew": table}
 
 

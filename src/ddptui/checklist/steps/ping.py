@@ -6,7 +6,7 @@ import ipaddress
 from typing import Any
 
 from ddptui.checklist.base import Step, StepContext, trouble_finding
-from ddptui.diagnosis.model import Finding, NodeResult, finding, node_status_from
+from ddptui.diagnosis.model import Finding, NodeResult, finding
 from ddptui.transport.base import NodeTarget, ProbeOutput
 
 
@@ -48,11 +48,7 @@ class PingStep(Step):
                 self.set_node(ctx, nodes, name, NodeResult("fail", findings[-1].summary))
 
         findings += judge(ctx, facts)
-        for name, data in facts.items():
-            status = node_status_from(findings, name)
-            if status != "pass":
-                self.set_node(ctx, nodes, name,
-                              NodeResult(status, _summary(data), data, nodes[name].duration_s))
+        self.judge_nodes(ctx, nodes, findings)
         return findings, {}
 
 
@@ -90,7 +86,8 @@ def judge(ctx: StepContext, facts: dict[str, dict[str, Any]]) -> list[Finding]:
             [f"{n}: {facts[n].get('gai_error')}" for n in unresolved],
         ))
     loop = [n for n, d in facts.items() if d.get("resolved") and is_loopback(d["resolved"][0])]
-    if loop and len(ctx.targets) > 1:
+    all_local = all(t.host == "local" for t in ctx.targets)  # one machine: loopback is right
+    if loop and len(ctx.targets) > 1 and not all_local:
         out.append(finding(
             "PING-LOOPBACK", "error", loop,
             f"MASTER_ADDR {addr} resolves to loopback on {', '.join(loop)}",
@@ -103,6 +100,8 @@ def judge(ctx: StepContext, facts: dict[str, dict[str, Any]]) -> list[Finding]:
              + (f" (/etc/hosts: {'; '.join(facts[n]['hosts_lines'])})"
                 if facts[n].get("hosts_lines") else "") for n in loop],
         ))
+    if all_local:
+        loop = []
     good = {n: d["resolved"][0] for n, d in facts.items()
             if d.get("resolved") and n not in loop}
     if len(set(good.values())) > 1:

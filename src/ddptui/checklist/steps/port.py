@@ -209,6 +209,19 @@ def _bind_finding(master: NodeTarget, port: int, rec: dict[str, Any]) -> Finding
     owners = rec.get("owners") or []
     who = ", ".join(f"{o.get('comm')} (pid {o.get('pid')})" for o in owners)
     if rec.get("errno") == 98:
+        states = rec.get("states") or {}
+        if not owners and "LISTEN" not in states:
+            return finding(
+                "PORT-INUSE", "error", [master.name],
+                f"MASTER_PORT {port} on {master.name} cannot be bound, though nothing listens "
+                "on it",
+                "Connections of an earlier run linger on the port (state: "
+                + ", ".join(f"{k} x{v}" for k, v in states.items())
+                + ") and the program that owned them did not set SO_REUSEADDR; the kernel "
+                "keeps them for up to 60 s.",
+                "Wait a minute and run again, or use another `master.port`.",
+                [f"{master.name}: bind 0.0.0.0:{port}: {rec.get('error')}"],
+            )
         kill = f"`kill {owners[0]['pid']}` on {master.name}" if owners else (
             f"find it with `ss -ltnp 'sport = :{port}'` on {master.name} and stop it")
         return finding(
