@@ -155,14 +155,17 @@ def trouble_finding(step: str, node: str, out: ProbeOutput | ConnectFailure) -> 
     if isinstance(out, ProbeOutput):
         evidence = [ln for ln in out.stderr.strip().splitlines()[-5:] if ln]
         evidence += list(out.garbage[:3])
-        if out.lost:
-            return finding(
-                "NODE-LOST", "error", [node], f"{node}: connection lost during the {step} step",
-                "The SSH connection dropped while the probe ran: the node went down, its link "
-                "failed, or a firewall cut the session (keepalives went unanswered).",
-                f"Check that {node} is up and its network link is healthy (ping it, look at "
-                "`ip link` and `dmesg` there), then run the check again.", evidence,
-            )
+    if (isinstance(out, ProbeOutput) and out.lost) or (
+        isinstance(out, ConnectFailure) and out.kind == "lost"
+    ):
+        return finding(
+            "NODE-LOST", "error", [node], f"{node}: connection lost during the {step} step",
+            "The SSH connection dropped while the probe ran: the node went down, its link "
+            "failed, or a firewall cut the session (keepalives went unanswered).",
+            f"Check that {node} is up and its network link is healthy (ping it, look at "
+            "`ip link` and `dmesg` there), then run the check again.", evidence,
+        )
+    if isinstance(out, ProbeOutput):
         if out.timed_out:
             return finding(
                 "NODE-TIMEOUT", "error", [node], f"{node}: the {step} probe hung",

@@ -27,9 +27,15 @@ MAX_RECORDS = 10_000
 STAGE0 = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
 
 
+PID_MARK = "ddptui-pid "
+
+
 def remote_command(python: str) -> str:
-    """The one shell command sent to a node; every part is quoted."""
-    return f"exec {shlex.quote(python)} -u -c {shlex.quote(STAGE0)}"
+    """The one shell command sent to a node; every part is quoted. It first prints the
+    session's pid (sshd makes it a process-group leader, and exec keeps the pid), so a
+    probe whose interpreter never reaches the bootstrap can still be killed by its own
+    group id: the last resort behind the stdin lifeline."""
+    return f"echo {PID_MARK}$$; exec {shlex.quote(python)} -u -c {shlex.quote(STAGE0)}"
 
 
 def frame_payload(name: str, params: dict[str, Any]) -> bytes:
@@ -58,7 +64,7 @@ class ConnectFailure(Exception):
 
     KINDS = (
         "auth", "hostkey-unknown", "hostkey-changed", "timeout", "refused",
-        "noroute", "dns", "disconnect", "other",
+        "noroute", "dns", "disconnect", "lost", "other",
     )
 
     def __init__(self, kind: str, message: str, evidence: str = "") -> None:
@@ -134,6 +140,7 @@ class ProbeRun:
     stderr_stream: _Reader
     wait_exit: Callable[[], Awaitable[int | None]]
     force_close: Callable[[], None]
+    kill_group: Callable[[int], Awaitable[None]] | None = None
     on_stderr: Callable[[str], None] | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     garbage: list[str] = field(default_factory=list)
@@ -142,6 +149,7 @@ class ProbeRun:
     _queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
     _pumps: list[asyncio.Task[None]] = field(default_factory=list)
     _timed_out: bool = False
+    remote_pid: int | None = None
     _result: ProbeOutput | None = None
 
     def start_pumps(self) -> None:
@@ -158,6 +166,10 @@ class ProbeRun:
                     break
                 text = line.decode("utf-8", "replace").strip()
                 if not text:
+                    continue
+                if self.remote_pid is None and text.startswith(PID_MARK):
+                    pid = text[len(PID_MARK):]
+                    self.remote_pid = int(pid) if pid.isdigit() else None
                     continue
                 record = _parse_record(text)
                 if record is None:
@@ -224,6 +236,11 @@ class ProbeRun:
         try:
             status = await asyncio.wait_for(asyncio.shield(self._finish()), grace)
         except asyncio.TimeoutError:
+            # The bootstrap did not react (the interpreter hangs before reading stdin):
+            # kill the session's process group by the pid it announced, then drop it.
+            if self.kill_group is not None and self.remote_pid:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.kill_group(self.remote_pid), 5)
             self.force_close()
             try:
                 status = await asyncio.wait_for(self._finish(), 2.0)

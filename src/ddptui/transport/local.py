@@ -47,7 +47,8 @@ class LocalTransport(Transport):
                 "other", f"cannot start {self.target.python!r} locally: {exc.strerror or exc}"
             ) from None
         assert proc.stdin and proc.stdout and proc.stderr
-        proc.stdin.write(frame_payload(name, params))
+        with contextlib.suppress(OSError, RuntimeError):  # the exit status tells why
+            proc.stdin.write(frame_payload(name, params))
 
         async def _wait() -> int | None:
             return await proc.wait()

@@ -187,8 +187,10 @@ class SSHTransport(Transport):
                 remote_command(self.target.python), encoding=None
             )
         except (asyncssh.ChannelOpenError, asyncssh.Error, OSError) as exc:
-            raise ConnectFailure("disconnect", f"cannot open a session: {exc}") from None
-        proc.stdin.write(frame_payload(name, params))
+            self._conn = None  # reconnect on the next call; this one is gone
+            raise ConnectFailure("lost", f"cannot open a session: {exc}") from None
+        stdin = _QuietWriter(proc.stdin)
+        stdin.write(frame_payload(name, params))
 
         async def _wait() -> int | None:
             completed = await proc.wait(check=False)
@@ -197,9 +199,18 @@ class SSHTransport(Transport):
         def _force() -> None:
             proc.close()
 
+        conn = self._conn
+
+        async def _kill_group(pid: int) -> None:
+            # pid is an int parsed from the node's own announcement; nothing else is sent.
+            with contextlib.suppress(asyncssh.Error, OSError):
+                await conn.run(f"kill -KILL -- -{int(pid)} {int(pid)} 2>/dev/null",
+                               check=False, timeout=5)
+
         run = ProbeRun(
-            node=self.target.name, probe=name, stdin=proc.stdin, stdout=proc.stdout,
+            node=self.target.name, probe=name, stdin=stdin, stdout=proc.stdout,
             stderr_stream=proc.stderr, wait_exit=_wait, force_close=_force, on_stderr=on_stderr,
+            kill_group=_kill_group,
         )
         run.start_pumps()
         self._runs = [r for r in self._runs if r._result is None] + [run]
@@ -213,6 +224,26 @@ class SSHTransport(Transport):
             with contextlib.suppress(asyncssh.Error, OSError):
                 await asyncio.wait_for(self._conn.wait_closed(), 3)
             self._conn = None
+
+
+class _QuietWriter:
+    """The probe's stdin. Writing to a channel the node already closed (the probe exited,
+    the connection died) is not an error here: the exit status tells what happened."""
+
+    def __init__(self, writer: asyncssh.SSHWriter[bytes]) -> None:
+        self._writer = writer
+
+    def write(self, data: bytes) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError):
+            self._writer.write(data)
+
+    def write_eof(self) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError):
+            self._writer.write_eof()
+
+    def close(self) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError):
+            self._writer.close()
 
 
 def _resolve(host: str) -> str | None:
