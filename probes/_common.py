@@ -57,6 +57,7 @@ def fail(message, **data):
 
 # --------------------------------------------------------------------------- network facts
 
+
 def _sys_net(name, leaf):
     return read_text("/sys/class/net/%s/%s" % (name, leaf))
 
@@ -95,22 +96,27 @@ def interfaces():
             for item in raw:
                 name = item.get("ifname", "?")
                 flags = item.get("flags", [])
-                result.append({
-                    "name": name,
-                    "state": str(item.get("operstate", "UNKNOWN")).lower(),
-                    "up": "UP" in flags,
-                    "lower_up": "LOWER_UP" in flags,
-                    "mtu": item.get("mtu"),
-                    "mac": item.get("address"),
-                    "speed_mbps": _speed(name),
-                    "kind": _link_kind(name, item.get("link_type")),
-                    "addrs": [
-                        {"family": a.get("family"), "addr": a.get("local"),
-                         "prefixlen": a.get("prefixlen")}
-                        for a in item.get("addr_info", [])
-                        if a.get("local")
-                    ],
-                })
+                result.append(
+                    {
+                        "name": name,
+                        "state": str(item.get("operstate", "UNKNOWN")).lower(),
+                        "up": "UP" in flags,
+                        "lower_up": "LOWER_UP" in flags,
+                        "mtu": item.get("mtu"),
+                        "mac": item.get("address"),
+                        "speed_mbps": _speed(name),
+                        "kind": _link_kind(name, item.get("link_type")),
+                        "addrs": [
+                            {
+                                "family": a.get("family"),
+                                "addr": a.get("local"),
+                                "prefixlen": a.get("prefixlen"),
+                            }
+                            for a in item.get("addr_info", [])
+                            if a.get("local")
+                        ],
+                    }
+                )
             return result
     return _interfaces_from_sys()
 
@@ -129,11 +135,16 @@ def _interfaces_from_sys():
     for line in (read_text("/proc/net/if_inet6", "") or "").splitlines():
         parts = line.split()
         if len(parts) == 6:
-            addr = ":".join(parts[0][i:i + 4] for i in range(0, 32, 4))
+            addr = ":".join(parts[0][i : i + 4] for i in range(0, 32, 4))
             v6.setdefault(parts[5], []).append(
-                {"family": "inet6", "addr": socket.inet_ntop(socket.AF_INET6,
-                                                             socket.inet_pton(socket.AF_INET6, addr)),
-                 "prefixlen": int(parts[2], 16)})
+                {
+                    "family": "inet6",
+                    "addr": socket.inet_ntop(
+                        socket.AF_INET6, socket.inet_pton(socket.AF_INET6, addr)
+                    ),
+                    "prefixlen": int(parts[2], 16),
+                }
+            )
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         for name in names:
@@ -148,17 +159,19 @@ def _interfaces_from_sys():
                 pass
             flags = int(_sys_net(name, "flags") or "0", 16)
             mtu = _sys_net(name, "mtu")
-            result.append({
-                "name": name,
-                "state": (_sys_net(name, "operstate") or "unknown").lower(),
-                "up": bool(flags & 0x1),
-                "lower_up": (_sys_net(name, "carrier") == "1"),
-                "mtu": int(mtu) if mtu and mtu.isdigit() else None,
-                "mac": _sys_net(name, "address"),
-                "speed_mbps": _speed(name),
-                "kind": _link_kind(name, None),
-                "addrs": addrs + v6.get(name, []),
-            })
+            result.append(
+                {
+                    "name": name,
+                    "state": (_sys_net(name, "operstate") or "unknown").lower(),
+                    "up": bool(flags & 0x1),
+                    "lower_up": (_sys_net(name, "carrier") == "1"),
+                    "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+                    "mac": _sys_net(name, "address"),
+                    "speed_mbps": _speed(name),
+                    "kind": _link_kind(name, None),
+                    "addrs": addrs + v6.get(name, []),
+                }
+            )
     finally:
         sock.close()
     return result
@@ -172,8 +185,12 @@ def route_to(addr):
             items = json.loads(out)
             if items:
                 item = items[0]
-                return {"dev": item.get("dev"), "src": item.get("prefsrc"),
-                        "via": item.get("gateway"), "method": "ip route get"}
+                return {
+                    "dev": item.get("dev"),
+                    "src": item.get("prefsrc"),
+                    "via": item.get("gateway"),
+                    "method": "ip route get",
+                }
         except ValueError:
             pass
     elif rc is not None:

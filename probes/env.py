@@ -24,23 +24,45 @@ MAX_VALUE_CHARS = 4096
 # MASTER_KEY or MASTER_PASSWORD is a secret, and torchrun reads only those two.
 DIAGNOSTIC_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "CUDA_")
 DIAGNOSTIC_SUFFIXES = ("_SOCKET_IFNAME",)
-DIAGNOSTIC_NAMES = frozenset([
-    "MASTER_ADDR", "MASTER_PORT", "PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH",
-    "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE",
-    "OMP_NUM_THREADS",
-])
+DIAGNOSTIC_NAMES = frozenset(
+    [
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "PYTHONPATH",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "NODE_RANK",
+        "GROUP_RANK",
+        "LOCAL_WORLD_SIZE",
+        "OMP_NUM_THREADS",
+    ]
+)
 
 # A name part (the name split on non-alphanumerics, lower-cased, a trailing
 # plural 's' or digits dropped) that ENDS with one of these words marks a secret:
 # API_KEY, APIKEY, HF_TOKEN, AUTHTOKEN, DB_PASSWORDS, MYSQL_PWD, SECRET2.
 SECRET_WORDS = (
-    "token", "secret", "password", "passwd", "pwd", "key", "credential", "auth",
-    "authorization", "bearer", "cookie", "session", "private",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "pwd",
+    "key",
+    "credential",
+    "auth",
+    "authorization",
+    "bearer",
+    "cookie",
+    "session",
+    "private",
 )
 # These also match at the START of a part (PASSWORDFILE, SESSIONID, PRIVATEKEY).
 # "token" and "key" do not: TOKENIZERS_PARALLELISM and KEYBOARD are not secrets.
-SECRET_PREFIX_WORDS = ("secret", "password", "passwd", "credential", "cookie", "session",
-                       "private")
+SECRET_PREFIX_WORDS = ("secret", "password", "passwd", "credential", "cookie", "session", "private")
 # The shell's working directories, not passwords (MYSQL_PWD still is one).
 NOT_SECRET_NAMES = frozenset(["PWD", "OLDPWD"])
 
@@ -85,8 +107,11 @@ def marker(salt, value):
 
 
 def is_diagnostic(name):
-    return (name in DIAGNOSTIC_NAMES or name.startswith(DIAGNOSTIC_PREFIXES)
-            or name.endswith(DIAGNOSTIC_SUFFIXES))
+    return (
+        name in DIAGNOSTIC_NAMES
+        or name.startswith(DIAGNOSTIC_PREFIXES)
+        or name.endswith(DIAGNOSTIC_SUFFIXES)
+    )
 
 
 def _part_is_secret(part):
@@ -124,7 +149,7 @@ def truncate(value):
     # After redaction, so a secret is never cut into an unrecognisable half.
     if len(value) <= MAX_VALUE_CHARS:
         return value
-    return value[:MAX_VALUE_CHARS] + "...<truncated %d chars>" % (len(value) - MAX_VALUE_CHARS)
+    return value[:MAX_VALUE_CHARS] + f"...<truncated {len(value) - MAX_VALUE_CHARS} chars>"
 
 
 def redact_env(env, salt):
@@ -162,9 +187,14 @@ def main():
     safe, redacted = redact_env(env, salt)
     emit("env", env=safe, sources=sources, redacted=redacted)
     master = PARAMS.get("master_addr")
-    emit("net", interfaces=interfaces(), route=route_to(master) if master else None,
-         shm_bytes=shm_bytes(), hostname=socket.gethostname(),
-         cuda_visible_devices_raw_present="CUDA_VISIBLE_DEVICES" in env)
+    emit(
+        "net",
+        interfaces=interfaces(),
+        route=route_to(master) if master else None,
+        shm_bytes=shm_bytes(),
+        hostname=socket.gethostname(),
+        cuda_visible_devices_raw_present="CUDA_VISIBLE_DEVICES" in env,
+    )
 
 
 if __name__ == "__main__":

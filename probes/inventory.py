@@ -8,8 +8,14 @@ import socket
 def torch_facts():
     import importlib.util
 
-    facts = {"torch": None, "torch_cuda": None, "torch_path": None, "nccl": None,
-             "nccl_source": None, "torch_error": None}
+    facts = {
+        "torch": None,
+        "torch_cuda": None,
+        "torch_path": None,
+        "nccl": None,
+        "nccl_source": None,
+        "torch_error": None,
+    }
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError) as exc:
@@ -27,8 +33,9 @@ def torch_facts():
     m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", version_py, re.M)
     if m:
         facts["torch_cuda"] = m.group(1)
-    if not any(n.startswith("_C") and (n.endswith(".so") or n.endswith(".pyd"))
-               for n in os.listdir(pkg)):
+    if not any(
+        n.startswith("_C") and (n.endswith(".so") or n.endswith(".pyd")) for n in os.listdir(pkg)
+    ):
         facts["torch_error"] = "torch at %s has no compiled _C extension (broken install)" % pkg
     try:
         from importlib import metadata
@@ -60,36 +67,60 @@ def gpu_facts():
             for i in range(pynvml.nvmlDeviceGetCount()):
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
                 mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-                gpus.append({
-                    "index": i,
-                    "name": _s(pynvml.nvmlDeviceGetName(h)),
-                    "uuid": _s(pynvml.nvmlDeviceGetUUID(h)),
-                    "pci_bus_id": _s(pynvml.nvmlDeviceGetPciInfo(h).busId),
-                    "memory_total_mib": int(mem.total // (1024 * 1024)),
-                })
+                gpus.append(
+                    {
+                        "index": i,
+                        "name": _s(pynvml.nvmlDeviceGetName(h)),
+                        "uuid": _s(pynvml.nvmlDeviceGetUUID(h)),
+                        "pci_bus_id": _s(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                        "memory_total_mib": int(mem.total // (1024 * 1024)),
+                    }
+                )
             return {"source": "nvml", "driver": _s(driver), "gpus": gpus, "error": None}
         finally:
             pynvml.nvmlShutdown()
     except Exception as exc:  # noqa: BLE001 - NVML raises many types; any means "try nvidia-smi"
         nvml_error = "%s: %s" % (type(exc).__name__, exc)
-    rc, out, err = run(["nvidia-smi", "--query-gpu=index,name,uuid,pci.bus_id,memory.total,"
-                        "driver_version", "--format=csv,noheader,nounits"], timeout=10)
+    rc, out, err = run(
+        [
+            "nvidia-smi",
+            "--query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version",
+            "--format=csv,noheader,nounits",
+        ],
+        timeout=10,
+    )
     if rc == 0:
         gpus, driver = [], None
         for line in out.strip().splitlines():
             parts = [p.strip() for p in line.split(",")]
             if len(parts) >= 6:
-                gpus.append({"index": int(parts[0]), "name": parts[1], "uuid": parts[2],
-                             "pci_bus_id": parts[3],
-                             "memory_total_mib": int(float(parts[4])) if parts[4][:1].isdigit()
-                             else None})
+                gpus.append(
+                    {
+                        "index": int(parts[0]),
+                        "name": parts[1],
+                        "uuid": parts[2],
+                        "pci_bus_id": parts[3],
+                        "memory_total_mib": int(float(parts[4]))
+                        if parts[4][:1].isdigit()
+                        else None,
+                    }
+                )
                 driver = parts[5]
         return {"source": "nvidia-smi", "driver": driver, "gpus": gpus, "error": None}
     if rc is None:
-        return {"source": "none", "driver": None, "gpus": [], "error": None,
-                "note": "no NVIDIA driver or GPU found (%s; nvidia-smi not installed)" % nvml_error}
-    return {"source": "none", "driver": None, "gpus": [],
-            "error": "nvidia-smi failed: %s" % (err.strip() or out.strip())[:300]}
+        return {
+            "source": "none",
+            "driver": None,
+            "gpus": [],
+            "error": None,
+            "note": "no NVIDIA driver or GPU found (%s; nvidia-smi not installed)" % nvml_error,
+        }
+    return {
+        "source": "none",
+        "driver": None,
+        "gpus": [],
+        "error": "nvidia-smi failed: %s" % (err.strip() or out.strip())[:300],
+    }
 
 
 def _s(value):
@@ -110,13 +141,16 @@ def ib_ports():
             continue
         for port in port_ids:
             p = os.path.join(base, dev, "ports", port)
-            ports.append({
-                "device": dev, "port": int(port) if port.isdigit() else port,
-                "state": read_text(os.path.join(p, "state")),
-                "phys_state": read_text(os.path.join(p, "phys_state")),
-                "rate": read_text(os.path.join(p, "rate")),
-                "link_layer": read_text(os.path.join(p, "link_layer")),
-            })
+            ports.append(
+                {
+                    "device": dev,
+                    "port": int(port) if port.isdigit() else port,
+                    "state": read_text(os.path.join(p, "state")),
+                    "phys_state": read_text(os.path.join(p, "phys_state")),
+                    "rate": read_text(os.path.join(p, "rate")),
+                    "link_layer": read_text(os.path.join(p, "link_layer")),
+                }
+            )
     return ports
 
 

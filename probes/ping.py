@@ -17,14 +17,19 @@ def icmp(addr):
     text = (out + err).strip()
     if rc is None:
         return {"ok": None, "detail": text or "ping not available"}
-    if rc != 0 and ("Operation not permitted" in text or "socket" in text.lower()
-                    and "permission" in text.lower()):
+    if rc != 0 and (
+        "Operation not permitted" in text
+        or ("socket" in text.lower() and "permission" in text.lower())
+    ):
         return {"ok": None, "detail": text.splitlines()[-1] if text else "not permitted"}
     m = re.search(r"= [\d.]+/([\d.]+)/", out)
     loss = re.search(r"(\d+(?:\.\d+)?)% packet loss", out)
-    return {"ok": rc == 0, "rtt_ms": float(m.group(1)) if m else None,
-            "loss_pct": float(loss.group(1)) if loss else None,
-            "detail": text.splitlines()[-1] if text else ""}
+    return {
+        "ok": rc == 0,
+        "rtt_ms": float(m.group(1)) if m else None,
+        "loss_pct": float(loss.group(1)) if loss else None,
+        "detail": text.splitlines()[-1] if text else "",
+    }
 
 
 def tcp(addr, port, timeout=2.0):
@@ -38,7 +43,7 @@ def tcp(addr, port, timeout=2.0):
         result = "connected"
     except ConnectionRefusedError:
         result = "refused"
-    except socket.timeout:
+    except TimeoutError:
         result = "timeout"
     except OSError as exc:
         result = {113: "noroute", 101: "unreachable"}.get(exc.errno, "error: %s" % exc.strerror)
@@ -58,6 +63,9 @@ record = {
 if target is not None:
     record["route"] = route_to(target)
     record["icmp"] = icmp(target)
-    record["tcp"] = [tcp(target, int(p)) for p in PARAMS.get("tcp_ports", [])] \
-        if not record["icmp"].get("ok") else []
+    record["tcp"] = (
+        [tcp(target, int(p)) for p in PARAMS.get("tcp_ports", [])]
+        if not record["icmp"].get("ok")
+        else []
+    )
 emit("ping", **record)

@@ -32,8 +32,13 @@ def owner_of(port):
             try:
                 if os.readlink("/proc/%s/fd/%s" % (pid, fd)) in wanted:
                     st = os.stat("/proc/%s" % pid)
-                    owners.append({"pid": int(pid), "comm": read_text("/proc/%s/comm" % pid),
-                                   "uid": st.st_uid})
+                    owners.append(
+                        {
+                            "pid": int(pid),
+                            "comm": read_text("/proc/%s/comm" % pid),
+                            "uid": st.st_uid,
+                        }
+                    )
                     break
             except OSError:
                 continue
@@ -70,10 +75,15 @@ def listen():
         sock.bind((addr, port))
         sock.listen(128)
     except OSError as exc:
-        emit("bind_failed", addr=addr, port=port, errno=exc.errno,
-             error=exc.strerror or str(exc),
-             owners=owner_of(port) if exc.errno == errno.EADDRINUSE else [],
-             states=port_states(port))
+        emit(
+            "bind_failed",
+            addr=addr,
+            port=port,
+            errno=exc.errno,
+            error=exc.strerror or str(exc),
+            owners=owner_of(port) if exc.errno == errno.EADDRINUSE else [],
+            states=port_states(port),
+        )
         return
     emit("listening", addr=addr, port=sock.getsockname()[1])
     sock.settimeout(0.5)
@@ -81,7 +91,7 @@ def listen():
     while time.monotonic() < deadline:
         try:
             conn, peer = sock.accept()
-        except socket.timeout:
+        except TimeoutError:
             continue
         emit("accepted", peer=peer[0])
         conn.close()
@@ -98,23 +108,29 @@ def connect_one(target, timeout, results):
         result, err = "connected", None
     except ConnectionRefusedError:
         result, err = "refused", "Connection refused"
-    except socket.timeout:
+    except TimeoutError:
         result, err = "timeout", "timed out after %gs" % timeout
     except OSError as exc:
-        result = {errno.EHOSTUNREACH: "noroute", errno.ENETUNREACH: "noroute",
-                  errno.ETIMEDOUT: "timeout"}.get(exc.errno, "error")
+        result = {
+            errno.EHOSTUNREACH: "noroute",
+            errno.ENETUNREACH: "noroute",
+            errno.ETIMEDOUT: "timeout",
+        }.get(exc.errno, "error")
         err = exc.strerror or str(exc)
     finally:
         sock.close()
-    results.append(dict(target, result=result, error=err,
-                        ms=round((time.monotonic() - started) * 1000, 1)))
+    results.append(
+        dict(target, result=result, error=err, ms=round((time.monotonic() - started) * 1000, 1))
+    )
 
 
 def connect():
     timeout = float(PARAMS.get("timeout", 3))
     results = []
-    threads = [threading.Thread(target=connect_one, args=(t, timeout, results))
-               for t in PARAMS.get("targets", [])]
+    threads = [
+        threading.Thread(target=connect_one, args=(t, timeout, results))
+        for t in PARAMS.get("targets", [])
+    ]
     for th in threads:
         th.start()
     for th in threads:

@@ -42,7 +42,9 @@ def check(config: Path, *args: str, timeout: float = 120) -> CheckRun:
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "ddptui", "check", str(config), "--json", str(out), *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     took = time.monotonic() - started
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

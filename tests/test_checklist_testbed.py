@@ -33,8 +33,15 @@ def test_healthy_cluster_passes_every_step_fast(testbed: Testbed) -> None:
 def test_report_json_matches_contract(testbed: Testbed) -> None:
     run = check(testbed.write_config(), "--steps", "ssh,ping")
     r = run.report
-    assert set(r) >= {"ddptui_version", "config", "started_at", "finished_at", "nodes", "steps",
-                      "first_failure"}
+    assert set(r) >= {
+        "ddptui_version",
+        "config",
+        "started_at",
+        "finished_at",
+        "nodes",
+        "steps",
+        "first_failure",
+    }
     assert r["nodes"] == [{"name": n.name, "host": n.ip, "rank": n.index} for n in testbed.nodes]
     for step in r["steps"]:
         assert step["status"] in ("pass", "warn", "fail", "skip", "error")
@@ -64,16 +71,23 @@ def test_unknown_and_changed_host_keys(testbed: Testbed, tmp_path: Path) -> None
     empty.write_text("")
     run = check(testbed.write_config(ssh={"known_hosts": str(empty)}), "--steps", "ssh")
     assert run.rc == 1
-    assert {n for f in run.step("ssh")["findings"] for n in f["nodes"]} == {"node0", "node1",
-                                                                              "node2"}
+    assert {n for f in run.step("ssh")["findings"] for n in f["nodes"]} == {
+        "node0",
+        "node1",
+        "node2",
+    }
     assert run.finding("ssh", "SSH-HOSTKEY-UNKNOWN")
     # node1's recorded key belongs to another machine: CHANGED, only for node1.
     lines = testbed.known_hosts.read_text().splitlines()
     other_key = lines[0].split(None, 1)[1]
     changed = tmp_path / "changed_known_hosts"
-    changed.write_text("\n".join(
-        f"{ln.split()[0]} {other_key}" if ln.startswith(testbed.nodes[1].ip + " ") else ln
-        for ln in lines) + "\n")
+    changed.write_text(
+        "\n".join(
+            f"{ln.split()[0]} {other_key}" if ln.startswith(testbed.nodes[1].ip + " ") else ln
+            for ln in lines
+        )
+        + "\n"
+    )
     run = check(testbed.write_config(ssh={"known_hosts": str(changed)}), "--steps", "ssh")
     f = run.finding("ssh", "SSH-HOSTKEY-CHANGED")
     assert f["nodes"] == ["node1"]
@@ -81,19 +95,38 @@ def test_unknown_and_changed_host_keys(testbed: Testbed, tmp_path: Path) -> None
     # Opting in to new keys records unknown ones, but never accepts a changed one.
     tofu = tmp_path / "tofu_known_hosts"
     tofu.write_text("")
-    run = check(testbed.write_config(ssh={"known_hosts": str(tofu), "accept_new_host_keys": True}),
-                "--steps", "ssh")
+    run = check(
+        testbed.write_config(ssh={"known_hosts": str(tofu), "accept_new_host_keys": True}),
+        "--steps",
+        "ssh",
+    )
     assert run.rc == 0, run.stdout
     assert len(tofu.read_text().splitlines()) == 3
-    run = check(testbed.write_config(ssh={"known_hosts": str(changed),
-                                          "accept_new_host_keys": True}), "--steps", "ssh")
+    run = check(
+        testbed.write_config(ssh={"known_hosts": str(changed), "accept_new_host_keys": True}),
+        "--steps",
+        "ssh",
+    )
     assert run.finding("ssh", "SSH-HOSTKEY-CHANGED")["nodes"] == ["node1"]
 
 
 def test_dead_refused_and_unroutable_nodes(testbed: Testbed) -> None:
     testbed.link_down(2)
-    testbed.iptables(1, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "22", "-j", "REJECT",
-                     "--reject-with", "tcp-reset")
+    testbed.iptables(
+        1,
+        "-A",
+        "INPUT",
+        "-i",
+        "eth0",
+        "-p",
+        "tcp",
+        "--dport",
+        "22",
+        "-j",
+        "REJECT",
+        "--reject-with",
+        "tcp-reset",
+    )
     cfg = testbed.write_config(ssh={"connect_timeout": 2})
     run = check(cfg, "--steps", STEPS5)
     assert run.rc == 1
@@ -105,8 +138,21 @@ def test_dead_refused_and_unroutable_nodes(testbed: Testbed) -> None:
     assert run.step("inventory")["nodes"]["node2"]["status"] == "skip"
     assert run.seconds < 30
     testbed.iptables(1, "-F")
-    testbed.iptables(1, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "22", "-j", "REJECT",
-                     "--reject-with", "icmp-host-prohibited")
+    testbed.iptables(
+        1,
+        "-A",
+        "INPUT",
+        "-i",
+        "eth0",
+        "-p",
+        "tcp",
+        "--dport",
+        "22",
+        "-j",
+        "REJECT",
+        "--reject-with",
+        "icmp-host-prohibited",
+    )
     run = check(cfg, "--steps", "ssh")
     assert run.finding("ssh", "SSH-NOROUTE")["nodes"] == ["node1"]
     assert_nodes_quiet(testbed)
@@ -125,8 +171,12 @@ def test_master_name_resolving_to_loopback_on_one_node(testbed: Testbed) -> None
     testbed.set_hosts(1, testbed.default_hosts(1) + "127.0.1.1 master\n")
     run = check(testbed.write_config(master={"addr": "master"}), "--steps", "ssh,ping")
     assert run.rc == 1
-    assert run.first == {**run.first, "step": "ping", "nodes": ["node1"],
-                         "finding": "PING-LOOPBACK"}
+    assert run.first == {
+        **run.first,
+        "step": "ping",
+        "nodes": ["node1"],
+        "finding": "PING-LOOPBACK",
+    }
     assert "127.0.1.1 master" in json.dumps(run.finding("ping", "PING-LOOPBACK")["evidence"])
 
 
@@ -164,8 +214,20 @@ def test_icmp_filtered_is_not_a_failure(testbed: Testbed) -> None:
     [("DROP", "PORT-TIMEOUT"), ("REJECT", "PORT-REFUSED")],
 )
 def test_master_port_blocked(testbed: Testbed, target: str, finding_id: str) -> None:
-    testbed.iptables(0, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29500", "-j",
-                     target, *(["--reject-with", "tcp-reset"] if target == "REJECT" else []))
+    testbed.iptables(
+        0,
+        "-A",
+        "INPUT",
+        "-i",
+        "eth0",
+        "-p",
+        "tcp",
+        "--dport",
+        "29500",
+        "-j",
+        target,
+        *(["--reject-with", "tcp-reset"] if target == "REJECT" else []),
+    )
     run = check(testbed.write_config(), "--steps", STEPS5)
     assert run.rc == 1
     assert run.first is not None
@@ -187,8 +249,20 @@ def test_master_port_in_use_names_the_owner(testbed: Testbed) -> None:
 
 def test_blocked_pair_is_named_as_an_edge(testbed: Testbed) -> None:
     # node2 drops every TCP connection coming from node1 (but not SSH from the login node).
-    testbed.iptables(2, "-A", "INPUT", "-i", "eth0", "-s", testbed.nodes[1].ip, "-p", "tcp",
-                     "--syn", "-j", "DROP")
+    testbed.iptables(
+        2,
+        "-A",
+        "INPUT",
+        "-i",
+        "eth0",
+        "-s",
+        testbed.nodes[1].ip,
+        "-p",
+        "tcp",
+        "--syn",
+        "-j",
+        "DROP",
+    )
     run = check(testbed.write_config(), "--steps", "ssh,port")
     assert run.rc == 1
     f = run.finding("port", "PORT-PAIR-TIMEOUT")

@@ -27,7 +27,9 @@ def test_ctrl_c_mid_step_exits_130_and_leaves_nothing(testbed: Testbed) -> None:
     cfg = testbed.write_config()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ddptui", "check", str(cfg), "--steps", "ssh,port"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -50,18 +52,42 @@ def test_no_config_value_is_run_by_a_shell(testbed: Testbed, tmp_path: Path) -> 
     evil_python = f"{testbed.python}; touch {marks[0]}"
     cfg = testbed.write_config(
         python=evil_python,
-        env={"GLOO_SOCKET_IFNAME": "eth0", "X": f"$(touch {marks[1]})", "Y": f"'; touch {marks[2]}; '"},
-        nodes=[{"host": n.ip, "name": f"n{n.index}$(touch {marks[3]})", "user": "root",
-                "port": 22, "env": {"Z": f"`touch {marks[3]}`"}} for n in testbed.nodes],
+        env={
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "X": f"$(touch {marks[1]})",
+            "Y": f"'; touch {marks[2]}; '",
+        },
+        nodes=[
+            {
+                "host": n.ip,
+                "name": f"n{n.index}$(touch {marks[3]})",
+                "user": "root",
+                "port": 22,
+                "env": {"Z": f"`touch {marks[3]}`"},
+            }
+            for n in testbed.nodes
+        ],
     )
     run = check(cfg, "--steps", "ssh,inventory")
     assert run.rc == 1
     assert run.first is not None and run.first["finding"] == "NODE-NO-PYTHON"
     good = testbed.write_config(
         tmp_path / "good.yaml",
-        env={"GLOO_SOCKET_IFNAME": "eth0", "X": f"$(touch {marks[1]})", "Y": f"'; touch {marks[2]}; '"},
-        nodes=[{"host": n.ip, "name": f"n{n.index}$(touch {marks[3]})", "user": "root",
-                "port": 22, "env": {"Z": f"`touch {marks[3]}`"}} for n in testbed.nodes],
+        env={
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "X": f"$(touch {marks[1]})",
+            "Y": f"'; touch {marks[2]}; '",
+        },
+        nodes=[
+            {
+                "host": n.ip,
+                "name": f"n{n.index}$(touch {marks[3]})",
+                "user": "root",
+                "port": 22,
+                "env": {"Z": f"`touch {marks[3]}`"},
+            }
+            for n in testbed.nodes
+        ],
     )
     run = check(good, "--steps", "ssh,env")
     env = run.step("env")["nodes"]
@@ -73,15 +99,23 @@ def test_no_config_value_is_run_by_a_shell(testbed: Testbed, tmp_path: Path) -> 
 def test_hanging_node_is_a_timeout_finding(testbed: Testbed, tmp_path: Path) -> None:
     hang = tmp_path / "hang-python"
     # Looks like python to ddptui, but never answers on node1 (a hung NFS home, say).
-    hang.write_text(f'#!/bin/sh\nif [ "$(hostname)" = "{testbed.nodes[1].hostname}" ]; '
-                    f'then exec sleep 1000; fi\nexec {testbed.python} "$@"\n')
+    hang.write_text(
+        f'#!/bin/sh\nif [ "$(hostname)" = "{testbed.nodes[1].hostname}" ]; '
+        f'then exec sleep 1000; fi\nexec {testbed.python} "$@"\n'
+    )
     hang.chmod(0o755)
-    run = check(testbed.write_config(python=str(hang), timeouts={"step": 3}),
-                "--steps", "ssh,inventory,ping")
+    run = check(
+        testbed.write_config(python=str(hang), timeouts={"step": 3}),
+        "--steps",
+        "ssh,inventory,ping",
+    )
     assert run.rc == 1
     assert run.first is not None
     assert (run.first["step"], run.first["nodes"], run.first["finding"]) == (
-        "inventory", ["node1"], "NODE-TIMEOUT")
+        "inventory",
+        ["node1"],
+        "NODE-TIMEOUT",
+    )
     assert run.step("inventory")["nodes"]["node0"]["status"] == "pass"
     assert run.seconds < 20
     assert_nodes_quiet(testbed)
@@ -99,8 +133,7 @@ def test_garbage_answer_is_a_finding(testbed: Testbed, tmp_path: Path) -> None:
 
 
 def test_node_vanishing_mid_run_is_reported_lost(testbed: Testbed) -> None:
-    cfg = load_config(testbed.write_config(ssh={"keepalive_interval": 1},
-                                           timeouts={"step": 15}))
+    cfg = load_config(testbed.write_config(ssh={"keepalive_interval": 1}, timeouts={"step": 15}))
 
     async def scenario() -> Session:
         session = Session(cfg, "cluster.yaml")
@@ -127,10 +160,12 @@ def test_node_vanishing_mid_run_is_reported_lost(testbed: Testbed) -> None:
 
 def test_secret_in_login_env_never_leaves_the_node(testbed: Testbed) -> None:
     canary = "hf_" + "Zq" * 18 + "CANARY"
-    testbed.set_env(1, {"HF_TOKEN": canary, "MY_PASSWORD": "s3cr3t-CANARY-pw",
-                        "NCCL_DEBUG": "WARN"})
-    cfg = testbed.write_config(env={"GLOO_SOCKET_IFNAME": "eth0",
-                                    "DATABASE_URL": "postgres://u:CANARYDB@db/x"})
+    testbed.set_env(
+        1, {"HF_TOKEN": canary, "MY_PASSWORD": "s3cr3t-CANARY-pw", "NCCL_DEBUG": "WARN"}
+    )
+    cfg = testbed.write_config(
+        env={"GLOO_SOCKET_IFNAME": "eth0", "DATABASE_URL": "postgres://u:CANARYDB@db/x"}
+    )
     run = check(cfg)
     blob = run.stdout + run.stderr + Path(str(cfg.with_suffix(".report.json"))).read_text()
     for secret in (canary, "s3cr3t-CANARY-pw", "CANARYDB"):

@@ -65,8 +65,11 @@ def open_cmd(config: str | None) -> None:
     """Interactive walkthrough (the full-screen TUI lands with the TUI issue; until then
     the checklist runs here with live lines)."""
     cfg, source = _load(config)
-    click.secho("(the interactive screen is not built yet: running the checklist headless)",
-                dim=True, err=True)
+    click.secho(
+        "(the interactive screen is not built yet: running the checklist headless)",
+        dim=True,
+        err=True,
+    )
     sys.exit(_run_check(cfg, source, None, None, None, None))
 
 
@@ -78,8 +81,12 @@ def open_cmd(config: str | None) -> None:
 @click.option("--steps", metavar="a,b", help="Only these steps (ssh is always run).")
 @click.option("--timeout", type=float, metavar="S", help="Per-step timeout in seconds.")
 def check(
-    config: str | None, json_path: str | None, md_path: str | None, html_path: str | None,
-    steps: str | None, timeout: float | None,
+    config: str | None,
+    json_path: str | None,
+    md_path: str | None,
+    html_path: str | None,
+    steps: str | None,
+    timeout: float | None,
 ) -> None:
     """Run the checklist headless; exit 0 when every step passes, 1 when one fails."""
     cfg, source = _load(config)
@@ -101,8 +108,9 @@ def check(
 def validate(config: str) -> None:
     """Parse and validate CONFIG; exit 0 when valid, 2 when not."""
     cfg, _ = _load(config)
-    click.echo(f"{config}: valid ({len(cfg.nodes)} node(s), master {cfg.master.addr}:"
-               f"{cfg.master.port})")
+    click.echo(
+        f"{config}: valid ({len(cfg.nodes)} node(s), master {cfg.master.addr}:{cfg.master.port})"
+    )
 
 
 @main.command()
@@ -115,8 +123,12 @@ def schema() -> None:
 
 
 def _run_check(
-    cfg: ClusterConfig, source: str, step_ids: list[str] | None, json_path: str | None,
-    md_path: str | None, html_path: str | None,
+    cfg: ClusterConfig,
+    source: str,
+    step_ids: list[str] | None,
+    json_path: str | None,
+    md_path: str | None,
+    html_path: str | None,
 ) -> int:
     from ddptui.checklist.registry import ORDER
     from ddptui.headless import HeadlessPrinter
@@ -201,8 +213,12 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def _internal_error() -> int:
-    click.secho("ddptui: internal error (a bug in ddptui, not in your cluster)", fg="red",
-                bold=True, err=True)
+    click.secho(
+        "ddptui: internal error (a bug in ddptui, not in your cluster)",
+        fg="red",
+        bold=True,
+        err=True,
+    )
     if os.environ.get("DDPTUI_DEBUG"):
         traceback.print_exc()
     else:

@@ -31,10 +31,11 @@ def _check_env(env: Any) -> Any:
     out: dict[str, Any] = {}
     for key, value in env.items():
         if isinstance(value, bool):
-            value = "1" if value else "0"
+            out[key] = "1" if value else "0"
         elif isinstance(value, (int, float)):
-            value = str(value)
-        out[key] = value
+            out[key] = str(value)
+        else:
+            out[key] = value
     for key in out:
         if not ENV_NAME.match(key):
             raise ValueError(
@@ -231,8 +232,10 @@ def parse_config(text: str, source: str = "<config>") -> ClusterConfig:
         raise ConfigError([f"{source}: YAML error: {exc}"]) from None
     if not isinstance(data, dict):
         raise ConfigError(
-            [f"{source}:1:1: expected a mapping with at least `master:` and `nodes:`, "
-             f"got {type(data).__name__ if data is not None else 'an empty file'}"]
+            [
+                f"{source}:1:1: expected a mapping with at least `master:` and `nodes:`, "
+                f"got {type(data).__name__ if data is not None else 'an empty file'}"
+            ]
         )
     try:
         return ClusterConfig.model_validate(_plain(data))
@@ -256,7 +259,7 @@ def _plain(node: Any) -> Any:
 
 
 def load_config(path: str | Path) -> ClusterConfig:
-    p = Path(path)
+    p = Path(path).expanduser()
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -12,7 +12,13 @@ from ddptui.config import ClusterConfig
 from ddptui.diagnosis.model import NodeResult, StepResult
 
 GLYPH = {"pass": "✔", "warn": "!", "fail": "✘", "skip": "-", "error": "?"}
-COLOR = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "bright_black", "error": "magenta"}
+COLOR = {
+    "pass": "green",
+    "warn": "yellow",
+    "fail": "red",
+    "skip": "bright_black",
+    "error": "magenta",
+}
 
 
 class HeadlessPrinter:
@@ -32,24 +38,35 @@ class HeadlessPrinter:
 
     def start(self) -> None:
         name = self.cfg.name or self.source
-        self._echo(f"ddptui {__version__} · {name} · {len(self.cfg.nodes)} node(s) · "
-                   f"master {self.cfg.master.addr}:{self.cfg.master.port} · steps: "
-                   f"{', '.join(self.steps)}", bold=True)
+        self._echo(
+            f"ddptui {__version__} · {name} · {len(self.cfg.nodes)} node(s) · "
+            f"master {self.cfg.master.addr}:{self.cfg.master.port} · steps: "
+            f"{', '.join(self.steps)}",
+            bold=True,
+        )
 
     def node(self, step: str, node: str, result: NodeResult) -> None:
         took = f" ({result.duration_s:.2f}s)" if result.duration_s else ""
-        line = (f"  {step:<9} {node:<{self.width}}  {GLYPH[result.status]} {result.status:<4}  "
-                f"{result.summary}{took}")
+        line = (
+            f"  {step:<9} {node:<{self.width}}  {GLYPH[result.status]} {result.status:<4}  "
+            f"{result.summary}{took}"
+        )
         self._echo(line, fg=COLOR[result.status] if result.status != "pass" else None)
 
     def step(self, result: StepResult) -> None:
-        self._echo(f"{GLYPH[result.status]} {result.id:<9} {result.title}: {result.status} "
-                   f"in {result.duration_s:.1f}s", fg=COLOR[result.status], bold=True)
+        self._echo(
+            f"{GLYPH[result.status]} {result.id:<9} {result.title}: {result.status} "
+            f"in {result.duration_s:.1f}s",
+            fg=COLOR[result.status],
+            bold=True,
+        )
         for f in result.findings:
             if f.severity == "info":
                 continue
-            self._echo(f"    {f.severity.upper()} {f.id}: {f.summary}",
-                       fg="red" if f.severity == "error" else "yellow")
+            self._echo(
+                f"    {f.severity.upper()} {f.id}: {f.summary}",
+                fg="red" if f.severity == "error" else "yellow",
+            )
 
     def summary(self, report: dict[str, Any]) -> None:
         took = time.monotonic() - self.started
@@ -63,16 +80,21 @@ class HeadlessPrinter:
         step = next(s for s in report["steps"] if s["id"] == first["step"])
         f = next((x for x in step["findings"] if x["id"] == first["finding"]), None)
         nodes = ", ".join(first["nodes"]) or "-"
-        self._echo(f"FAIL at step '{first['step']}' on {nodes}: {first['summary']}",
-                   fg="red", bold=True)
+        self._echo(
+            f"FAIL at step '{first['step']}' on {nodes}: {first['summary']}", fg="red", bold=True
+        )
         if f is not None:
             self._echo(f"  finding: {f['id']}")
             self._echo(f"  cause:   {f['cause']}")
             self._echo(f"  fix:     {f['fix']}", fg="cyan", bold=True)
             for ev in f["evidence"][:6]:
                 self._echo(f"  | {ev}", dim=True)
-        others = [x for s in report["steps"] for x in s["findings"]
-                  if x["severity"] == "error" and x is not f]
+        others = [
+            x
+            for s in report["steps"]
+            for x in s["findings"]
+            if x["severity"] == "error" and x is not f
+        ]
         if others:
             self._echo(f"  ({len(others)} more error finding(s) above; --json for all)")
         self._echo(f"diagnosed in {took:.1f}s")

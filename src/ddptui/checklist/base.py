@@ -101,10 +101,15 @@ class Step(ABC):
             status = node_status_from(findings, name)
             if status == result.status or (result.status == "fail" and status == "pass"):
                 continue
-            ids = ", ".join(dict.fromkeys(f.id for f in findings if name in f.nodes
-                                          and f.severity != "info"))
-            self.set_node(ctx, nodes, name, NodeResult(
-                status, f"{result.summary} [{ids}]", result.data, result.duration_s))
+            ids = ", ".join(
+                dict.fromkeys(f.id for f in findings if name in f.nodes and f.severity != "info")
+            )
+            self.set_node(
+                ctx,
+                nodes,
+                name,
+                NodeResult(status, f"{result.summary} [{ids}]", result.data, result.duration_s),
+            )
 
     async def probe_all(
         self,
@@ -159,33 +164,49 @@ def trouble_finding(step: str, node: str, out: ProbeOutput | ConnectFailure) -> 
         isinstance(out, ConnectFailure) and out.kind == "lost"
     ):
         return finding(
-            "NODE-LOST", "error", [node], f"{node}: connection lost during the {step} step",
+            "NODE-LOST",
+            "error",
+            [node],
+            f"{node}: connection lost during the {step} step",
             "The SSH connection dropped while the probe ran: the node went down, its link "
             "failed, or a firewall cut the session (keepalives went unanswered).",
             f"Check that {node} is up and its network link is healthy (ping it, look at "
-            "`ip link` and `dmesg` there), then run the check again.", evidence,
+            "`ip link` and `dmesg` there), then run the check again.",
+            evidence,
         )
     if isinstance(out, ProbeOutput):
         if out.timed_out:
             return finding(
-                "NODE-TIMEOUT", "error", [node], f"{node}: the {step} probe hung",
+                "NODE-TIMEOUT",
+                "error",
+                [node],
+                f"{node}: the {step} probe hung",
                 "The probe did not finish within the step timeout: the node is overloaded, a "
                 "filesystem (NFS home, /proc) hangs, or a network call blocks.",
                 f"Log into {node} and check its load (`uptime`, `ps aux --sort=-%cpu | head`) "
-                "and hung mounts; raise `timeouts.step` if the node is just slow.", evidence,
+                "and hung mounts; raise `timeouts.step` if the node is just slow.",
+                evidence,
             )
         if out.exit_status == 127:
             return finding(
-                "NODE-NO-PYTHON", "error", [node], f"{node}: the configured python was not found",
+                "NODE-NO-PYTHON",
+                "error",
+                [node],
+                f"{node}: the configured python was not found",
                 "The interpreter named by `python:` in the config does not exist in the node's "
                 "non-interactive login PATH (conda/venv activation in .bashrc is skipped for "
                 "ssh commands on many systems).",
                 "Set `python:` (or the node's `python:`) to the absolute path of the training "
-                "environment's interpreter, e.g. /opt/conda/envs/train/bin/python.", evidence,
+                "environment's interpreter, e.g. /opt/conda/envs/train/bin/python.",
+                evidence,
             )
     return finding(
-        "NODE-PROBE-FAILED", "error", [node], f"{node}: the {step} check could not run",
+        "NODE-PROBE-FAILED",
+        "error",
+        [node],
+        f"{node}: the {step} check could not run",
         f"The {step} probe failed on this node: {problem}.",
         f"Run the check again; if it persists, log into {node} and run the training python "
-        "by hand to see what breaks.", evidence,
+        "by hand to see what breaks.",
+        evidence,
     )

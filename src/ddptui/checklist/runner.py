@@ -23,8 +23,12 @@ STEP_SLACK_S = 15.0  # on top of the per-probe timeout: a step runs a few probes
 def targets_from(config: ClusterConfig) -> list[NodeTarget]:
     return [
         NodeTarget(
-            name=n.display, host=n.host, rank=i, python=config.python_for(n),
-            user=n.user, port=n.port,
+            name=n.display,
+            host=n.host,
+            rank=i,
+            python=config.python_for(n),
+            user=n.user,
+            port=n.port,
         )
         for i, n in enumerate(config.nodes)
     ]
@@ -51,8 +55,11 @@ class Session:
         if not self.transports:
             self.transports = make_transports(self.config, self.targets)
         self.ctx = StepContext(
-            config=self.config, targets=self.targets, transports=self.transports,
-            salt=secrets.token_hex(8), on_node=self.on_node,
+            config=self.config,
+            targets=self.targets,
+            transports=self.transports,
+            salt=secrets.token_hex(8),
+            on_node=self.on_node,
         )
 
     @property
@@ -75,9 +82,11 @@ class Session:
     def _limit(self, step_id: str) -> float:
         t = self.config.timeouts
         if step_id == "ssh":
-            return self.config.ssh.connect_timeout * (
-                1 + len(self.targets) // max(1, self.config.ssh.max_concurrent_connects)
-            ) + STEP_SLACK_S
+            return (
+                self.config.ssh.connect_timeout
+                * (1 + len(self.targets) // max(1, self.config.ssh.max_concurrent_connects))
+                + STEP_SLACK_S
+            )
         return t.step + STEP_SLACK_S
 
     def _timed_out(self, step_id: str, limit: float, took: float) -> StepResult:
@@ -85,15 +94,21 @@ class Session:
         step = STEPS[step_id]
         names = [t.name for t in self.targets if t.name not in self.ctx.unreachable]
         f = finding(
-            "STEP-TIMEOUT", "error", names, f"the {step_id} step did not finish in {limit:.0f} s",
+            "STEP-TIMEOUT",
+            "error",
+            names,
+            f"the {step_id} step did not finish in {limit:.0f} s",
             "At least one node stopped answering during this step (hung filesystem, overloaded "
             "node, network stall).",
             "Check the nodes' load and network; raise `timeouts.step` if they are just slow.",
         )
-        nodes = {t.name: NodeResult("fail" if t.name in names else "skip",
-                                    "did not finish in time" if t.name in names
-                                    else "not reachable over SSH")
-                 for t in self.targets}
+        nodes = {
+            t.name: NodeResult(
+                "fail" if t.name in names else "skip",
+                "did not finish in time" if t.name in names else "not reachable over SSH",
+            )
+            for t in self.targets
+        }
         return StepResult(step_id, step.title, "fail", took, nodes, (f,))
 
     async def run(self, step_ids: list[str]) -> dict[str, StepResult]:
@@ -104,5 +119,4 @@ class Session:
 
     async def close(self) -> None:
         """Stop every probe on every node and drop the connections."""
-        await asyncio.gather(*(t.close() for t in self.transports.values()),
-                             return_exceptions=True)
+        await asyncio.gather(*(t.close() for t in self.transports.values()), return_exceptions=True)

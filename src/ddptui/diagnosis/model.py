@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,7 +37,7 @@ class Finding:
 
 
 def finding(
-    id: str,  # noqa: A002 - the contract calls it id
+    id: str,
     severity: Severity,
     nodes: list[str] | tuple[str, ...],
     summary: str,
@@ -98,7 +99,7 @@ class StepResult:
         return None
 
 
-def worst(statuses: list[Status]) -> Status:
+def worst(statuses: Sequence[Status]) -> Status:
     return max(statuses, key=lambda s: STATUS_RANK[s]) if statuses else "pass"
 
 

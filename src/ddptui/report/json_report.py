@@ -18,8 +18,13 @@ def first_failure(results: dict[str, StepResult]) -> dict[str, Any] | None:
         primary = result.primary
         if primary is None:
             failed = [n for n, r in result.nodes.items() if r.status == "fail"]
-            return {"step": step_id, "nodes": failed, "finding": None,
-                    "summary": f"{step_id} failed", "fix": ""}
+            return {
+                "step": step_id,
+                "nodes": failed,
+                "finding": None,
+                "summary": f"{step_id} failed",
+                "fix": "",
+            }
         return {
             "step": step_id,
             "nodes": list(primary.nodes),
@@ -38,9 +43,7 @@ def build_report(session: Any) -> dict[str, Any]:
         "cluster": session.config.name,
         "started_at": session.started_at,
         "finished_at": session.finished_at,
-        "nodes": [
-            {"name": t.name, "host": t.host, "rank": t.rank} for t in session.targets
-        ],
+        "nodes": [{"name": t.name, "host": t.host, "rank": t.rank} for t in session.targets],
         "steps": [results[s].to_dict() for s in ORDER if s in results],
         "first_failure": first_failure(results),
         "verdict": verdict(results),

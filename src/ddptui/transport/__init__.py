@@ -20,7 +20,14 @@ from ddptui.transport.base import (
 if TYPE_CHECKING:
     from ddptui.config import ClusterConfig
 
-__all__ = ["ConnectFailure", "NodeTarget", "ProbeOutput", "ProbeRun", "Transport", "make_transports"]
+__all__ = [
+    "ConnectFailure",
+    "NodeTarget",
+    "ProbeOutput",
+    "ProbeRun",
+    "Transport",
+    "make_transports",
+]
 
 
 def make_transports(config: ClusterConfig, targets: list[NodeTarget]) -> dict[str, Transport]:
@@ -41,10 +48,12 @@ def make_transports(config: ClusterConfig, targets: list[NodeTarget]) -> dict[st
             known = ssh.known_hosts
             options = SSHOptions(
                 known_hosts=tuple([known] if isinstance(known, str) else known)
-                if known else DEFAULT_KNOWN_HOSTS,
+                if known
+                else DEFAULT_KNOWN_HOSTS,
                 accept_new_host_keys=ssh.accept_new_host_keys,
                 identity_files=tuple(
-                    [ssh.identity_file] if isinstance(ssh.identity_file, str)
+                    [ssh.identity_file]
+                    if isinstance(ssh.identity_file, str)
                     else ssh.identity_file or []
                 ),
                 config=ssh.config,

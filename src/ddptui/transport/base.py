@@ -63,8 +63,16 @@ class ConnectFailure(Exception):
     """A node could not be reached or logged into; `kind` says why."""
 
     KINDS = (
-        "auth", "hostkey-unknown", "hostkey-changed", "timeout", "refused",
-        "noroute", "dns", "disconnect", "lost", "other",
+        "auth",
+        "hostkey-unknown",
+        "hostkey-changed",
+        "timeout",
+        "refused",
+        "noroute",
+        "dns",
+        "disconnect",
+        "lost",
+        "other",
     )
 
     def __init__(self, kind: str, message: str, evidence: str = "") -> None:
@@ -168,7 +176,7 @@ class ProbeRun:
                 if not text:
                     continue
                 if self.remote_pid is None and text.startswith(PID_MARK):
-                    pid = text[len(PID_MARK):]
+                    pid = text[len(PID_MARK) :]
                     self.remote_pid = int(pid) if pid.isdigit() else None
                     continue
                 record = _parse_record(text)
@@ -196,10 +204,11 @@ class ProbeRun:
                 if self.on_stderr is not None:
                     self.on_stderr(line.decode("utf-8", "replace").rstrip("\n"))
 
-    async def next_record(self, kind: str | None = None, timeout: float | None = None) -> (
-        dict[str, Any] | None
-    ):
+    async def next_record(
+        self, kind: str | None = None, timeout: float | None = None
+    ) -> dict[str, Any] | None:
         """The next record (of `kind` when given); None when the probe ended first."""
+
         async def _next() -> dict[str, Any] | None:
             while True:
                 rec = await self._queue.get()

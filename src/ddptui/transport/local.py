@@ -35,7 +35,10 @@ class LocalTransport(Transport):
     ) -> ProbeRun:
         try:
             proc = await asyncio.create_subprocess_exec(
-                self.target.python, "-u", "-c", STAGE0,
+                self.target.python,
+                "-u",
+                "-c",
+                STAGE0,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -58,8 +61,14 @@ class LocalTransport(Transport):
                 os.killpg(proc.pid, 9)
 
         run = ProbeRun(
-            node=self.target.name, probe=name, stdin=proc.stdin, stdout=proc.stdout,
-            stderr_stream=proc.stderr, wait_exit=_wait, force_close=_force, on_stderr=on_stderr,
+            node=self.target.name,
+            probe=name,
+            stdin=proc.stdin,
+            stdout=proc.stdout,
+            stderr_stream=proc.stderr,
+            wait_exit=_wait,
+            force_close=_force,
+            on_stderr=on_stderr,
         )
         run.start_pumps()
         self._runs = [r for r in self._runs if r._result is None] + [run]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddptui.checklist.base import Step, StepContext, trouble_finding
-from ddptui.diagnosis.envaudit import EnvFacts, audit_env, env_diff
+from ddptui.diagnosis.envaudit import EXPECTED_TO_DIFFER, EnvFacts, audit_env, env_diff
 from ddptui.diagnosis.model import Finding, NodeResult, node_status_from
 from ddptui.transport.base import NodeTarget, ProbeOutput
 
@@ -34,43 +34,60 @@ class EnvStep(Step):
         for name, out in outs.items():
             env_rec = out.first("env") if isinstance(out, ProbeOutput) else None
             net_rec = out.first("net") if isinstance(out, ProbeOutput) else None
-            if env_rec is None or net_rec is None or not (
-                isinstance(out, ProbeOutput) and out.ok
-            ):
+            if env_rec is None or net_rec is None or not (isinstance(out, ProbeOutput) and out.ok):
                 trouble = trouble_finding(self.id, name, out)
                 findings.append(trouble)
                 self.set_node(ctx, nodes, name, NodeResult("fail", trouble.summary))
                 continue
             gpus = ctx.node_data("inventory", name).get("gpus")
-            facts.append(EnvFacts(
-                name=name,
-                rank=by_name[name].rank,
-                env=env_rec["env"],
-                sources=env_rec["sources"],
-                interfaces=net_rec["interfaces"],
-                route=net_rec.get("route"),
-                shm_bytes=net_rec.get("shm_bytes"),
-                gpu_count=len(gpus) if isinstance(gpus, list) else None,
-            ))
+            facts.append(
+                EnvFacts(
+                    name=name,
+                    rank=by_name[name].rank,
+                    env=env_rec["env"],
+                    sources=env_rec["sources"],
+                    interfaces=net_rec["interfaces"],
+                    route=net_rec.get("route"),
+                    shm_bytes=net_rec.get("shm_bytes"),
+                    gpu_count=len(gpus) if isinstance(gpus, list) else None,
+                )
+            )
         facts.sort(key=lambda f: f.rank)
         findings += audit_env(
             facts,
             master_addr=ctx.config.master.addr,
             master_port=ctx.config.master.port,
             nproc_per_node=ctx.config.nproc_per_node,
+            single_host=all(t.host == "local" for t in ctx.targets),
         )
         for f in facts:
             relevant = {
-                k: v for k, v in sorted(f.env.items())
+                k: v
+                for k, v in sorted(f.env.items())
                 if k.startswith(("NCCL_", "TORCH_", "GLOO_", "MASTER_", "CUDA_", "PET_"))
-                or k in ("WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK", "GROUP_RANK",
-                         "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "LD_PRELOAD", "PATH")
+                or k
+                in (
+                    "WORLD_SIZE",
+                    "RANK",
+                    "NODE_RANK",
+                    "LOCAL_RANK",
+                    "GROUP_RANK",
+                    "OMP_NUM_THREADS",
+                    "LD_LIBRARY_PATH",
+                    "LD_PRELOAD",
+                    "PATH",
+                )
             }
-            data = {"launch_env": relevant, "sources": {k: f.sources.get(k) for k in relevant},
-                    "route": f.route, "shm_bytes": f.shm_bytes}
+            data = {
+                "launch_env": relevant,
+                "sources": {k: f.sources.get(k) for k in relevant},
+                "route": f.route,
+                "shm_bytes": f.shm_bytes,
+            }
             status = node_status_from(findings, f.name)
             mine = [x for x in findings if f.name in x.nodes]
-            summary = (f"{len(relevant)} launch variables audited"
-                       + (f"; {mine[0].summary}" if mine else ", consistent"))
+            summary = f"{len(relevant)} launch variables audited" + (
+                f"; {mine[0].summary}" if mine else ", consistent"
+            )
             self.set_node(ctx, nodes, f.name, NodeResult(status, summary, data))
-        return findings, {"diff": env_diff(facts)}
+        return findings, {"diff": env_diff(facts, ignore=EXPECTED_TO_DIFFER)}

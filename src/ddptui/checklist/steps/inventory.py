@@ -11,21 +11,45 @@ from ddptui.transport.base import ProbeOutput
 
 # (fact key, label, severity when nodes differ, why it matters)
 SKEW_RULES: tuple[tuple[str, str, str, str], ...] = (
-    ("torch", "torch version", "error",
-     "Every rank must run the same torch build: collectives, the c10d store protocol and "
-     "pickled objects differ between versions (connection resets or hangs at init)."),
-    ("torch_cuda", "torch CUDA build", "error",
-     "Different CUDA builds of torch ship different NCCL and kernels."),
-    ("nccl", "NCCL runtime", "error",
-     "NCCL >= 2.23 refuses peers of another version; older ones misbehave (message truncated, "
-     "'is neither AF_INET' errors)."),
-    ("python_minor", "python version", "warning",
-     "Different Python minor versions usually mean different environments (and packages)."),
-    ("gpu_count", "GPU count", "warning",
-     "nproc_per_node=gpus then starts a different number of ranks per node, and torchrun "
-     "assumes a homogeneous local world size."),
-    ("driver", "NVIDIA driver", "warning",
-     "Different drivers can support different CUDA versions; align them to avoid surprises."),
+    (
+        "torch",
+        "torch version",
+        "error",
+        "Every rank must run the same torch build: collectives, the c10d store protocol and "
+        "pickled objects differ between versions (connection resets or hangs at init).",
+    ),
+    (
+        "torch_cuda",
+        "torch CUDA build",
+        "error",
+        "Different CUDA builds of torch ship different NCCL and kernels.",
+    ),
+    (
+        "nccl",
+        "NCCL runtime",
+        "error",
+        "NCCL >= 2.23 refuses peers of another version; older ones misbehave (message truncated, "
+        "'is neither AF_INET' errors).",
+    ),
+    (
+        "python_minor",
+        "python version",
+        "warning",
+        "Different Python minor versions usually mean different environments (and packages).",
+    ),
+    (
+        "gpu_count",
+        "GPU count",
+        "warning",
+        "nproc_per_node=gpus then starts a different number of ranks per node, and torchrun "
+        "assumes a homogeneous local world size.",
+    ),
+    (
+        "driver",
+        "NVIDIA driver",
+        "warning",
+        "Different drivers can support different CUDA versions; align them to avoid surprises.",
+    ),
 )
 
 
@@ -50,8 +74,9 @@ class InventoryStep(Step):
             data["python_minor"] = ".".join(str(data.get("python", "")).split(".")[:2])
             data["gpu_count"] = len(data.get("gpus") or [])
             facts[t.name] = data
-            self.set_node(ctx, nodes, t.name, NodeResult("pass", _summary(data), data,
-                                                         out.duration_s))
+            self.set_node(
+                ctx, nodes, t.name, NodeResult("pass", _summary(data), data, out.duration_s)
+            )
 
         outs = await self.probe_all(ctx, "inventory", lambda t: {}, on_output=landed)
         for name, out in outs.items():
@@ -62,21 +87,31 @@ class InventoryStep(Step):
 
         for name, data in facts.items():
             if data.get("torch_error"):
-                findings.append(finding(
-                    "INV-NO-TORCH", "error", [name],
-                    f"{name}: torch is not usable with {data.get('python_executable')}",
-                    f"{data['torch_error']}. The allreduce (and your job) cannot start there.",
-                    "Point `python:` at the training environment's interpreter, or install torch "
-                    "into it (`python -m pip install torch==<the version on the other nodes>`).",
-                    [f"{name}: python {data.get('python')} at {data.get('python_executable')}"],
-                ))
+                findings.append(
+                    finding(
+                        "INV-NO-TORCH",
+                        "error",
+                        [name],
+                        f"{name}: torch is not usable with {data.get('python_executable')}",
+                        f"{data['torch_error']}. The allreduce (and your job) cannot start there.",
+                        "Point `python:` at the training environment's interpreter, or install torch "
+                        "into it (`python -m pip install torch==<the version on the other nodes>`).",
+                        [f"{name}: python {data.get('python')} at {data.get('python_executable')}"],
+                    )
+                )
             if data.get("gpu_error"):
-                findings.append(finding(
-                    "INV-GPU-ERROR", "warning", [name], f"{name}: GPUs could not be listed",
-                    str(data["gpu_error"]),
-                    "Run `nvidia-smi` on the node; a driver/library mismatch needs a reboot or "
-                    "a driver reinstall.", [f"{name}: {data['gpu_error']}"],
-                ))
+                findings.append(
+                    finding(
+                        "INV-GPU-ERROR",
+                        "warning",
+                        [name],
+                        f"{name}: GPUs could not be listed",
+                        str(data["gpu_error"]),
+                        "Run `nvidia-smi` on the node; a driver/library mismatch needs a reboot or "
+                        "a driver reinstall.",
+                        [f"{name}: {data['gpu_error']}"],
+                    )
+                )
         findings += skew_findings(facts)
         table = skew_table(facts)
         self.judge_nodes(ctx, nodes, findings)
@@ -110,15 +145,17 @@ def skew_findings(facts: dict[str, dict[str, Any]]) -> list[Finding]:
             continue
         common, _ = Counter(map(str, values.values())).most_common(1)[0]
         odd = [n for n, v in values.items() if str(v) != common]
-        out.append(finding(
-            f"INV-SKEW-{key.upper().replace('_MINOR', '').replace('_', '-')}",
-            severity,  # type: ignore[arg-type]
-            odd,
-            f"{label} differs across nodes: {', '.join(odd)} "
-            f"{'differs' if len(odd) == 1 else 'differ'} from the rest ({common})",
-            why,
-            f"Install the same {label} on every node (the majority has {common}); "
-            "one shared environment image or a pinned requirements file avoids drift.",
-            [f"{n}: {v}" for n, v in values.items()],
-        ))
+        out.append(
+            finding(
+                f"INV-SKEW-{key.upper().replace('_MINOR', '').replace('_', '-')}",
+                severity,  # type: ignore[arg-type]
+                odd,
+                f"{label} differs across nodes: {', '.join(odd)} "
+                f"{'differs' if len(odd) == 1 else 'differ'} from the rest ({common})",
+                why,
+                f"Install the same {label} on every node (the majority has {common}); "
+                "one shared environment image or a pinned requirements file avoids drift.",
+                [f"{n}: {v}" for n, v in values.items()],
+            )
+        )
     return out

@@ -7,7 +7,7 @@ from typing import Any
 
 from ddptui.checklist.base import Step, StepContext, trouble_finding
 from ddptui.diagnosis.model import Finding, NodeResult, finding, node_status_from
-from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeOutput, ProbeRun
+from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeRun
 
 CONNECT_TIMEOUT_S = 3.0
 LISTEN_WAIT_S = 10.0
@@ -96,18 +96,24 @@ class PortStep(Step):
         addr = ctx.config.master.addr
         for result, names in failed.items():
             code, cause = EDGE_CAUSES.get(result, EDGE_CAUSES["error"])
-            findings.append(finding(
-                f"PORT-{code}", "error", names,
-                f"MASTER_PORT {port} on {addr} is not reachable from {', '.join(names)} "
-                f"({_word(result)})",
-                cause + " ddptui had a listener up on the master during this test, so the "
-                "port itself was free.",
-                f"Open TCP {port} on {master.name} for the other nodes (e.g. `iptables -I INPUT "
-                f"-p tcp --dport {port} -j ACCEPT`, or your cloud security group), and allow all "
-                "TCP between the nodes: NCCL and gloo use ephemeral ports too.",
-                [f"{n} -> {master.name}:{port}: {per_node[n]['master_port'].get('error')}"
-                 for n in names],
-            ))
+            findings.append(
+                finding(
+                    f"PORT-{code}",
+                    "error",
+                    names,
+                    f"MASTER_PORT {port} on {addr} is not reachable from {', '.join(names)} "
+                    f"({_word(result)})",
+                    cause + " ddptui had a listener up on the master during this test, so the "
+                    "port itself was free.",
+                    f"Open TCP {port} on {master.name} for the other nodes (e.g. `iptables -I INPUT "
+                    f"-p tcp --dport {port} -j ACCEPT`, or your cloud security group), and allow all "
+                    "TCP between the nodes: NCCL and gloo use ephemeral ports too.",
+                    [
+                        f"{n} -> {master.name}:{port}: {per_node[n]['master_port'].get('error')}"
+                        for n in names
+                    ],
+                )
+            )
         return results
 
     # -------------------------------------------------------------- all pairs
@@ -121,11 +127,18 @@ class PortStep(Step):
         listeners: dict[str, ProbeRun] = {}
         endpoints: dict[str, dict[str, Any]] = {}
         try:
+
             async def start(t: NodeTarget) -> None:
                 try:
                     run = await ctx.transports[t.name].start_probe(
-                        "port", {"mode": "listen", "addr": "auto", "port": 0,
-                                 "master_addr": ctx.config.master.addr})
+                        "port",
+                        {
+                            "mode": "listen",
+                            "addr": "auto",
+                            "port": 0,
+                            "master_addr": ctx.config.master.addr,
+                        },
+                    )
                 except ConnectFailure as exc:
                     per_node[t.name]["listen_error"] = exc.message
                     return
@@ -139,14 +152,16 @@ class PortStep(Step):
 
             await asyncio.gather(*(start(t) for t in reachable))
             plan = {
-                t.name: [{"id": dst, "addr": ep["addr"], "port": ep["port"]}
-                         for dst, ep in endpoints.items() if dst != t.name]
+                t.name: [
+                    {"id": dst, "addr": ep["addr"], "port": ep["port"]}
+                    for dst, ep in endpoints.items()
+                    if dst != t.name
+                ]
                 for t in reachable
             }
             outs = await self._connect_all(ctx, plan)
         finally:
-            await asyncio.gather(*(r.stop() for r in listeners.values()),
-                                 return_exceptions=True)
+            await asyncio.gather(*(r.stop() for r in listeners.values()), return_exceptions=True)
         matrix: dict[str, dict[str, str]] = {}
         bad: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
         for src, recs in outs.items():
@@ -161,17 +176,23 @@ class PortStep(Step):
             culprits = _culprits(edges, matrix)
             names = ", ".join(f"{s} -> {d}:{r['port']}" for s, d, r in edges[:6])
             more = f" and {len(edges) - 6} more" if len(edges) > 6 else ""
-            findings.append(finding(
-                f"PORT-PAIR-{code}", "error", culprits,
-                f"node-to-node TCP fails ({_word(result)}): {names}{more}",
-                cause + " NCCL and gloo connect every rank to every other rank on ephemeral "
-                "ports, so one blocked pair stalls the whole job at init.",
-                f"Allow all TCP between the cluster nodes on {', '.join(culprits)} (e.g. "
-                "`iptables -I INPUT -s <cluster subnet> -j ACCEPT`), or narrow NCCL's ports "
-                "(`net.ipv4.ip_local_port_range`) and open that range.",
-                [f"{s} -> {d} ({r['addr']}:{r['port']}): {r.get('error') or r['result']}"
-                 for s, d, r in edges],
-            ))
+            findings.append(
+                finding(
+                    f"PORT-PAIR-{code}",
+                    "error",
+                    culprits,
+                    f"node-to-node TCP fails ({_word(result)}): {names}{more}",
+                    cause + " NCCL and gloo connect every rank to every other rank on ephemeral "
+                    "ports, so one blocked pair stalls the whole job at init.",
+                    f"Allow all TCP between the cluster nodes on {', '.join(culprits)} (e.g. "
+                    "`iptables -I INPUT -s <cluster subnet> -j ACCEPT`), or narrow NCCL's ports "
+                    "(`net.ipv4.ip_local_port_range`) and open that range.",
+                    [
+                        f"{s} -> {d} ({r['addr']}:{r['port']}): {r.get('error') or r['result']}"
+                        for s, d, r in edges
+                    ],
+                )
+            )
         for name, row in matrix.items():
             per_node[name]["matrix"] = row
         return matrix
@@ -181,15 +202,20 @@ class PortStep(Step):
     ) -> dict[str, list[dict[str, Any]] | str]:
         """Each node connects to its targets; {node: connect records | why it could not}."""
         outs = await self.probe_all(
-            ctx, "port",
-            lambda t: {"mode": "connect", "targets": plan.get(t.name, []),
-                       "timeout": CONNECT_TIMEOUT_S},
+            ctx,
+            "port",
+            lambda t: {
+                "mode": "connect",
+                "targets": plan.get(t.name, []),
+                "timeout": CONNECT_TIMEOUT_S,
+            },
         )
         result: dict[str, list[dict[str, Any]] | str] = {}
         for name, out in outs.items():
             if isinstance(out, ConnectFailure) or not out.ok:
-                result[name] = (out.message if isinstance(out, ConnectFailure)
-                                else out.problem() or "no output")
+                result[name] = (
+                    out.message if isinstance(out, ConnectFailure) else out.problem() or "no output"
+                )
             else:
                 result[name] = out.all("connect")
         return result
@@ -212,7 +238,9 @@ def _bind_finding(master: NodeTarget, port: int, rec: dict[str, Any]) -> Finding
         states = rec.get("states") or {}
         if not owners and "LISTEN" not in states:
             return finding(
-                "PORT-INUSE", "error", [master.name],
+                "PORT-INUSE",
+                "error",
+                [master.name],
                 f"MASTER_PORT {port} on {master.name} cannot be bound, though nothing listens "
                 "on it",
                 "Connections of an earlier run linger on the port (state: "
@@ -222,10 +250,15 @@ def _bind_finding(master: NodeTarget, port: int, rec: dict[str, Any]) -> Finding
                 "Wait a minute and run again, or use another `master.port`.",
                 [f"{master.name}: bind 0.0.0.0:{port}: {rec.get('error')}"],
             )
-        kill = f"`kill {owners[0]['pid']}` on {master.name}" if owners else (
-            f"find it with `ss -ltnp 'sport = :{port}'` on {master.name} and stop it")
+        kill = (
+            f"`kill {owners[0]['pid']}` on {master.name}"
+            if owners
+            else (f"find it with `ss -ltnp 'sport = :{port}'` on {master.name} and stop it")
+        )
         return finding(
-            "PORT-INUSE", "error", [master.name],
+            "PORT-INUSE",
+            "error",
+            [master.name],
             f"MASTER_PORT {port} is already in use on {master.name}"
             + (f" by {who}" if who else ""),
             "Another process (a stale or concurrent torchrun, a previous job) holds the port: "
@@ -234,11 +267,15 @@ def _bind_finding(master: NodeTarget, port: int, rec: dict[str, Any]) -> Finding
             f"Stop the process holding it ({kill}) or pick another port (`master.port` and "
             "MASTER_PORT).",
             [f"{master.name}: bind 0.0.0.0:{port}: {rec.get('error')}"]
-            + [f"{master.name}: listener {o.get('comm')} pid {o.get('pid')} uid {o.get('uid')}"
-               for o in owners],
+            + [
+                f"{master.name}: listener {o.get('comm')} pid {o.get('pid')} uid {o.get('uid')}"
+                for o in owners
+            ],
         )
     return finding(
-        "PORT-BIND", "error", [master.name],
+        "PORT-BIND",
+        "error",
+        [master.name],
         f"cannot listen on MASTER_PORT {port} on {master.name}: {rec.get('error')}",
         "The master cannot bind the port (ports below 1024 need root; an address not on the "
         "node cannot be bound).",
@@ -247,9 +284,9 @@ def _bind_finding(master: NodeTarget, port: int, rec: dict[str, Any]) -> Finding
     )
 
 
-def _culprits(edges: list[tuple[str, str, dict[str, Any]]], matrix: dict[str, dict[str, str]]) -> (
-    list[str]
-):
+def _culprits(
+    edges: list[tuple[str, str, dict[str, Any]]], matrix: dict[str, dict[str, str]]
+) -> list[str]:
     """Nodes to blame: those whose every inbound (or outbound) edge failed; else all ends."""
     failed = {(s, d) for s, d, _ in edges}
     nodes = sorted({s for s, _, _ in edges} | {d for _, d, _ in edges})
@@ -257,16 +294,19 @@ def _culprits(edges: list[tuple[str, str, dict[str, Any]]], matrix: dict[str, di
     for n in nodes:
         inbound = [(s, d) for s, row in matrix.items() for d in row if d == n]
         outbound = [(n, d) for d in matrix.get(n, {})]
-        if inbound and all(e in failed for e in inbound):
-            blamed.append(n)
-        elif outbound and all(e in failed for e in outbound):
+        if (inbound and all(e in failed for e in inbound)) or (
+            outbound and all(e in failed for e in outbound)
+        ):
             blamed.append(n)
     return blamed or nodes
 
 
 def _word(result: str) -> str:
-    return {"timeout": "timed out: filtered", "refused": "refused", "noroute": "no route to host"}.get(
-        result, result)
+    return {
+        "timeout": "timed out: filtered",
+        "refused": "refused",
+        "noroute": "no route to host",
+    }.get(result, result)
 
 
 def _summary(ctx: StepContext, d: dict[str, Any]) -> str:

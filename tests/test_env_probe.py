@@ -1,0 +1,330 @@
+"""The env probe, run for real through LocalTransport: layering, sources, and redaction.
+
+Canary secrets are planted in ddptui's own environment (the local probe inherits
+it, as a node's probe inherits its SSH login env), in the config's env and in the
+node's env; none of them may appear anywhere in what comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddptui.diagnosis.envaudit import EnvFacts, audit_env
+from ddptui.transport.base import NodeTarget, ProbeOutput
+from ddptui.transport.local import LocalTransport
+
+PROBES = Path(__file__).resolve().parent.parent / "probes"
+
+HF = "hf_" + "Zq8RkP2mXw7LbN4vTc9YhJd3Gf6SaE1uK0"
+PASSWORD = "Canary-Pa55word-Login"  # noqa: S105 - a planted canary, not a credential
+DB_PASSWORD = "CanaryDbPw_7781"  # noqa: S105 - a planted canary
+WANDB = "0f3c9a1be27d4c6f8a5b1e2d3c4f5a6b7c8d9e0f"
+AWS_ID = "AKIA" + "QX7M2K9PLR4TWZ3N"
+PEM = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAACanaryPemBody\n"
+    "-----END OPENSSH PRIVATE KEY-----"
+)
+PEM_BODY = "b3BlbnNzaC1rZXktdjEAAAAACanaryPemBody"
+GH = "ghp_" + "CanaryGithubToken0123456789abcdefghij"
+OPENAI = "sk-proj-" + "CanaryOpenAIKey0123456789abcdefXYZ"
+SLACK = "xoxb-" + "123456789012-CanarySlackToken"
+NODE_SECRET = "Canary-Node-Only-Secret-42"  # noqa: S105 - a planted canary
+NODE_URL_PW = "CanaryUrlPw99"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJjYW5hcnkifQ.CanaryJwtSignature0123456789abcdef"
+CANARIES = [
+    HF,
+    PASSWORD,
+    DB_PASSWORD,
+    WANDB,
+    AWS_ID,
+    PEM_BODY,
+    GH,
+    OPENAI,
+    SLACK,
+    NODE_SECRET,
+    NODE_URL_PW,
+    JWT,
+]
+
+LOGIN = {
+    "HF_TOKEN": HF,
+    "MY_PASSWORD": PASSWORD,
+    "DATABASE_URL": f"postgres://bob:{DB_PASSWORD}@db.internal:5432/app",
+    "WANDB_API_KEY": WANDB,
+    "BUILD_NOTE": f"deployed by {AWS_ID} yesterday",  # innocent name, secret value
+    "SETUP_BLOB": PEM,  # innocent name, PEM private key
+    "CI_VALUE": GH,
+    "TRACE_HEADER": f"Bearer {JWT}",
+    "NCCL_SOCKET_IFNAME": "login-if",
+    "MASTER_ADDR": "10.9.9.9",
+    "DDPTUI_TEST_LOGIN_ONLY": "plain-visible-value",
+}
+OVERLAY = {
+    "NCCL_SOCKET_IFNAME": "=eth0",
+    "MASTER_ADDR": "10.0.0.8",
+    "CUDA_VISIBLE_DEVICES": "0,1",
+    "OPENAI_API_KEY": OPENAI,
+    "NOTES": f"slack {SLACK}",
+    "HF_TOKEN_COPY": HF,  # same secret, second name
+}
+NODE_ENV = {
+    "MASTER_ADDR": "10.0.0.1",
+    "SERVICE_SECRET": NODE_SECRET,
+    "HUB_URL": f"https://alice:{NODE_URL_PW}@hub.internal/x",
+}
+
+
+def run_env_probe(params: dict[str, Any], python: str = sys.executable) -> ProbeOutput:
+    transport = LocalTransport(NodeTarget("n0", "local", 0, python))
+    return asyncio.run(transport.run_probe("env", params, timeout=30))
+
+
+def params(salt: str = "a1b2c3") -> dict[str, Any]:
+    return {"overlay": OVERLAY, "node_env": NODE_ENV, "salt": salt, "master_addr": "127.0.0.1"}
+
+
+@pytest.fixture
+def planted(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in LOGIN.items():
+        monkeypatch.setenv(key, value)
+
+
+def records(out: ProbeOutput) -> tuple[dict[str, Any], dict[str, Any]]:
+    assert out.ok, (out.exit_status, out.stderr)
+    assert [r["kind"] for r in out.records] == ["env", "net"]
+    env_rec, net_rec = out.records
+    return env_rec, net_rec
+
+
+def assert_no_canary(out: ProbeOutput) -> None:
+    raw = json.dumps(list(out.records)) + out.stderr + "\n".join(out.garbage)
+    leaked = [c for c in CANARIES if c in raw]
+    assert not leaked, leaked
+
+
+def test_no_secret_leaves_the_node(planted: None) -> None:
+    out = run_env_probe(params())
+    assert_no_canary(out)
+    env_rec, _ = records(out)
+    env = env_rec["env"]
+    assert set(env_rec["redacted"]) >= {
+        "HF_TOKEN",
+        "MY_PASSWORD",
+        "DATABASE_URL",
+        "WANDB_API_KEY",
+        "BUILD_NOTE",
+        "SETUP_BLOB",
+        "CI_VALUE",
+        "TRACE_HEADER",
+        "OPENAI_API_KEY",
+        "NOTES",
+        "HF_TOKEN_COPY",
+        "SERVICE_SECRET",
+        "HUB_URL",
+    }
+    assert env["HF_TOKEN"].startswith("<redacted:")
+    assert len(env["HF_TOKEN"]) == len("<redacted:>") + 10
+    # URLs keep everything but the password.
+    assert env["DATABASE_URL"].startswith("postgres://bob:<redacted:")
+    assert env["DATABASE_URL"].endswith(">@db.internal:5432/app")
+    assert env["HUB_URL"].startswith("https://alice:<redacted:")
+
+
+def test_diagnostic_variables_stay_visible(planted: None) -> None:
+    env_rec, net_rec = records(run_env_probe(params()))
+    env = env_rec["env"]
+    assert env["NCCL_SOCKET_IFNAME"] == "=eth0"
+    assert env["MASTER_ADDR"] == "10.0.0.1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env["PATH"] == os.environ["PATH"]
+    assert env["DDPTUI_TEST_LOGIN_ONLY"] == "plain-visible-value"
+    for name in ("NCCL_SOCKET_IFNAME", "MASTER_ADDR", "CUDA_VISIBLE_DEVICES", "PATH"):
+        assert name not in env_rec["redacted"]
+    assert net_rec["cuda_visible_devices_raw_present"] is True
+    assert isinstance(net_rec["interfaces"], list) and net_rec["interfaces"]
+    assert any(i["name"] == "lo" for i in net_rec["interfaces"])
+    assert net_rec["route"] is None or net_rec["route"]["dev"] == "lo"
+    assert net_rec["hostname"]
+
+
+def test_sources_node_over_config_over_login(planted: None) -> None:
+    env_rec, _ = records(run_env_probe(params()))
+    sources = env_rec["sources"]
+    assert sources["MASTER_ADDR"] == "node"  # login, config and node all set it
+    assert sources["NCCL_SOCKET_IFNAME"] == "config"  # login and config
+    assert sources["DDPTUI_TEST_LOGIN_ONLY"] == "login"
+    assert sources["SERVICE_SECRET"] == "node"  # noqa: S105 - a source label, not a password
+    assert set(sources) == set(env_rec["env"])
+
+
+def test_same_secret_same_marker_per_salt(planted: None) -> None:
+    env1, _ = records(run_env_probe(params("salt-one")))
+    env1b, _ = records(run_env_probe(params("salt-one")))
+    env2, _ = records(run_env_probe(params("salt-two")))
+    a = env1["env"]
+    assert a["HF_TOKEN"] == a["HF_TOKEN_COPY"]  # one value, two names
+    assert a["HF_TOKEN"] != a["MY_PASSWORD"]
+    assert env1b["env"]["HF_TOKEN"] == a["HF_TOKEN"]  # stable across runs/nodes
+    assert env2["env"]["HF_TOKEN"] != a["HF_TOKEN"]  # the salt changes it
+    assert env2["env"]["HF_TOKEN"] == env2["env"]["HF_TOKEN_COPY"]
+
+
+def test_missing_salt_still_redacts(planted: None) -> None:
+    out = run_env_probe({"overlay": {}, "node_env": {}, "master_addr": "127.0.0.1"})
+    assert_no_canary(out)
+    env_rec, _ = records(out)
+    assert env_rec["env"]["HF_TOKEN"].startswith("<redacted:")
+
+
+def test_long_values_are_truncated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DDPTUI_TEST_LONG", "x" * 10000)
+    env_rec, _ = records(run_env_probe(params()))
+    value = env_rec["env"]["DDPTUI_TEST_LONG"]
+    assert value.startswith("x" * 4096) and value.endswith("<truncated 5904 chars>")
+
+
+def test_probe_output_feeds_the_audit(planted: None) -> None:
+    env_rec, net_rec = records(run_env_probe(params()))
+    facts = EnvFacts.from_records("n0", 0, env_rec, net_rec, gpu_count=None)
+    findings = audit_env([facts], master_addr="10.0.0.1", master_port=29500, nproc_per_node=1)
+    # "=eth0" may or may not exist here; whatever is found is about n0 and carries no secret.
+    assert all(f.nodes == ("n0",) for f in findings)
+    raw = json.dumps([f.to_dict() for f in findings])
+    assert not [c for c in CANARIES if c in raw]
+
+
+def _python38() -> str | None:
+    """A Python 3.8 interpreter, to prove the probe runs on the oldest supported node python."""
+    pyenv = Path("~/.pyenv/versions").expanduser()
+    candidates = [shutil.which("python3.8"), *map(str, pyenv.glob("3.8*/bin/python3.8"))]
+    check = "import sys; assert sys.version_info[:2] == (3, 8)"
+    for cand in candidates:
+        # A pyenv shim is on PATH even when it cannot run 3.8, so try each one.
+        if (
+            cand
+            and subprocess.run([cand, "-c", check], capture_output=True, check=False).returncode
+            == 0
+        ):
+            return cand
+    return None
+
+
+def test_probe_runs_on_python38(planted: None) -> None:
+    python = _python38()
+    if python is None:
+        pytest.skip("no Python 3.8 interpreter on this machine")
+    out = run_env_probe(params(), python=python)
+    assert_no_canary(out)
+    env_rec, _ = records(out)
+    assert env_rec["env"]["NCCL_SOCKET_IFNAME"] == "=eth0"
+
+
+# --------------------------------------------------------------------------- redaction functions
+
+
+@pytest.fixture(scope="module")
+def probe() -> dict[str, Any]:
+    """The probe's functions, loaded as the transport would (helpers first), without main()."""
+    source = (PROBES / "_common.py").read_text() + "\n" + (PROBES / "env.py").read_text()
+    namespace: dict[str, Any] = {"__name__": "env_probe_under_test", "PARAMS": {}}
+    exec(compile(source, "<probe env>", "exec"), namespace)  # noqa: S102 - our own probe source
+    return namespace
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("HF_TOKEN", True),
+        ("GITHUB_TOKENS", True),
+        ("AUTHTOKEN", True),
+        ("API_KEY", True),
+        ("APIKEY", True),
+        ("DB_PASSWORD", True),
+        ("DB_PASSWD", True),
+        ("MYSQL_PWD", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("GOOGLE_APPLICATION_CREDENTIALS", True),
+        ("SSH_AUTH_SOCK", True),
+        ("SESSION_COOKIE", True),
+        ("XDG_SESSION_ID", True),
+        ("PRIVATE_KEY_PATH", True),
+        ("MASTER_KEY", True),
+        ("PASSWORD2", True),
+        ("PWD", False),
+        ("OLDPWD", False),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("KEYBOARD", False),
+        ("GIT_AUTHOR_NAME", False),
+        ("HOME", False),
+        ("NCCL_IB_PKEY", False),
+        ("TORCH_NCCL_KEY_THING", False),
+        ("GLOO_SOCKET_IFNAME", False),
+        ("MASTER_ADDR", False),
+        ("MY_SOCKET_IFNAME", False),
+        ("CUDA_VISIBLE_DEVICES", False),
+    ],
+)
+def test_secret_names(probe: dict[str, Any], name: str, secret: bool) -> None:
+    assert probe["secret_name"](name) is secret
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        GH,
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+        AWS_ID,
+        "ASIA" + "Y3K2M9PLR4TWZ3NQ",
+        SLACK,
+        HF,
+        OPENAI,
+        "sk-ant-api03-" + "abcdefghijklmnopqrstuvwxyz",
+        "AIza" + "Sy" + "A" * 33,
+        "glpat-" + "abcdefghij0123456789",
+        JWT,
+        PEM,
+    ],
+)
+def test_secret_values_hidden_whatever_the_name(probe: dict[str, Any], value: str) -> None:
+    env, redacted = probe["redact_env"]({"NCCL_DEBUG_FILE": f"x {value} y"}, "s")
+    assert redacted == ["NCCL_DEBUG_FILE"] and value not in json.dumps(env)
+
+
+def test_aws_secret_needs_an_aws_name(probe: dict[str, Any]) -> None:
+    forty = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    assert probe["redact_env"]({"AWS_SAK": forty}, "s")[1] == ["AWS_SAK"]
+    assert probe["redact_env"]({"BUILD_SHA": "0" * 40}, "s")[1] == []
+
+
+def test_innocent_values_stay(probe: dict[str, Any]) -> None:
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin",
+        "NCCL_SOCKET_IFNAME": "^docker,lo",
+        "JOB": "task-abcdefghijklmnopqrstuvwxyz",
+        "URL": "https://example.com:8443/path",
+        "GIT": "ssh://git@github.com/org/repo.git",
+        "EMPTY_TOKEN": "",
+        "PWD": "/home/alice",
+    }
+    assert probe["redact_env"](env, "s") == (env, [])
+
+
+def test_url_password_with_at_sign_is_hidden_whole(probe: dict[str, Any]) -> None:
+    env, redacted = probe["redact_env"]({"DSN": "mysql://u:p@ss/w0rd@db:3306/x"}, "s")
+    assert redacted == ["DSN"] and "ss/w0rd" not in env["DSN"] and env["DSN"].endswith("@db:3306/x")
+
+
+def test_effective_env_layers(probe: dict[str, Any]) -> None:
+    env, sources = probe["effective_env"](
+        {"A": "1", "B": "1", "C": "1"}, {"B": "2", "C": "2"}, {"C": 3, "A": None}
+    )
+    assert env == {"B": "2", "C": "3"} and sources == {"B": "config", "C": "node"}
