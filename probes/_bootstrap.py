@@ -2,9 +2,11 @@
 #
 # Started as `PYTHON -u -c STAGE0` (see ddptui/transport/base.py), it reads one
 # length-prefixed JSON payload from stdin ({"name", "source", "params"}), runs
-# the probe in a child process in a new session, and keeps stdin open as a
-# lifeline: when stdin closes (ddptui stopped the probe, quit, or the SSH
-# channel went away) it kills the child and every descendant. Closing an SSH
+# the probe in this same process (one interpreter start per probe, not two),
+# and keeps stdin open as a lifeline watched by a thread: when stdin closes
+# (ddptui stopped the probe, quit, or the SSH channel went away) it kills every
+# process the probe started (by ancestry and session, read from /proc), then
+# exits. Closing an SSH
 # channel does not kill a non-PTY remote process and OpenSSH refuses signal
 # requests for root sessions, so this is how nothing outlives the run.
 # stdlib only; must run on Python 3.8+.
@@ -12,9 +14,10 @@ import json
 import os
 import select
 import signal
-import subprocess
 import sys
+import threading
 import time
+import traceback
 
 GRACE_S = 2.0
 
@@ -68,17 +71,17 @@ def _signal_all(pids, sig):
 
 def kill_tree(child):
     """SIGTERM the whole tree, then SIGKILL what is left after a grace period."""
-    pids = _descendants(child.pid)
+    me = os.getpid()
+    pids = _descendants(child.pid) - {me}
     _signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_S
     while time.monotonic() < deadline:
         child.poll()
-        pids = _descendants(child.pid) | {p for p in pids if _alive(p)}
+        pids = (_descendants(child.pid) | {p for p in pids if _alive(p)}) - {me}
         if not pids:
             return
         time.sleep(0.05)
-    _signal_all(pids | _descendants(child.pid), signal.SIGKILL)
-    child.wait()
+    _signal_all((pids | _descendants(child.pid)) - {me}, signal.SIGKILL)
 
 
 def _alive(pid):
@@ -90,39 +93,60 @@ def _alive(pid):
     return stat[stat.rfind(")") + 2 :].split()[0] != "Z"
 
 
+def _lifeline(me):
+    """Wait for stdin to close, then take the probe and everything it started down."""
+    while True:
+        try:
+            ready, _, _ = select.select([0], [], [], 1.0)
+            if ready and not os.read(0, 4096):
+                break
+        except OSError:
+            break
+    _shutdown(me, 143)
+
+
+def _shutdown(me, code):
+    kill_tree(me)
+    os._exit(code)
+
+
+class _Self:
+    """kill_tree() works on a Popen-like object; here the probe runs in this very process."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+
+    def poll(self):
+        return None
+
+    def wait(self):
+        return None
+
+
 def main():
     size = int(sys.stdin.buffer.readline())
     payload = json.loads(_read_exact(size).decode("utf-8"))
-    runner = (
-        "import json,sys;d=json.loads(sys.stdin.readline());"
-        "exec(compile(d['source'],'<probe '+d['name']+'>','exec'),"
-        "{'__name__':'__main__','PARAMS':d['params']})"
-    )
-    child = subprocess.Popen(
-        [sys.executable, "-u", "-c", runner],
-        stdin=subprocess.PIPE,
-        start_new_session=True,
-    )
-    child.stdin.write((json.dumps(payload) + "\n").encode("utf-8"))
-    child.stdin.close()
-
-    def _on_signal(signum, frame):
-        kill_tree(child)
-        os._exit(128 + signum)
-
+    me = _Self()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, _on_signal)
-    while child.poll() is None:
-        ready, _, _ = select.select([0], [], [], 0.2)
-        if ready and not os.read(0, 4096):
-            # The lifeline closed: ddptui wants this probe gone.
-            kill_tree(child)
-            os._exit(143)
+        signal.signal(sig, lambda signum, frame: _shutdown(me, 128 + signum))
+    watcher = threading.Thread(target=_lifeline, args=(me,), daemon=True)
+    watcher.start()
+    code = 0
+    try:
+        exec(  # noqa: S102 - running the shipped probe is this file's purpose
+            compile(payload["source"], "<probe %s>" % payload["name"], "exec"),
+            {"__name__": "__main__", "PARAMS": payload["params"]},
+        )
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - a probe bug becomes stderr text and exit 1
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
     # The probe finished by itself; anything it left behind goes too.
-    leftovers = _descendants(child.pid) - {child.pid}
-    if leftovers:
-        _signal_all(leftovers, signal.SIGKILL)
-    os._exit(child.returncode if child.returncode >= 0 else 128 - child.returncode)
+    kill_tree(me)
+    os._exit(code)
 
 
 main()

@@ -5,6 +5,8 @@ is left running on any node."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -270,3 +272,120 @@ def test_blocked_pair_is_named_as_an_edge(testbed: Testbed) -> None:
     assert run.step("port")["data"]["matrix"]["node1"]["node2"] == "timeout"
     assert run.step("port")["data"]["matrix"]["node2"]["node1"] == "connected"
     assert_nodes_quiet(testbed)
+
+
+# ------------------------------------------------------------------ inventory
+
+
+def test_node_without_torch_and_skew(testbed: Testbed) -> None:
+    nodes = testbed.config_dict()["nodes"]
+    nodes[2]["python"] = "/usr/bin/python3"  # the system python: no torch there
+    run = check(testbed.write_config(nodes=nodes), "--steps", "ssh,inventory")
+    assert run.rc == 1
+    assert run.first is not None
+    assert (run.first["step"], run.first["finding"], run.first["nodes"]) == (
+        "inventory",
+        "INV-NO-TORCH",
+        ["node2"],
+    )
+    skew = run.finding("inventory", "INV-SKEW-TORCH")
+    assert skew["nodes"] == ["node2"] and skew["severity"] == "error"
+    table = run.step("inventory")["data"]["skew"]["torch"]
+    assert table["node2"] is None and table["node0"] == table["node1"]
+
+
+# ------------------------------------------------------------------ env
+
+
+def test_nccl_ifname_missing_on_one_node(testbed: Testbed) -> None:
+    testbed.set_env(1, {"NCCL_SOCKET_IFNAME": "eth9"})
+    run = check(testbed.write_config(), "--steps", STEPS5)
+    assert run.rc == 1
+    assert run.first is not None
+    assert (run.first["step"], run.first["nodes"], run.first["finding"]) == (
+        "env",
+        ["node1"],
+        "ENV-IFNAME-NOMATCH",
+    )
+    assert "eth0" in run.first["fix"]
+    f = run.finding("env", "ENV-IFNAME-NOMATCH")
+    assert any("eth9" in e and "login" in e for e in f["evidence"]), f["evidence"]
+
+
+def test_node_env_overrides_and_duplicate_node_rank(testbed: Testbed) -> None:
+    testbed.set_env(0, {"NODE_RANK": "0", "MASTER_PORT": "29500"})
+    testbed.set_env(1, {"NODE_RANK": "0", "MASTER_PORT": "29500"})
+    nodes = testbed.config_dict()["nodes"]
+    nodes[2]["env"] = {"MASTER_PORT": "29501"}  # the node's own env wins over the login env
+    run = check(testbed.write_config(nodes=nodes), "--steps", "ssh,env")
+    assert run.rc == 1
+    dup = run.finding("env", "ENV-DUPRANK")
+    assert dup["nodes"] == ["node1"]
+    port = run.finding("env", "ENV-MASTER-MISMATCH")
+    assert port["nodes"] == ["node2"]
+    assert run.step("env")["data"]["diff"]["MASTER_PORT"] == {
+        "node0": "29500",
+        "node1": "29500",
+        "node2": "29501",
+    }
+
+
+def test_deprecated_and_differing_nccl_settings(testbed: Testbed) -> None:
+    testbed.set_env(2, {"NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_PROTO": "LL"})
+    run = check(testbed.write_config(), "--steps", "ssh,env")
+    assert run.finding("env", "ENV-DEPRECATED")["nodes"] == ["node2"]
+    diff = run.finding("env", "ENV-NCCL-DIFF")
+    assert diff["nodes"] == ["node2"] and diff["severity"] == "error"
+
+
+# ------------------------------------------------------------------ ssh client config
+
+
+def test_ssh_config_alias_identity_and_proxyjump(testbed: Testbed, tmp_path: Path) -> None:
+    """Hosts given as ~/.ssh/config aliases: HostName, User, IdentityFile and ProxyJump."""
+    n0, n1 = testbed.nodes[0], testbed.nodes[1]
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(
+        f"Host alias0\n  HostName {n0.ip}\n  User root\n  IdentityFile {testbed.client_key}\n"
+        f"  UserKnownHostsFile {testbed.known_hosts}\n"
+        f"Host hidden1\n  HostName {n1.ip}\n  User root\n  IdentityFile {testbed.client_key}\n"
+        f"  ProxyJump alias0\n"
+    )
+    # node1 only accepts SSH from node0: reaching it needs the jump.
+    testbed.iptables(
+        1, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "22", "!", "-s", n0.ip, "-j", "DROP"
+    )
+    conf = testbed.write_config(
+        nodes=[{"host": "alias0", "name": "node0"}, {"host": "hidden1", "name": "node1"}],
+        ssh={"config": str(cfg), "identity_file": None},
+    )
+    run = check(conf, "--steps", "ssh,inventory")
+    assert run.rc == 0, run.stdout
+    inv = run.step("inventory")["nodes"]
+    assert inv["node1"]["data"]["hostname"] == n1.hostname
+    assert_nodes_quiet(testbed)
+
+
+def test_ssh_agent_key_is_used(
+    testbed: Testbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.02)
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(["ssh-add", "-q", str(testbed.client_key)], env=env, check=True)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        run = check(testbed.write_config(ssh={"identity_file": None}), "--steps", "ssh")
+        assert run.rc == 0, run.stdout
+        monkeypatch.delenv("SSH_AUTH_SOCK")
+        run = check(testbed.write_config(ssh={"identity_file": None}), "--steps", "ssh")
+        assert run.finding("ssh", "SSH-AUTH")  # no agent, no key: refused
+    finally:
+        agent.terminate()
+        agent.wait(5)
