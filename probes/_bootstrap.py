@@ -105,9 +105,20 @@ def _lifeline(me):
     _shutdown(me, 143)
 
 
+CLEANUP = []  # paths a probe asks to have removed however it ends (temp dirs)
+
+
 def _shutdown(me, code):
     kill_tree(me)
+    _cleanup()
     os._exit(code)
+
+
+def _cleanup():
+    import shutil
+
+    for path in CLEANUP:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class _Self:
@@ -135,7 +146,7 @@ def main():
     try:
         exec(  # noqa: S102 - running the shipped probe is this file's purpose
             compile(payload["source"], "<probe %s>" % payload["name"], "exec"),
-            {"__name__": "__main__", "PARAMS": payload["params"]},
+            {"__name__": "__main__", "PARAMS": payload["params"], "CLEANUP": CLEANUP},
         )
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -146,6 +157,7 @@ def main():
     sys.stderr.flush()
     # The probe finished by itself; anything it left behind goes too.
     kill_tree(me)
+    _cleanup()
     os._exit(code)
 
 

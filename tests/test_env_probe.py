@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from ddptui.diagnosis.envaudit import EnvFacts, audit_env
+from ddptui.probeset import probe_source
 from ddptui.transport.base import NodeTarget, ProbeOutput
 from ddptui.transport.local import LocalTransport
 
@@ -234,7 +235,7 @@ def test_probe_runs_on_python38(planted: None) -> None:
 @pytest.fixture(scope="module")
 def probe() -> dict[str, Any]:
     """The probe's functions, loaded as the transport would (helpers first), without main()."""
-    source = (PROBES / "_common.py").read_text() + "\n" + (PROBES / "env.py").read_text()
+    source = probe_source("env")
     namespace: dict[str, Any] = {"__name__": "env_probe_under_test", "PARAMS": {}}
     exec(compile(source, "<probe env>", "exec"), namespace)  # noqa: S102 - our own probe source
     return namespace

@@ -11,6 +11,11 @@ import functools
 from pathlib import Path
 
 PROBE_PREFIX_FILES = ("_common.py",)
+# Extra shared files a probe needs, sent after _common.py and before the probe.
+PROBE_LIBS: dict[str, tuple[str, ...]] = {
+    "env": ("_redact.py",),
+    "allreduce": ("_redact.py",),
+}
 
 
 class ProbeNotFound(LookupError):
@@ -35,6 +40,15 @@ def bootstrap_source() -> str:
 
 
 @functools.cache
+def helper_source(filename: str) -> str:
+    """A node-side file that is not a probe itself (e.g. the allreduce worker)."""
+    path = probes_dir() / filename
+    if not filename.startswith("_") or not path.is_file():
+        raise ProbeNotFound(f"no helper file {filename!r} in {probes_dir()}")
+    return path.read_text(encoding="utf-8")
+
+
+@functools.cache
 def probe_source(name: str) -> str:
     """The program sent for probe `name`: the shared helpers, then the probe itself."""
     if not name.replace("_", "").isalnum() or name.startswith("_"):
@@ -42,6 +56,7 @@ def probe_source(name: str) -> str:
     path = probes_dir() / f"{name}.py"
     if not path.is_file():
         raise ProbeNotFound(f"no probe named {name!r} in {probes_dir()}")
-    parts = [(probes_dir() / f).read_text(encoding="utf-8") for f in PROBE_PREFIX_FILES]
+    files = (*PROBE_PREFIX_FILES, *PROBE_LIBS.get(name, ()))
+    parts = [(probes_dir() / f).read_text(encoding="utf-8") for f in files]
     parts.append(path.read_text(encoding="utf-8"))
     return "\n".join(parts)

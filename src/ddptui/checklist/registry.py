@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ddptui.checklist.base import Step
+from ddptui.checklist.steps.allreduce import AllreduceStep
 from ddptui.checklist.steps.env import EnvStep
 from ddptui.checklist.steps.inventory import InventoryStep
 from ddptui.checklist.steps.ping import PingStep
@@ -10,7 +11,7 @@ from ddptui.checklist.steps.port import PortStep
 from ddptui.checklist.steps.ssh import SSHStep
 
 STEPS: dict[str, type[Step]] = {
-    cls.id: cls for cls in (SSHStep, InventoryStep, PingStep, PortStep, EnvStep)
+    cls.id: cls for cls in (SSHStep, InventoryStep, PingStep, PortStep, EnvStep, AllreduceStep)
 }
 ORDER: tuple[str, ...] = tuple(STEPS)
 TITLES: dict[str, str] = {k: v.title for k, v in STEPS.items()}

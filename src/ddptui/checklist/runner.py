@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ddptui.checklist.base import NodeCallback, StepContext
+from ddptui.checklist.base import LogCallback, NodeCallback, StepContext
 from ddptui.checklist.registry import STEPS
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.model import NodeResult, StepResult, finding
@@ -46,6 +46,7 @@ class Session:
     config_path: str
     on_node: NodeCallback | None = None
     on_step: StepCallback | None = None
+    on_log: LogCallback | None = None
     transports: dict[str, Transport] = field(default_factory=dict)
     started_at: str = field(default_factory=utcnow)
     finished_at: str | None = None
@@ -87,6 +88,8 @@ class Session:
                 * (1 + len(self.targets) // max(1, self.config.ssh.max_concurrent_connects))
                 + STEP_SLACK_S
             )
+        if step_id == "allreduce":
+            return t.allreduce + STEP_SLACK_S
         return t.step + STEP_SLACK_S
 
     def _timed_out(self, step_id: str, limit: float, took: float) -> StepResult:

@@ -1,0 +1,408 @@
+"""What the allreduce step saw, and what it means: results per rank, bandwidth,
+classified logs, hang classification. Core layer (no transport, no UI)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ddptui.diagnosis.model import Finding, Status, finding, node_status_from
+from ddptui.transport.base import ProbeOutput
+
+if TYPE_CHECKING:
+    from ddptui.checklist.base import LogCallback, StepContext
+
+LOG_KEEP = 5000  # lines per node kept in memory (the TUI's log view)
+REPORT_LINES = 60  # lines per node kept in the report
+PHASES = ("start", "imported", "init", "pg_ready", "verify", "sweep", "done")
+PHASE_MEANING = {
+    "start": "starting Python (never finished importing torch)",
+    "imported": "imported torch, about to join the process group",
+    "init": "inside init_process_group: waiting for the rendezvous store or for peers",
+    "pg_ready": "joined the process group, about to run the check allreduce",
+    "verify": "inside the first allreduce (data path between ranks)",
+    "sweep": "inside the bandwidth sweep",
+    "done": "finished",
+}
+
+
+@dataclass
+class RankState:
+    rank: int
+    node: str
+    local_rank: int
+    phase: str = "start"
+    phase_at: float = 0.0
+    versions: dict[str, Any] = field(default_factory=dict)
+    verify: dict[str, Any] | None = None
+    bw: list[dict[str, Any]] = field(default_factory=list)
+    heartbeat_at: float = 0.0
+
+
+@dataclass
+class ArRun:
+    """Everything the launchers sent, as it arrived (arrival time is the clock)."""
+
+    backend: str
+    deadline_s: float
+    forced: dict[str, str]
+    unset: list[str]
+    started: float
+    finished: float = 0.0
+    timed_out: bool = False
+    stopped_early: bool = False
+    stopping: bool = False
+    launch: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    local_to_rank: dict[tuple[str, int], int] = field(default_factory=dict)
+    lines: list[tuple[float, str, int | None, str, str]] = field(default_factory=list)
+    logs: dict[str, deque[str]] = field(default_factory=dict)
+    outputs: dict[str, ProbeOutput] = field(default_factory=dict)
+    trouble: dict[str, Finding] = field(default_factory=dict)
+
+    def take(self, node: str, rec: dict[str, Any], now: float, on_log: LogCallback | None) -> None:
+        kind = rec.get("kind")
+        if kind == "log":
+            local = rec.get("rank")
+            rank = self.local_to_rank.get((node, local)) if isinstance(local, int) else None
+            line = str(rec.get("line", ""))
+            self.lines.append(
+                (now, node, local if isinstance(local, int) else None, str(rec.get("stream")), line)
+            )
+            tag = (
+                f"[r{rank}] " if rank is not None else (f"[l{local}] " if local is not None else "")
+            )
+            self.logs.setdefault(node, deque(maxlen=LOG_KEEP)).append(tag + line)
+            if on_log is not None:
+                on_log(node, rank, str(rec.get("stream")), line)
+        elif kind == "worker":
+            self._worker(node, rec.get("record") or {}, now)
+        elif kind == "launch":
+            self.launch[node] = rec
+        elif kind == "exit":
+            self.exits[node] = rec
+
+    def _worker(self, node: str, rec: dict[str, Any], now: float) -> None:
+        rank, local = rec.get("rank"), rec.get("local_rank")
+        if not isinstance(rank, int) or not isinstance(local, int):
+            return
+        self.local_to_rank[(node, local)] = rank
+        st = self.ranks.setdefault(rank, RankState(rank, node, local, phase_at=now))
+        kind = rec.get("kind")
+        if kind == "phase":
+            st.phase, st.phase_at = str(rec.get("phase")), now
+        elif kind == "heartbeat":
+            st.heartbeat_at = now
+        elif kind == "versions":
+            st.versions = {k: rec.get(k) for k in ("torch", "cuda", "nccl", "backend")}
+        elif kind == "verify":
+            st.verify = {k: rec.get(k) for k in ("ok", "expected", "got", "mismatches")}
+        elif kind == "bw":
+            st.bw.append({k: rec.get(k) for k in ("bytes", "time_us", "algbw_gbps", "busbw_gbps")})
+
+    def rank_lines(self, node: str, local: int) -> list[str]:
+        return [ln for _, n, lr, _, ln in self.lines if n == node and lr == local]
+
+
+def analyze(
+    ctx: StepContext, run: ArRun
+) -> tuple[list[Finding], dict[str, Any], dict[str, tuple[Status, str, dict[str, Any]]]]:
+    """(findings, step data, {node: (status, summary, data)})."""
+    from ddptui.diagnosis.ncclfacts import nccl_findings, parse_nccl_lines
+    from ddptui.diagnosis.signatures import classify_lines, root_cause
+
+    findings: list[Finding] = list(run.trouble.values())
+    matches = classify_lines((t, n, line) for t, n, _, _, line in run.lines)
+    root = root_cause(matches)
+    ok_ranks = [r for r in run.ranks.values() if r.verify and r.verify.get("ok")]
+    world = sum(int(run.launch[n].get("nproc", 0)) for n in run.launch) or len(ctx.targets)
+    all_ok = (
+        len(ok_ranks) == world
+        and not run.timed_out
+        and all(run.exits.get(t.name, {}).get("code") == 0 for t in ctx.targets)
+    )
+
+    # NCCL facts per rank (only when NCCL ran), and their cross-rank rules.
+    per_rank_facts = {}
+    if run.backend == "nccl":
+        for st in run.ranks.values():
+            per_rank_facts[st.rank] = parse_nccl_lines(run.rank_lines(st.node, st.local_rank))
+        ib = {
+            t.name: any(
+                p.get("state", "").endswith("ACTIVE")
+                for p in ctx.node_data("inventory", t.name).get("ib_ports") or []
+            )
+            for t in ctx.targets
+        }
+        findings += nccl_findings(
+            per_rank_facts, {r: s.node for r, s in run.ranks.items()}, ib_expected=ib
+        )
+
+    if not all_ok:
+        findings += _failure_findings(ctx, run, matches, root)
+    bw_table, bw_findings = _bandwidth(ctx, run)
+    findings += bw_findings
+
+    per_node: dict[str, tuple[Status, str, dict[str, Any]]] = {}
+    for t in ctx.targets:
+        ranks = sorted((r for r in run.ranks.values() if r.node == t.name), key=lambda r: r.rank)
+        status: Status = node_status_from(findings, t.name)
+        if status == "pass" and not all_ok:
+            status = "warn"  # not the culprit, but its ranks did not finish either
+        data = {
+            "backend": run.backend,
+            "exit_code": run.exits.get(t.name, {}).get("code"),
+            "ranks": {
+                str(r.rank): {
+                    "phase": r.phase,
+                    "versions": r.versions,
+                    "verify": r.verify,
+                    "bw": r.bw,
+                }
+                for r in ranks
+            },
+            "log_tail": list(run.logs.get(t.name, []))[-REPORT_LINES:],
+        }
+        per_node[t.name] = (status, _node_summary(run, ranks, t.name, all_ok), data)
+    data = {
+        "backend": run.backend,
+        "world_size": world,
+        "deadline_s": run.deadline_s,
+        "seconds": round(run.finished - run.started, 2),
+        "timed_out": run.timed_out,
+        "stopped_early": run.stopped_early,
+        "forced_env": run.forced,
+        "unset_env": run.unset,
+        "bandwidth": bw_table,
+        "root_line": root[2].line if root else None,
+        "nccl": {str(r): vars(f) | {"marker": f.marker()} for r, f in per_rank_facts.items()},
+    }
+    return findings, _jsonable(data), per_node
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def _node_summary(run: ArRun, ranks: list[RankState], node: str, all_ok: bool) -> str:
+    if not ranks:
+        code = run.exits.get(node, {}).get("code")
+        return f"no rank started (torchrun exit {code})" if code is not None else "no rank started"
+    best = [r.bw[-1]["busbw_gbps"] for r in ranks if r.bw]
+    if all_ok and best:
+        return (
+            f"{len(ranks)} rank(s) {run.backend}, sum verified, busbw "
+            f"{min(best):.3f}-{max(best):.3f} GB/s"
+        )
+    phases = ", ".join(f"r{r.rank}:{r.phase}" for r in ranks)
+    return f"ranks stopped at {phases}"
+
+
+def _failure_findings(ctx: StepContext, run: ArRun, matches: list[Any], root: Any) -> list[Finding]:
+    out: list[Finding] = []
+    wrong = [r for r in run.ranks.values() if r.verify and not r.verify.get("ok")]
+    if wrong:
+        out.append(
+            finding(
+                "AR-WRONG-RESULT",
+                "error",
+                sorted({r.node for r in wrong}),
+                f"the allreduce returned a wrong sum on rank(s) {', '.join(str(r.rank) for r in wrong)}",
+                "The collective completed but the data is wrong: a faulty GPU/NIC, P2P/ACS "
+                "corruption, or mismatched NCCL settings (NCCL_PROTO/ALGO) across ranks.",
+                "Run nccl-tests with -c 1 (check) on these nodes; try NCCL_P2P_DISABLE=1 to rule "
+                "out P2P; check `dmesg` for Xid errors.",
+                [
+                    f"rank {r.rank} on {r.node}: expected {r.verify['expected']}, got {r.verify['got']} "
+                    f"({r.verify['mismatches']} wrong elements)"
+                    for r in wrong
+                    if r.verify
+                ],
+            )
+        )
+    if root is not None:
+        out.append(_root_finding(run, matches, root))
+    hang = _hang_finding(ctx, run)
+    if hang is not None:
+        out.append(hang)
+    if root is None and hang is None and not wrong:
+        codes = {n: e.get("code") for n, e in run.exits.items() if e.get("code") != 0}
+        nodes = sorted(codes) or [t.name for t in ctx.targets]
+        tails = [f"{n}: {ln}" for n in nodes for ln in list(run.logs.get(n, []))[-4:]]
+        out.append(
+            finding(
+                "AR-FAILED",
+                "error",
+                nodes,
+                "torchrun failed on " + ", ".join(f"{n} (exit {c})" for n, c in codes.items()),
+                "The allreduce did not complete and no known signature matched its output.",
+                "Read the node's log (the evidence below, or the full log in the report); "
+                "run the same torchrun by hand with NCCL_DEBUG=INFO.",
+                tails,
+            )
+        )
+    return out
+
+
+def _root_finding(run: ArRun, matches: list[Any], root: Any) -> Finding:
+    """The earliest failing rank's most specific error. When only a consequence was seen
+    (a rank waiting on a store key), blame the rank the key names."""
+    t, origin, m = root
+    sig = m.signature
+    nodes = sorted({o for _, o, mm in matches if mm.signature.id == sig.id}) or [origin]
+    summary = f"{origin}: {sig.title} ({t - run.started:.1f}s after launch)"
+    key_rank = re.search(r"/(\d+)$", m.groups.get("keys", "")) if sig.secondary else None
+    if key_rank is not None:
+        waited = next((r for r in run.ranks.values() if r.rank == int(key_rank.group(1))), None)
+        if waited is not None:
+            nodes = [waited.node]
+            summary = (
+                f"{waited.node}: rank {waited.rank} never answered its peers; "
+                f"{origin} waited for it ({sig.title.lower()})"
+            )
+    others = [
+        f"{o}: {mm.line.strip()}"
+        for _, o, mm in matches
+        if mm is not m and not mm.signature.secondary
+    ][:4]
+    secondary = [
+        f"{o}: {mm.line.strip()} (consequence)"
+        for _, o, mm in matches
+        if mm.signature.secondary and mm is not m
+    ][:3]
+    return finding(
+        sig.id,
+        "error",
+        nodes,
+        summary,
+        m.cause_text(),
+        m.fix_text(),
+        [f"{origin}: {m.line.strip()}", *others, *secondary],
+    )
+
+
+def _hang_finding(ctx: StepContext, run: ArRun) -> Finding | None:
+    """On the deadline (or an early stop): which ranks never progressed, and what that means."""
+    if not (run.timed_out or run.stopped_early):
+        return None
+    names = [t.name for t in ctx.targets]
+    if not run.ranks:
+        stuck_nodes = names
+        detail = ["no rank reported: torchrun never started the workers (rendezvous)"]
+    else:
+        least = min(PHASES.index(r.phase) if r.phase in PHASES else 0 for r in run.ranks.values())
+        stuck = [r for r in run.ranks.values() if PHASES.index(r.phase) == least]
+        quiet = [n for n in names if not any(r.node == n for r in run.ranks.values())]
+        stuck_nodes = sorted({r.node for r in stuck} | set(quiet), key=names.index)
+        if len(stuck_nodes) == len(names) and len(names) > 1 and least > 0:
+            stuck_nodes = names
+        detail = [
+            f"rank {r.rank} on {r.node}: {r.phase} — {PHASE_MEANING.get(r.phase, '')}"
+            for r in sorted(run.ranks.values(), key=lambda r: r.rank)
+        ]
+        detail += [
+            f"{n}: no rank started (its torchrun agent never finished rendezvous)" for n in quiet
+        ]
+    if run.timed_out:
+        why = f"at the deadline ({run.deadline_s:.0f} s)"
+    else:
+        why = f"after {run.finished - run.started:.0f} s, when another node failed"
+    return finding(
+        "AR-HANG",
+        "error" if run.timed_out else "info",
+        stuck_nodes,
+        f"allreduce stopped {why}: {', '.join(stuck_nodes)} never got further",
+        "The ranks listed below stopped at the phase shown; the ranks that progressed least "
+        "are waiting for something they never received (the store, a peer connection, or "
+        "the collective's data).",
+        "Fix the earlier steps' findings first (port, env); then look at the named nodes' "
+        "logs: a rank stuck in init cannot reach the master store or its peers.",
+        detail,
+    )
+
+
+def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list[Finding]]:
+    """busbw per rank at the largest size; the slowest rank; stragglers below half the median."""
+    table = []
+    for r in sorted(run.ranks.values(), key=lambda r: r.rank):
+        if r.bw:
+            last = r.bw[-1]
+            table.append(
+                {
+                    "rank": r.rank,
+                    "node": r.node,
+                    "bytes": last["bytes"],
+                    "busbw_gbps": last["busbw_gbps"],
+                    "algbw_gbps": last["algbw_gbps"],
+                    "sweep": r.bw,
+                }
+            )
+    findings: list[Finding] = []
+    if len(table) < 2:
+        return table, findings
+    values = [row["busbw_gbps"] for row in table]
+    median = statistics.median(values)
+    slow = min(table, key=lambda row: row["busbw_gbps"])
+    for row in table:
+        link = _link_gbps(ctx, row["node"])
+        if link:
+            row["link_gbps"] = link
+            row["link_fraction"] = round(row["busbw_gbps"] * 8 / link, 3)
+    stragglers = [row for row in table if row["busbw_gbps"] < median / 2]
+    if stragglers:
+        findings.append(
+            finding(
+                "AR-STRAGGLER",
+                "warning",
+                sorted({row["node"] for row in stragglers}),
+                f"rank(s) {', '.join(str(r['rank']) for r in stragglers)} run below half the "
+                f"median bus bandwidth ({median:.3f} GB/s)",
+                "These ranks are much slower than the rest: a slower or congested NIC, a link "
+                "negotiated at a lower speed, a PCIe/NUMA placement problem, or an overloaded node.",
+                "Compare `ethtool <iface>` / `ibstat` on these nodes with the others and check "
+                "their load; the TUI's NIC view shows which link carries the traffic.",
+                [
+                    f"rank {r['rank']} on {r['node']}: busbw {r['busbw_gbps']:.3f} GB/s"
+                    for r in table
+                ],
+            )
+        )
+    findings.append(
+        finding(
+            "AR-BANDWIDTH",
+            "info",
+            [slow["node"]],
+            f"slowest rank {slow['rank']} on {slow['node']}: busbw {slow['busbw_gbps']:.3f} GB/s "
+            f"(median {median:.3f} GB/s, {slow['bytes'] >> 10} KiB messages)",
+            "busbw = algbw x 2(n-1)/n, as nccl-tests define it; comparable across world sizes.",
+            "Nothing to fix if it is close to the link speed.",
+            [
+                f"rank {r['rank']} on {r['node']}: {r['busbw_gbps']:.3f} GB/s"
+                + (
+                    f" ({r['link_fraction']:.0%} of {r['link_gbps']:.0f} Gb/s)"
+                    if "link_fraction" in r
+                    else ""
+                )
+                for r in table
+            ],
+        )
+    )
+    return table, findings
+
+
+def _link_gbps(ctx: StepContext, node: str) -> float | None:
+    """Speed of the link this node uses to reach the master (sysfs), when known."""
+    route = ctx.node_data("ping", node).get("route") or {}
+    dev = route.get("dev")
+    for iface in ctx.node_data("inventory", node).get("interfaces") or []:
+        if iface.get("name") == dev and iface.get("speed_mbps"):
+            return float(iface["speed_mbps"]) / 1000.0
+    return None

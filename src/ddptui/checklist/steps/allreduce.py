@@ -1,0 +1,171 @@
+"""`allreduce`: torchrun on every node under NCCL_DEBUG=INFO, result verified, bandwidth
+measured, logs classified; bounded by a deadline in seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ddptui.checklist.allreduce_analysis import ArRun, analyze
+from ddptui.checklist.base import Step, StepContext, trouble_finding
+from ddptui.diagnosis.model import Finding, NodeResult, finding
+from ddptui.probeset import helper_source
+from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeRun
+
+# Forced on every rank, whatever the launch env says (stated in the report).
+FORCED_ENV = {
+    "NCCL_DEBUG": "INFO",
+    "NCCL_DEBUG_SUBSYS": "INIT,BOOTSTRAP,ENV,NET",
+    "TORCH_CPP_LOG_LEVEL": "INFO",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+}
+UNSET_ENV = ("NCCL_DEBUG_FILE",)  # NCCL would write its log there instead of stdout
+CPU_SIZES = (4 << 10, 256 << 10, 4 << 20)
+GPU_SIZES = (1 << 20, 16 << 20, 64 << 20, 256 << 20)
+EARLY_STOP_GRACE_S = 4.0  # after a node's torchrun failed: time for the others' last words
+
+
+class AllreduceStep(Step):
+    id = "allreduce"
+    title = "torchrun allreduce (NCCL/gloo)"
+
+    async def check(
+        self, ctx: StepContext, nodes: dict[str, NodeResult]
+    ) -> tuple[list[Finding], dict[str, Any]]:
+        missing = [t.name for t in ctx.targets if t.name in ctx.unreachable]
+        if missing:
+            return [
+                finding(
+                    "AR-NOT-ALL-NODES",
+                    "error",
+                    missing,
+                    f"the allreduce needs every node; {', '.join(missing)} not reachable",
+                    "A collective needs all ranks; the nodes that failed the ssh step cannot join.",
+                    "Fix the ssh step's findings first, then run this step again.",
+                )
+            ], {}
+        gpus = await self._gpu_counts(ctx)
+        backend = "nccl" if gpus and all(n > 0 for n in gpus.values()) else "gloo"
+        findings: list[Finding] = []
+        if backend == "gloo" and any(n > 0 for n in gpus.values()):
+            with_gpu = [n for n, c in gpus.items() if c > 0]
+            findings.append(
+                finding(
+                    "AR-MIXED-GPU",
+                    "warning",
+                    [n for n, c in gpus.items() if c == 0],
+                    "some nodes have GPUs and others none: the allreduce runs on CPU (gloo)",
+                    f"GPUs were found on {', '.join(with_gpu)} only; NCCL needs a GPU on every rank.",
+                    "Check the nodes without GPUs (driver loaded? `nvidia-smi`), or leave them out.",
+                )
+            )
+        deadline = ctx.config.timeouts.allreduce
+        run = ArRun(
+            backend=backend,
+            deadline_s=deadline,
+            forced=dict(FORCED_ENV),
+            unset=list(UNSET_ENV),
+            started=time.monotonic(),
+        )
+        await self._launch_and_follow(ctx, run)
+        more, data, per_node = analyze(ctx, run)
+        findings += more
+        for t in ctx.targets:
+            status, summary, node_data = per_node[t.name]
+            self.set_node(ctx, nodes, t.name, NodeResult(status, summary, node_data))
+        return findings, data
+
+    async def _gpu_counts(self, ctx: StepContext) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for t in ctx.targets:
+            gpus = ctx.node_data("inventory", t.name).get("gpus")
+            if isinstance(gpus, list):
+                counts[t.name] = len(gpus)
+        if len(counts) == len(ctx.targets):
+            return counts
+        outs = await self.probe_all(ctx, "inventory", lambda t: {})
+        for name, out in outs.items():
+            rec = out.first("inventory") if not isinstance(out, ConnectFailure) else None
+            counts[name] = len(rec.get("gpus") or []) if rec else 0
+        return counts
+
+    def _params(self, ctx: StepContext, t: NodeTarget, run: ArRun) -> dict[str, Any]:
+        cfg = ctx.config
+        node_cfg = cfg.nodes[t.rank]
+        # torch's own waits end well inside the deadline, so torch names the failure itself.
+        inner = max(5, int(run.deadline_s * 0.5))
+        return {
+            "nnodes": len(ctx.targets),
+            "node_rank": t.rank,
+            "master_addr": cfg.master.addr,
+            "master_port": cfg.master.port,
+            "nproc": cfg.nproc_per_node,
+            "backend": run.backend,
+            "overlay": dict(cfg.env),
+            "node_env": dict(node_cfg.env),
+            "forced": run.forced,
+            "unset": run.unset,
+            "salt": ctx.salt,
+            "rdzv_timeout_s": inner,
+            "pg_timeout_s": inner,
+            "max_s": run.deadline_s + 30,
+            "worker": helper_source("_ar_worker.py"),
+            "sizes": list(GPU_SIZES if run.backend == "nccl" else CPU_SIZES),
+            "iters": 5,
+        }
+
+    async def _launch_and_follow(self, ctx: StepContext, run: ArRun) -> None:
+        runs: dict[str, ProbeRun] = {}
+        failed = asyncio.Event()
+
+        async def follow(t: NodeTarget) -> None:
+            try:
+                probe = await ctx.transports[t.name].start_probe(
+                    "allreduce", self._params(ctx, t, run)
+                )
+            except ConnectFailure as exc:
+                run.trouble[t.name] = trouble_finding(self.id, t.name, exc)
+                failed.set()
+                return
+            runs[t.name] = probe
+            while True:
+                rec = await probe.next_record()
+                if rec is None:
+                    break
+                run.take(t.name, rec, time.monotonic(), ctx.on_log)
+                if rec["kind"] == "exit" and rec.get("code") not in (0, None):
+                    failed.set()
+            out = await probe.wait()
+            run.outputs[t.name] = out
+            if not out.ok and t.name not in run.exits and not run.stopping:
+                run.trouble[t.name] = trouble_finding(self.id, t.name, out)
+                failed.set()
+
+        tasks = [asyncio.ensure_future(follow(t)) for t in ctx.targets]
+        everything: asyncio.Future[Any] = asyncio.gather(*tasks)
+        early: asyncio.Future[Any] = asyncio.ensure_future(failed.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {everything, early}, timeout=run.deadline_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if early in done and everything not in done:
+                # One node failed: let the others print what they saw, then stop them all
+                # instead of waiting for their own (much longer) timeouts.
+                await asyncio.wait({everything}, timeout=EARLY_STOP_GRACE_S)
+                run.stopped_early = not everything.done()
+            elif not done:
+                run.timed_out = True
+        finally:
+            early.cancel()
+            if not everything.done():
+                run.stopping = True  # what we stop is not a node fault
+                await asyncio.gather(*(r.stop() for r in runs.values()), return_exceptions=True)
+                await asyncio.wait({everything}, timeout=10)
+            if not everything.done():
+                everything.cancel()
+            elif not everything.cancelled():
+                bug = everything.exception()
+                if bug is not None:
+                    raise bug  # a bug in ddptui: exit 3, not a silent pass
+            run.finished = time.monotonic()
