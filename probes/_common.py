@@ -248,3 +248,34 @@ def shm_bytes():
     except OSError:
         return None
     return st.f_blocks * st.f_frsize
+
+
+def tcp_connect(addr, port, timeout):
+    """(result, error text, milliseconds): connected / refused / timeout / noroute / error.
+    Refused and connected both prove the host answers; timeout and noroute do not.
+    socket.timeout, not TimeoutError: they are distinct before Python 3.10."""
+    import errno
+    import socket
+    import time
+
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    started = time.monotonic()
+    try:
+        sock.connect((addr, int(port)))
+        result, err = "connected", None
+    except ConnectionRefusedError:
+        result, err = "refused", "Connection refused"
+    except socket.timeout:
+        result, err = "timeout", "timed out after %gs" % timeout
+    except OSError as exc:
+        result = {
+            errno.EHOSTUNREACH: "noroute",
+            errno.ENETUNREACH: "noroute",
+            errno.ETIMEDOUT: "timeout",
+        }.get(exc.errno, "error")
+        err = exc.strerror or str(exc)
+    finally:
+        sock.close()
+    return result, err, round((time.monotonic() - started) * 1000, 1)

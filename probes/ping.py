@@ -2,7 +2,6 @@
 # and the route (interface) to it. PARAMS: master_addr, master_port, tcp_ports.
 import re
 import socket
-import time
 
 master = PARAMS["master_addr"]
 addrs, gai_error = resolve(master)
@@ -33,23 +32,8 @@ def icmp(addr):
 
 
 def tcp(addr, port, timeout=2.0):
-    """connected / refused both prove the host answers; timeout / unreachable do not."""
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    started = time.monotonic()
-    try:
-        sock.connect((addr, port))
-        result = "connected"
-    except ConnectionRefusedError:
-        result = "refused"
-    except TimeoutError:
-        result = "timeout"
-    except OSError as exc:
-        result = {113: "noroute", 101: "unreachable"}.get(exc.errno, "error: %s" % exc.strerror)
-    finally:
-        sock.close()
-    return {"port": port, "result": result, "ms": round((time.monotonic() - started) * 1000, 1)}
+    result, _, ms = tcp_connect(addr, port, timeout)
+    return {"port": port, "result": result, "ms": ms}
 
 
 record = {

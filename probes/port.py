@@ -91,37 +91,15 @@ def listen():
     while time.monotonic() < deadline:
         try:
             conn, peer = sock.accept()
-        except TimeoutError:
+        except socket.timeout:
             continue
         emit("accepted", peer=peer[0])
         conn.close()
 
 
 def connect_one(target, timeout, results):
-    addr, port = target["addr"], int(target["port"])
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    started = time.monotonic()
-    try:
-        sock.connect((addr, port))
-        result, err = "connected", None
-    except ConnectionRefusedError:
-        result, err = "refused", "Connection refused"
-    except TimeoutError:
-        result, err = "timeout", "timed out after %gs" % timeout
-    except OSError as exc:
-        result = {
-            errno.EHOSTUNREACH: "noroute",
-            errno.ENETUNREACH: "noroute",
-            errno.ETIMEDOUT: "timeout",
-        }.get(exc.errno, "error")
-        err = exc.strerror or str(exc)
-    finally:
-        sock.close()
-    results.append(
-        dict(target, result=result, error=err, ms=round((time.monotonic() - started) * 1000, 1))
-    )
+    result, err, ms = tcp_connect(target["addr"], target["port"], timeout)
+    results.append(dict(target, result=result, error=err, ms=ms))
 
 
 def connect():

@@ -131,3 +131,15 @@ def test_ctrl_c_during_allreduce_leaves_nothing(testbed: Testbed) -> None:
     assert proc.returncode == 130, out + err
     assert "Traceback" not in out + err
     assert_nodes_quiet(testbed, timeout=8)
+
+
+def test_deadline_stops_everything_and_says_where_ranks_were(testbed: Testbed) -> None:
+    # 4 s is shorter than 3 nodes need to import torch here: the deadline fires mid-start.
+    run = check(testbed.write_config(timeouts={"allreduce": 4}), "--steps", "ssh,allreduce")
+    assert run.rc == 1
+    assert run.first is not None and run.first["step"] == "allreduce"
+    hang = run.finding("allreduce", "AR-HANG")
+    assert hang["severity"] == "error" and "deadline (4 s)" in hang["summary"]
+    assert run.step("allreduce")["data"]["timed_out"] is True
+    assert run.seconds < 4 + 30
+    assert_nodes_quiet(testbed)

@@ -114,6 +114,52 @@ class Step(ABC):
                 NodeResult(status, f"{result.summary} [{ids}]", result.data, result.duration_s),
             )
 
+    def node_trouble(
+        self,
+        ctx: StepContext,
+        nodes: dict[str, NodeResult],
+        findings: list[Finding],
+        node: str,
+        out: ProbeOutput | ConnectFailure,
+    ) -> None:
+        """A node whose probe hung, vanished or answered garbage: a finding, and a fail."""
+        trouble = trouble_finding(self.id, node, out)
+        findings.append(trouble)
+        self.set_node(ctx, nodes, node, NodeResult("fail", trouble.summary))
+
+    async def gather_facts(
+        self,
+        ctx: StepContext,
+        nodes: dict[str, NodeResult],
+        findings: list[Finding],
+        probe: str,
+        params: Callable[[NodeTarget], dict[str, Any]],
+        summarize: Callable[[dict[str, Any]], str],
+        enrich: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Run `probe` everywhere; each node's record of that kind becomes its facts,
+        reported live as it lands. Returns {node: facts} for the nodes that answered."""
+        facts: dict[str, dict[str, Any]] = {}
+
+        def landed(t: NodeTarget, out: ProbeOutput) -> None:
+            rec = out.first(probe)
+            if rec is None or not out.ok:
+                self.node_trouble(ctx, nodes, findings, t.name, out)
+                return
+            data = {k: v for k, v in rec.items() if k not in ("v", "kind")}
+            if enrich is not None:
+                enrich(data)
+            facts[t.name] = data
+            self.set_node(
+                ctx, nodes, t.name, NodeResult("pass", summarize(data), data, out.duration_s)
+            )
+
+        outs = await self.probe_all(ctx, probe, params, on_output=landed)
+        for name, out in outs.items():
+            if not isinstance(out, ProbeOutput):
+                self.node_trouble(ctx, nodes, findings, name, out)
+        return facts
+
     async def probe_all(
         self,
         ctx: StepContext,

@@ -294,6 +294,17 @@ class Transport(ABC):
 
     def __init__(self, target: NodeTarget) -> None:
         self.target = target
+        self._runs: list[ProbeRun] = []
+
+    def _track(self, run: ProbeRun) -> ProbeRun:
+        """Start streaming a new probe and remember it, so close() can stop it."""
+        run.start_pumps()
+        self._runs = [r for r in self._runs if r._result is None] + [run]
+        return run
+
+    async def _stop_probes(self) -> None:
+        runs, self._runs = self._runs, []
+        await asyncio.gather(*(r.stop() for r in runs), return_exceptions=True)
 
     @abstractmethod
     async def connect(self) -> str:

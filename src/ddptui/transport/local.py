@@ -13,7 +13,6 @@ from typing import Any
 from ddptui.transport.base import (
     STAGE0,
     ConnectFailure,
-    NodeTarget,
     ProbeRun,
     Transport,
     frame_payload,
@@ -22,10 +21,6 @@ from ddptui.transport.base import (
 
 class LocalTransport(Transport):
     kind = "local"
-
-    def __init__(self, target: NodeTarget) -> None:
-        super().__init__(target)
-        self._runs: list[ProbeRun] = []
 
     async def connect(self) -> str:
         return f"local as {getpass.getuser()} on {socket.gethostname()} (no SSH)"
@@ -70,10 +65,7 @@ class LocalTransport(Transport):
             force_close=_force,
             on_stderr=on_stderr,
         )
-        run.start_pumps()
-        self._runs = [r for r in self._runs if r._result is None] + [run]
-        return run
+        return self._track(run)
 
     async def close(self) -> None:
-        runs, self._runs = self._runs, []
-        await asyncio.gather(*(r.stop() for r in runs), return_exceptions=True)
+        await self._stop_probes()

@@ -76,7 +76,6 @@ class SSHTransport(Transport):
         super().__init__(target)
         self.options = options
         self._conn: asyncssh.SSHClientConnection | None = None
-        self._runs: list[ProbeRun] = []
         self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ connect
@@ -235,13 +234,10 @@ class SSHTransport(Transport):
             on_stderr=on_stderr,
             kill_group=_kill_group,
         )
-        run.start_pumps()
-        self._runs = [r for r in self._runs if r._result is None] + [run]
-        return run
+        return self._track(run)
 
     async def close(self) -> None:
-        runs, self._runs = self._runs, []
-        await asyncio.gather(*(r.stop() for r in runs), return_exceptions=True)
+        await self._stop_probes()
         if self._conn is not None:
             self._conn.close()
             with contextlib.suppress(asyncssh.Error, OSError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddptui.checklist.base import Step, StepContext, trouble_finding
+from ddptui.checklist.base import Step, StepContext
 from ddptui.diagnosis.envaudit import EXPECTED_TO_DIFFER, EnvFacts, audit_env, env_diff
 from ddptui.diagnosis.model import Finding, NodeResult, node_status_from
 from ddptui.transport.base import NodeTarget, ProbeOutput
@@ -35,9 +35,7 @@ class EnvStep(Step):
             env_rec = out.first("env") if isinstance(out, ProbeOutput) else None
             net_rec = out.first("net") if isinstance(out, ProbeOutput) else None
             if env_rec is None or net_rec is None or not (isinstance(out, ProbeOutput) and out.ok):
-                trouble = trouble_finding(self.id, name, out)
-                findings.append(trouble)
-                self.set_node(ctx, nodes, name, NodeResult("fail", trouble.summary))
+                self.node_trouble(ctx, nodes, findings, name, out)
                 continue
             gpus = ctx.node_data("inventory", name).get("gpus")
             facts.append(

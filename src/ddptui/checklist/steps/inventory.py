@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ddptui.checklist.base import Step, StepContext, trouble_finding
+from ddptui.checklist.base import Step, StepContext
 from ddptui.diagnosis.model import Finding, NodeResult, finding
-from ddptui.transport.base import ProbeOutput
 
 # (fact key, label, severity when nodes differ, why it matters)
 SKEW_RULES: tuple[tuple[str, str, str, str], ...] = (
@@ -61,29 +60,9 @@ class InventoryStep(Step):
         self, ctx: StepContext, nodes: dict[str, NodeResult]
     ) -> tuple[list[Finding], dict[str, Any]]:
         findings: list[Finding] = []
-        facts: dict[str, dict[str, Any]] = {}
-
-        def landed(t: Any, out: ProbeOutput) -> None:
-            rec = out.first("inventory")
-            if rec is None or not out.ok:
-                trouble = trouble_finding(self.id, t.name, out)
-                findings.append(trouble)
-                self.set_node(ctx, nodes, t.name, NodeResult("fail", trouble.summary))
-                return
-            data = {k: v for k, v in rec.items() if k not in ("v", "kind")}
-            data["python_minor"] = ".".join(str(data.get("python", "")).split(".")[:2])
-            data["gpu_count"] = len(data.get("gpus") or [])
-            facts[t.name] = data
-            self.set_node(
-                ctx, nodes, t.name, NodeResult("pass", _summary(data), data, out.duration_s)
-            )
-
-        outs = await self.probe_all(ctx, "inventory", lambda t: {}, on_output=landed)
-        for name, out in outs.items():
-            if not isinstance(out, ProbeOutput):
-                trouble = trouble_finding(self.id, name, out)
-                findings.append(trouble)
-                self.set_node(ctx, nodes, name, NodeResult("fail", trouble.summary))
+        facts = await self.gather_facts(
+            ctx, nodes, findings, "inventory", lambda t: {}, _summary, _enrich
+        )
 
         for name, data in facts.items():
             if data.get("torch_error"):
@@ -116,6 +95,11 @@ class InventoryStep(Step):
         table = skew_table(facts)
         self.judge_nodes(ctx, nodes, findings)
         return findings, {"skew": table}
+
+
+def _enrich(data: dict[str, Any]) -> None:
+    data["python_minor"] = ".".join(str(data.get("python", "")).split(".")[:2])
+    data["gpu_count"] = len(data.get("gpus") or [])
 
 
 def _summary(data: dict[str, Any]) -> str:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from ddptui.checklist.base import Step, StepContext, trouble_finding
+from ddptui.checklist.base import Step, StepContext
 from ddptui.diagnosis.model import Finding, NodeResult, finding
-from ddptui.transport.base import NodeTarget, ProbeOutput
 
 
 def is_loopback(addr: str) -> bool:
@@ -26,31 +25,9 @@ class PingStep(Step):
     ) -> tuple[list[Finding], dict[str, Any]]:
         master = ctx.config.master
         findings: list[Finding] = []
-        facts: dict[str, dict[str, Any]] = {}
         ssh_ports = sorted({ctx.master.port or 22})
         params = {"master_addr": master.addr, "tcp_ports": [*ssh_ports, master.port]}
-
-        def landed(t: NodeTarget, out: ProbeOutput) -> None:
-            rec = out.first("ping")
-            if rec is None or not out.ok:
-                trouble = trouble_finding(self.id, t.name, out)
-                findings.append(trouble)
-                self.set_node(ctx, nodes, t.name, NodeResult("fail", trouble.summary))
-                return
-            facts[t.name] = {k: v for k, v in rec.items() if k not in ("v", "kind")}
-            self.set_node(
-                ctx,
-                nodes,
-                t.name,
-                NodeResult("pass", _summary(facts[t.name]), facts[t.name], out.duration_s),
-            )
-
-        outs = await self.probe_all(ctx, "ping", lambda t: params, on_output=landed)
-        for name, out in outs.items():
-            if not isinstance(out, ProbeOutput):
-                findings.append(trouble_finding(self.id, name, out))
-                self.set_node(ctx, nodes, name, NodeResult("fail", findings[-1].summary))
-
+        facts = await self.gather_facts(ctx, nodes, findings, "ping", lambda t: params, _summary)
         findings += judge(ctx, facts)
         self.judge_nodes(ctx, nodes, findings)
         return findings, {}
