@@ -42,3 +42,9 @@ def test_transport_never_imports_textual_or_torch() -> None:
 def test_cli_start_imports_nothing_heavy() -> None:
     mods = loaded_after("ddptui.cli")
     assert not {m for m in mods if m.split(".")[0] in ("textual", "torch", "asyncssh")}
+
+
+def test_ui_never_imports_asyncssh_directly() -> None:
+    mods = loaded_after("ddptui.ui.app")
+    assert "textual" in mods
+    assert not {m for m in mods if m.split(".")[0] in ("asyncssh", "torch")}

@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
 import click
@@ -62,15 +61,19 @@ def _fatal_config(exc: ConfigError) -> None:
 @main.command("open", hidden=True)
 @click.argument("config", required=False)
 def open_cmd(config: str | None) -> None:
-    """Interactive walkthrough (the full-screen TUI lands with the TUI issue; until then
-    the checklist runs here with live lines)."""
+    """The interactive walkthrough (the TUI). Without a terminal it runs headless."""
     cfg, source = _load(config)
-    click.secho(
-        "(the interactive screen is not built yet: running the checklist headless)",
-        dim=True,
-        err=True,
-    )
-    sys.exit(_run_check(cfg, source, None, None, None, None))
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        click.secho("(no terminal: running the checklist headless; `ddptui check` does this "
+                    "explicitly)", dim=True, err=True)
+        sys.exit(_run_check(cfg, source, None, None, None, None))
+    from ddptui.ui.app import DdptuiApp
+
+    try:
+        code = DdptuiApp(cfg, source).run()
+    except Exception:  # noqa: BLE001 - last resort: a bug in ddptui is exit 3, not a traceback
+        sys.exit(_internal_error())
+    sys.exit(code or 0)
 
 
 @main.command()
@@ -192,24 +195,16 @@ async def _session(
 def _write_reports(
     report: dict[str, Any], json_path: str | None, md_path: str | None, html_path: str | None
 ) -> None:
+    from ddptui.report.export import render, write_report
+
     if json_path == "-":
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(render(report, "json"))
     elif json_path:
-        _atomic_write(Path(json_path), json.dumps(report, indent=2) + "\n")
+        write_report(report, "json", json_path)
     if md_path:
-        from ddptui.report.markdown import render_markdown
-
-        _atomic_write(Path(md_path), render_markdown(report))
+        write_report(report, "markdown", md_path)
     if html_path:
-        from ddptui.report.html import render_html
-
-        _atomic_write(Path(html_path), render_html(report))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+        write_report(report, "html", html_path)
 
 
 def _internal_error() -> int:

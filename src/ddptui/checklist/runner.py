@@ -68,7 +68,10 @@ class Session:
         return self.ctx.results
 
     async def run_step(self, step_id: str) -> StepResult:
+        """Run (or re-run) one step; the other steps' results stay as they are."""
         step = STEPS[step_id]()
+        if step_id == "ssh":
+            self.ctx.unreachable.clear()  # a re-run re-decides who is reachable
         limit = self._limit(step_id)
         started = time.monotonic()
         try:
@@ -113,6 +116,16 @@ class Session:
             for t in self.targets
         }
         return StepResult(step_id, step.title, "fail", took, nodes, (f,))
+
+    def skip_step(self, step_id: str) -> StepResult:
+        """Mark a step skipped by the user (replacing any earlier result)."""
+        step = STEPS[step_id]
+        nodes = {t.name: NodeResult("skip", "skipped by the user") for t in self.targets}
+        result = StepResult(step_id, step.title, "skip", 0.0, nodes)
+        self.ctx.results[step_id] = result
+        if self.on_step is not None:
+            self.on_step(result)
+        return result
 
     async def run(self, step_ids: list[str]) -> dict[str, StepResult]:
         for step_id in step_ids:

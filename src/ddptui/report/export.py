@@ -1,0 +1,41 @@
+"""Writing reports: one function for the CLI and the TUI, atomic (temp file + rename)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("json", "markdown", "html")
+
+
+def render(report: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(report, indent=2) + "\n"
+    if fmt == "markdown":
+        from ddptui.report.markdown import render_markdown
+
+        return render_markdown(report)
+    if fmt == "html":
+        from ddptui.report.html import render_html
+
+        return render_html(report)
+    raise ValueError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Readers never see half a file: write a temp file beside it, then rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_report(report: dict[str, Any], fmt: str, path: str | Path) -> Path:
+    target = Path(path).expanduser()
+    atomic_write(target, render(report, fmt))
+    return target

@@ -1,0 +1,420 @@
+"""The interactive checklist walkthrough: steps x nodes, the first failure with its fix,
+details as Markdown, live metrics per node.
+
+Views never call the transport: they ask the session (runner) to run steps in workers
+and receive immutable results through callbacks on the app's own event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.text import Text
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Markdown
+
+from ddptui.checklist.registry import ORDER, TITLES
+from ddptui.config import ClusterConfig
+from ddptui.diagnosis.model import NodeResult, StepResult
+from ddptui.report.json_report import first_failure, verdict
+from ddptui.ui.render import GLYPH, STYLE, banner_text, detail_markdown
+from ddptui.ui.widgets import Banner, HeaderBar, MetricsPane
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ddptui.checklist.runner import Session
+
+LOG_LINES = 5000
+
+
+class DdptuiApp(App[int]):
+    """`ddptui CONFIG`: walk the checklist on a live cluster, or replay a saved session."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "ddptui"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "next_step", "Next step"),
+        Binding("space", "next_step", "Next step", show=False),
+        Binding("a", "run_all", "All"),
+        Binding("r", "rerun", "Re-run"),
+        Binding("s", "skip", "Skip"),
+        Binding("n", "next_failure", "Next fail"),
+        Binding("p", "prev_failure", "Prev fail"),
+        Binding("l", "logs", "Logs"),
+        Binding("e", "export", "Export"),
+        Binding("q", "quit_app", "Quit"),
+        Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(self, config: ClusterConfig, source: str, *, autoconnect: bool = True) -> None:
+        super().__init__()
+        self.config = config
+        self.source = source
+        self.autoconnect = autoconnect
+        self.session: Session | None = None
+        self.results: dict[str, StepResult] = {}
+        self.running: str | None = None
+        self.started = time.monotonic()
+        self.logs: dict[str, deque[str]] = {
+            n.display: deque(maxlen=LOG_LINES) for n in config.nodes
+        }
+        self.node_names = [n.display for n in config.nodes]
+        self.metrics: Any = None  # MetricsModel once connected
+        self._streamer: Any = None
+        self._quitting = False
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield DataTable(id="checklist", cursor_type="cell", zebra_stripes=False)
+                yield Banner(id="banner")
+                with VerticalScroll(id="detail-scroll"):
+                    yield Markdown(id="detail")
+            yield MetricsPane(self.node_names, id="metrics")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#checklist", DataTable)
+        table.add_column("step", key="step")
+        table.add_column("status", key="status")
+        # Fixed node columns: readable summaries with few nodes, compact glyphs with many.
+        width = 30 if len(self.node_names) <= 3 else 18 if len(self.node_names) <= 6 else 8
+        self.cell_chars = width
+        for name in self.node_names:
+            table.add_column(name, key=name, width=width)
+        for step_id in ORDER:
+            table.add_row(
+                step_id,
+                self._cell("pending", ""),
+                *[self._cell("pending", "") for _ in self.node_names],
+                key=step_id,
+            )
+        table.focus()
+        self._refresh_chrome()
+        self.set_interval(1.0, self._tick)
+        if self.autoconnect:
+            # The first frame comes first; the session (asyncssh, steps) loads after it.
+            self.call_after_refresh(self._connect)
+
+    def _cell(self, status: str, text: str) -> Text:
+        label = f"{GLYPH[status]} {text}".rstrip()
+        limit = getattr(self, "cell_chars", 30)
+        if len(label) > limit:
+            label = label[: limit - 1] + "…"
+        return Text(label, style=STYLE[status])
+
+    # ------------------------------------------------------------------ session plumbing
+
+    def _make_session(self) -> Session:
+        from ddptui.checklist.runner import Session
+
+        return Session(
+            self.config,
+            self.source,
+            on_node=self._on_node,
+            on_step=self._on_step,
+            on_log=self._on_log,
+        )
+
+    def _connect(self) -> None:
+        self.session = self._make_session()
+        self.run_step_worker("ssh", then_metrics=True)
+
+    def _on_node(self, step: str, node: str, result: NodeResult) -> None:
+        table = self.query_one("#checklist", DataTable)
+        table.update_cell(step, node, self._cell(result.status, result.summary), update_width=False)
+        self._refresh_detail()
+
+    def _on_step(self, result: StepResult) -> None:
+        self.results[result.id] = result
+        table = self.query_one("#checklist", DataTable)
+        table.update_cell(
+            result.id,
+            "status",
+            self._cell(result.status, f"{result.status} {result.duration_s:.1f}s"),
+        )
+        for node, nr in result.nodes.items():
+            table.update_cell(
+                result.id, node, self._cell(nr.status, nr.summary), update_width=False
+            )
+        self._refresh_chrome()
+
+    def _on_log(self, node: str, rank: int | None, stream: str, line: str) -> None:
+        tag = f"[r{rank}] " if rank is not None else ""
+        self.logs.setdefault(node, deque(maxlen=LOG_LINES)).append(tag + line)
+
+    def run_step_worker(self, step_id: str, *, then_metrics: bool = False) -> None:
+        self.run_worker(
+            self._run_steps([step_id], then_metrics),
+            name=f"step {step_id}",
+            group="steps",
+            exclusive=True,
+            exit_on_error=False,
+            description=f"run the {step_id} step",
+        )
+
+    async def _run_steps(self, step_ids: list[str], then_metrics: bool = False) -> None:
+        assert self.session is not None
+        for step_id in step_ids:
+            self.running = step_id
+            self._move_to(step_id)  # the detail pane follows the step being run
+            table = self.query_one("#checklist", DataTable)
+            table.update_cell(step_id, "status", self._cell("running", "running"))
+            self._refresh_chrome()
+            try:
+                await self.session.run_step(step_id)
+            finally:
+                self.running = None
+                self._refresh_chrome()
+            if then_metrics:
+                self._start_metrics()
+        first = first_failure(self.results)
+        if first is not None and first["nodes"]:
+            # Land on the first failure: its cause and fix are in the detail pane.
+            self._move_to(first["step"], 2 + self.node_names.index(first["nodes"][0]))
+
+    def _start_metrics(self) -> None:
+        if self._streamer is not None or self.session is None:
+            return
+        try:
+            from ddptui.checklist.metrics_stream import MetricsStreamer
+            from ddptui.metrics import MetricsModel
+        except ImportError:
+            return  # metrics not available in this build
+        self.metrics = MetricsModel(self.node_names)
+        transports = {
+            n: t
+            for n, t in self.session.transports.items()
+            if n not in self.session.ctx.unreachable
+        }
+        self._streamer = MetricsStreamer(
+            transports, self.metrics, interval=self.config.metrics_interval
+        )
+        self.query_one(MetricsPane).model = self.metrics
+        self.run_worker(
+            self._streamer.start(),
+            name="metrics",
+            group="metrics",
+            exclusive=True,
+            exit_on_error=False,
+            description="stream node metrics",
+        )
+
+    # ------------------------------------------------------------------ chrome
+
+    def _tick(self) -> None:
+        self.query_one(HeaderBar).update_state(
+            self.config.name or self.source,
+            len(self.node_names),
+            time.monotonic() - self.started,
+            self._verdict(),
+        )
+
+    def _verdict(self) -> str:
+        if self.running:
+            return "running"
+        if not self.results:
+            return "connecting" if self.session is not None and not self.results else "ready"
+        return verdict(self.results)
+
+    def _refresh_chrome(self) -> None:
+        self._tick()
+        done = all(s in self.results for s in ORDER)
+        text, kind = banner_text(first_failure(self.results), self.running, done)
+        self.query_one(Banner).show(text, kind)
+        self._refresh_detail()
+
+    def _selected(self) -> tuple[str, str | None]:
+        table = self.query_one("#checklist", DataTable)
+        row, col = table.cursor_coordinate
+        step = ORDER[min(max(row, 0), len(ORDER) - 1)]
+        node = self.node_names[col - 2] if col >= 2 and col - 2 < len(self.node_names) else None
+        return step, node
+
+    def _refresh_detail(self) -> None:
+        step, node = self._selected()
+        self.query_one("#detail", Markdown).update(
+            detail_markdown(self.results.get(step), TITLES[step], node)
+        )
+
+    def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
+        self._refresh_detail()
+
+    def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
+        # The table takes `enter` for itself; in the walkthrough it means "next step".
+        self.action_next_step()
+
+    # ------------------------------------------------------------------ actions
+
+    def _next_pending(self) -> str | None:
+        return next((s for s in ORDER if s not in self.results), None)
+
+    def action_next_step(self) -> None:
+        step = self._next_pending()
+        if step is None:
+            self.notify("Every step has run; r re-runs the selected one.")
+            return
+        if self._busy():
+            return
+        self._move_to(step)
+        self.run_step_worker(step)
+
+    def action_run_all(self) -> None:
+        if self._busy():
+            return
+        todo = [s for s in ORDER if s not in self.results]
+        if not todo:
+            self.notify("Every step has run; r re-runs the selected one.")
+            return
+        self.run_worker(
+            self._run_steps(todo),
+            name="all steps",
+            group="steps",
+            exclusive=True,
+            exit_on_error=False,
+            description="run the remaining steps",
+        )
+
+    def action_rerun(self) -> None:
+        if self._busy():
+            return
+        step, _ = self._selected()
+        self.run_step_worker(step)
+
+    def action_skip(self) -> None:
+        if self._busy() or self.session is None:
+            return
+        step, _ = self._selected()
+        self.session.skip_step(step)
+
+    def _busy(self) -> bool:
+        if self.running is not None or self.session is None:
+            self.notify("A step is running; wait for it (or q to quit).", severity="warning")
+            return True
+        return False
+
+    def _move_to(self, step: str, col: int | None = None) -> None:
+        table = self.query_one("#checklist", DataTable)
+        _, current = table.cursor_coordinate
+        table.move_cursor(row=ORDER.index(step), column=current if col is None else col)
+
+    def _failures(self) -> list[tuple[int, int]]:
+        cells = []
+        for r, step in enumerate(ORDER):
+            res = self.results.get(step)
+            if res is None:
+                continue
+            for c, name in enumerate(self.node_names):
+                if res.nodes.get(name) and res.nodes[name].status in ("fail", "error"):
+                    cells.append((r, c + 2))
+        return cells
+
+    def _jump(self, direction: int) -> None:
+        cells = self._failures()
+        if not cells:
+            self.notify("No failures.")
+            return
+        table = self.query_one("#checklist", DataTable)
+        here = (table.cursor_coordinate.row, table.cursor_coordinate.column)
+        ahead = [c for c in cells if (c > here if direction > 0 else c < here)]
+        target = (
+            (ahead[0] if direction > 0 else ahead[-1])
+            if ahead
+            else (cells[0] if direction > 0 else cells[-1])
+        )
+        table.move_cursor(row=target[0], column=target[1])
+
+    def action_next_failure(self) -> None:
+        self._jump(+1)
+
+    def action_prev_failure(self) -> None:
+        self._jump(-1)
+
+    def action_logs(self) -> None:
+        from ddptui.ui.screens import LogScreen
+
+        _, node = self._selected()
+        node = node or self.node_names[0]
+        stderr = [
+            f"{f.id}: {e}"
+            for r in self.results.values()
+            for f in r.findings
+            if node in f.nodes
+            for e in f.evidence
+        ]
+        self.push_screen(LogScreen(node, list(self.logs.get(node, [])), stderr))
+
+    def action_export(self) -> None:
+        from ddptui.ui.screens import ExportScreen
+
+        self.push_screen(ExportScreen(), self._export)
+
+    def _export(self, choice: tuple[str, str] | None) -> None:
+        if not choice or self.session is None:
+            return
+        fmt, path = choice
+        from ddptui.report.export import write_report
+        from ddptui.report.json_report import build_report
+
+        try:
+            written = write_report(build_report(self.session), fmt, path)
+        except OSError as exc:
+            self.notify(f"Cannot write {path}: {exc.strerror or exc}", severity="error", timeout=8)
+            return
+        self.notify(f"Report written: {written}")
+
+    def action_quit_app(self) -> None:
+        if self._quitting:
+            return
+        self._quitting = True
+        self.query_one(Banner).show("stopping everything on the nodes…", "running")
+        self.run_worker(
+            self._stop_and_exit(),
+            name="quit",
+            group="quit",
+            exclusive=True,
+            exit_on_error=False,
+            description="stop the nodes' probes and quit",
+        )
+
+    async def _stop_and_exit(self) -> None:
+        self.workers.cancel_group(self, "steps")
+        if self._streamer is not None:
+            await self._streamer.stop()
+        if self.session is not None:
+            await self.session.close()
+        self.exit(0)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for key, title, help_text, action in (
+            (
+                "enter",
+                "Run next step",
+                "Run the next step of the walkthrough",
+                self.action_next_step,
+            ),
+            ("a", "Run all steps", "Run every remaining step", self.action_run_all),
+            ("r", "Re-run selected step", "Run the selected step again", self.action_rerun),
+            ("s", "Skip selected step", "Mark the selected step skipped", self.action_skip),
+            ("n", "Next failure", "Jump to the next failing cell", self.action_next_failure),
+            (
+                "p",
+                "Previous failure",
+                "Jump to the previous failing cell",
+                self.action_prev_failure,
+            ),
+            ("l", "Logs of selected node", "Open the node's log", self.action_logs),
+            ("e", "Export report", "Write JSON / Markdown / HTML", self.action_export),
+            ("q", "Quit", "Stop everything on the nodes and quit", self.action_quit_app),
+        ):
+            yield SystemCommand(f"{title} ({key})", help_text, action)

@@ -1,0 +1,81 @@
+"""Text the TUI shows, built from immutable results: no Textual here, so it is testable
+and shared with replay."""
+
+from __future__ import annotations
+
+from ddptui.diagnosis.model import Finding, StepResult
+
+GLYPH = {
+    "pass": "✔",
+    "warn": "!",
+    "fail": "✘",
+    "skip": "-",
+    "error": "?",
+    "pending": "·",
+    "running": "…",
+}
+STYLE = {
+    "pass": "green",
+    "warn": "yellow",
+    "fail": "bold red",
+    "skip": "dim",
+    "error": "magenta",
+    "pending": "dim",
+    "running": "cyan",
+}
+
+
+def finding_markdown(f: Finding, step: str) -> str:
+    lines = [
+        f"### {f.severity.upper()} `{f.id}` ({step})",
+        "",
+        f"**{f.summary}**",
+        "",
+        f"**Nodes:** {', '.join(f.nodes) or '-'}",
+        "",
+        f"**Cause.** {f.cause}",
+        "",
+        f"**Fix.** {f.fix}",
+    ]
+    if f.evidence:
+        lines += ["", "```text", *[e[:300] for e in f.evidence[:12]], "```"]
+    return "\n".join(lines)
+
+
+def detail_markdown(result: StepResult | None, title: str, node: str | None) -> str:
+    """What the detail pane says for a step (and a node, when one is selected)."""
+    if result is None:
+        return f"## {title}\n\nNot run yet. Press **enter** to run the next step, **a** for all."
+    head = f"## {result.title}: {result.status.upper()} ({result.duration_s:.1f}s)"
+    parts = [head, ""]
+    if node is not None and node in result.nodes:
+        nr = result.nodes[node]
+        parts += [f"**{node}**: {GLYPH[nr.status]} {nr.status} — {nr.summary}", ""]
+        shown = [f for f in result.findings if node in f.nodes]
+    else:
+        parts += [f"- **{n}**: {GLYPH[r.status]} {r.summary}" for n, r in result.nodes.items()]
+        parts.append("")
+        shown = list(result.findings)
+    if not shown:
+        parts.append("No findings." if node is None else f"No findings for {node}.")
+    order = {"error": 0, "warning": 1, "info": 2}
+    for f in sorted(shown, key=lambda f: order.get(f.severity, 3)):
+        parts += [finding_markdown(f, result.id), ""]
+    return "\n".join(parts)
+
+
+def banner_text(
+    first: dict[str, str | list[str] | None] | None, running: str | None, done: bool
+) -> tuple[str, str]:
+    """(text, style class) of the banner: the first failure and its fix lead."""
+    if first is not None:
+        nodes = ", ".join(first.get("nodes") or []) or "-"
+        return (
+            f"✘ FAIL at {first['step']} on {nodes}: {first['summary']}\n  Fix: {first['fix']}",
+            "fail",
+        )
+    if running:
+        return f"… running {running}", "running"
+    if done:
+        return "✔ every step passed", "pass"
+    return "Connected steps wait for you: enter = next step, a = all, q = quit", "idle"

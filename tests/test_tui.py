@@ -1,0 +1,98 @@
+"""The TUI driven as a person would (Textual's Pilot): the walkthrough keys, the banner
+with the first failure and its fix, re-running a step after the fault is removed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from testbed import Testbed
+from textual.widgets import DataTable, Markdown
+
+from ddptui.config import load_config
+from ddptui.demo import demo_config
+from ddptui.ui.app import DdptuiApp
+from ddptui.ui.widgets import Banner
+
+
+def cell(app: DdptuiApp, step: str, col: str) -> str:
+    table = app.query_one("#checklist", DataTable)
+    return str(table.get_cell(step, col))
+
+
+async def wait_for(pilot: Any, cond: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out waiting for the UI: running={app_state(pilot)}"
+            )
+        await pilot.pause(0.1)
+
+
+def app_state(pilot: Any) -> str:
+    app = pilot.app
+    return (f"{app.running} results={ {k: v.status for k, v in app.results.items()} } "
+            f"workers={[w.name for w in app.workers]} rc={app.return_code}")
+
+
+def banner(app: DdptuiApp) -> str:
+    return str(app.query_one(Banner).render())
+
+
+def test_demo_connects_then_waits_and_walks_steps() -> None:
+    async def scenario() -> None:
+        app = DdptuiApp(demo_config(), "<embedded demo>")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: "ssh" in app.results)
+            assert app.results["ssh"].status == "pass"
+            assert "inventory" not in app.results  # connected and waiting for the user
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "inventory" in app.results)
+            assert cell(app, "inventory", "node0").startswith("✔")
+            await pilot.press("s")  # skip the selected step (inventory, where the cursor is)
+            await pilot.pause(0.2)
+            assert app.results["inventory"].status == "skip"
+            await pilot.press("q")
+            await wait_for(pilot, lambda: not app.is_running, 20)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.testbed
+def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbed) -> None:
+    testbed.iptables(0, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29500", "-j", "DROP")
+    cfg = load_config(testbed.write_config())
+
+    async def scenario() -> None:
+        app = DdptuiApp(cfg, "cluster.yaml")
+        async with app.run_test(size=(160, 50)) as pilot:
+            await wait_for(pilot, lambda: "ssh" in app.results)
+            for step in ("inventory", "ping", "port"):
+                await pilot.press("enter")
+                await wait_for(pilot, lambda s=step: app.running is None and s in app.results)
+            assert app.results["port"].status == "fail"
+            text = banner(app)
+            assert "FAIL at port" in text and "node1" in text and "Fix:" in text
+            assert "29500" in text
+            # the detail pane explains the selected failure
+            await pilot.press("n")
+            await pilot.pause(0.3)
+            md = app.query_one("#detail", Markdown)
+            assert "PORT-TIMEOUT" in md.source
+            # fix the cluster, re-run the port step only: it turns green, others stay
+            testbed.iptables(0, "-F")
+            inventory_before = app.results["inventory"]
+            await pilot.press("r")
+            await wait_for(pilot, lambda: app.running is None
+                           and app.results["port"].status == "pass")
+            assert app.results["inventory"] is inventory_before
+            assert "FAIL" not in banner(app)
+            await pilot.press("q")
+            await wait_for(pilot, lambda: not app.is_running, 20)
+
+    asyncio.run(scenario())
+    left = {n.name: testbed.wait_quiet(n.index, 10) for n in testbed.nodes}
+    assert not any(left.values()), left
