@@ -26,16 +26,16 @@ async def wait_for(pilot: Any, cond: Any, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out waiting for the UI: running={app_state(pilot)}"
-            )
+            raise AssertionError(f"timed out waiting for the UI: running={app_state(pilot)}")
         await pilot.pause(0.1)
 
 
 def app_state(pilot: Any) -> str:
     app = pilot.app
-    return (f"{app.running} results={ {k: v.status for k, v in app.results.items()} } "
-            f"workers={[w.name for w in app.workers]} rc={app.return_code}")
+    return (
+        f"{app.running} results={ {k: v.status for k, v in app.results.items()} } "
+        f"workers={[w.name for w in app.workers]} rc={app.return_code}"
+    )
 
 
 def banner(app: DdptuiApp) -> str:
@@ -86,8 +86,9 @@ def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbe
             testbed.iptables(0, "-F")
             inventory_before = app.results["inventory"]
             await pilot.press("r")
-            await wait_for(pilot, lambda: app.running is None
-                           and app.results["port"].status == "pass")
+            await wait_for(
+                pilot, lambda: app.running is None and app.results["port"].status == "pass"
+            )
             assert app.results["inventory"] is inventory_before
             assert "FAIL" not in banner(app)
             await pilot.press("q")

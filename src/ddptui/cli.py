@@ -64,8 +64,11 @@ def open_cmd(config: str | None) -> None:
     """The interactive walkthrough (the TUI). Without a terminal it runs headless."""
     cfg, source = _load(config)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        click.secho("(no terminal: running the checklist headless; `ddptui check` does this "
-                    "explicitly)", dim=True, err=True)
+        click.secho(
+            "(no terminal: running the checklist headless; `ddptui check` does this explicitly)",
+            dim=True,
+            err=True,
+        )
         sys.exit(_run_check(cfg, source, None, None, None, None))
     from ddptui.ui.app import DdptuiApp
 

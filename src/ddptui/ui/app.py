@@ -86,8 +86,11 @@ class DdptuiApp(App[int]):
         table = self.query_one("#checklist", DataTable)
         table.add_column("step", key="step")
         table.add_column("status", key="status")
-        # Fixed node columns: readable summaries with few nodes, compact glyphs with many.
-        width = 30 if len(self.node_names) <= 3 else 18 if len(self.node_names) <= 6 else 8
+        # Node columns share the checklist's width (left of the metrics pane): readable
+        # summaries with few nodes, compact glyphs with many, never a sideways scroll.
+        left = int(self.size.width * 0.6) - 2
+        share = (left - 11 - 12) // max(1, len(self.node_names)) - 2
+        width = max(6, min(40, share))
         self.cell_chars = width
         for name in self.node_names:
             table.add_column(name, key=name, width=width)
