@@ -97,3 +97,34 @@ def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbe
     asyncio.run(scenario())
     left = {n.name: testbed.wait_quiet(n.index, 10) for n in testbed.nodes}
     assert not any(left.values()), left
+
+
+@pytest.mark.testbed
+def test_healthy_testbed_all_green_with_live_metrics(testbed: Testbed) -> None:
+    cfg = load_config(testbed.write_config(metrics_interval=0.5, timeouts={"allreduce": 60}))
+
+    async def scenario() -> None:
+        app = DdptuiApp(cfg, "cluster.yaml")
+        async with app.run_test(size=(160, 50)) as pilot:
+            await wait_for(pilot, lambda: "ssh" in app.results)
+            await pilot.press("a")
+            await wait_for(pilot, lambda: app.running is None and len(app.results) == 6, 90)
+            assert {r.status for r in app.results.values()} <= {"pass", "warn"}
+            assert "every step passed" in banner(app)
+            snap = app.metrics.snapshot()
+            for node in ("node0", "node1", "node2"):
+                view = snap.node(node)
+                assert view is not None and view.state == "live" and view.latest() is not None
+            await pilot.press("l")  # the node's log: the allreduce stream is there
+            await pilot.pause(0.3)
+            from textual.widgets import Log
+
+            log = app.screen.query_one(Log)
+            assert log.line_count > 10, (len(app.logs["node0"]), log.line_count, app._selected())
+            await pilot.press("escape")
+            await pilot.press("q")
+            await wait_for(pilot, lambda: not app.is_running, 20)
+
+    asyncio.run(scenario())
+    left = {n.name: testbed.wait_quiet(n.index, 10) for n in testbed.nodes}
+    assert not any(left.values()), left

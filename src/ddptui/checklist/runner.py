@@ -61,6 +61,7 @@ class Session:
             transports=self.transports,
             salt=secrets.token_hex(8),
             on_node=self.on_node,
+            on_log=self.on_log,
         )
 
     @property

@@ -63,7 +63,15 @@ class NodeMetrics(Static):
         if series is None:
             return
         spark_w = max(8, width - 26)  # labels take 24 columns, plus padding
-        lines = [Text.assemble((self.node, "bold"), f"  {series.state}")]
+        state = series.state
+        if state == "lost":
+            retry = f", retry in {series.retry_delay_s:.0f}s" if series.retry_delay_s else ""
+            state = f"LOST ({series.lost_why or 'stream ended'}{retry})"
+        lines = [
+            Text.assemble(
+                (self.node, "bold"), (f"  {state}", "bold red" if series.state == "lost" else "")
+            )
+        ]
         latest = series.latest()
         if latest is None:
             lines.append(Text("  no sample yet", style="dim"))
@@ -78,7 +86,8 @@ class NodeMetrics(Static):
             Text(f"  mem {human_bytes(latest.mem_used)} / {human_bytes(latest.mem_total)}")
         )
         if not latest.gpus:
-            lines.append(Text("  no GPU", style="dim"))
+            note = series.hello.note if series.hello is not None and series.hello.note else ""
+            lines.append(Text("  no GPU" + (f" ({note[:60]})" if note else ""), style="dim"))
         for g in latest.gpus:
             util = f"{g.util_pct:5.1f}%" if g.util_pct is not None else "  n/a"
             lines.append(

@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""TUI responsiveness in a real terminal (tmux): start-up, CPU with 32 streaming nodes,
+key-to-repaint latency, quit time.
+
+Usage (needs tmux; no root, no network; about 2 minutes):
+    .venv/bin/python bench/bench_tui.py [--startup-runs 7] [--window 30] [--presses 30]
+
+1. Start-up: `.venv/bin/ddptui` (embedded local demo) in a 160x50 tmux pane; wall time
+   from `tmux new` to the first capture-pane that shows "ddptui local-demo" (polled every
+   ~10 ms); median of --startup-runs. Plus `python -X importtime -c "import ddptui.ui.app"`.
+2. 32 `host: local` nodes streaming metrics at 2 Hz (metrics_interval 0.5): after a 10 s
+   warm-up, CPU time (utime+stime from /proc/PID/stat) of the app process alone, of its
+   probe processes (python descendants of the app) and of the tmux server, over --window s.
+3. Key-to-repaint with the same 32 streaming nodes: send Down/Up alternately, 0.3 s
+   apart, and poll capture-pane back to back until the left part of the screen (checklist
+   + detail pane; the header clock and the metrics pane change on their own) differs.
+4. Quit: `q`, then time until the app process is gone and no probe process is left.
+
+Prints a Markdown table. Every process it starts is killed by pid in a finally block,
+and the tmux server runs on its own socket (-L) and is killed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = ROOT / ".venv" / "bin"
+SOCK = f"ddptui-bench-{os.getpid()}"
+CLK = os.sysconf("SC_CLK_TCK")
+COLS, ROWS = 160, 50
+
+# pid -> starttime of every app / probe process seen, so the finally block can kill
+# exactly those (a pid with another starttime has been reused: left alone).
+TRACKED: dict[int, int] = {}
+
+
+# --------------------------------------------------------------------------- tmux
+
+
+def tmux(*args: str, check: bool = True) -> str:
+    proc = subprocess.run(["tmux", "-L", SOCK, *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"tmux {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def capture(name: str) -> str:
+    return tmux("capture-pane", "-p", "-t", name, check=False)
+
+
+def new_session(name: str, command: str) -> None:
+    tmux("new-session", "-d", "-s", name, "-x", str(COLS), "-y", str(ROWS), command)
+
+
+def kill_session(name: str) -> None:
+    tmux("kill-session", "-t", name, check=False)
+
+
+def pane_pid(name: str) -> int:
+    return int(tmux("display", "-p", "-t", name, "#{pane_pid}").strip())
+
+
+def wait_for_text(name: str, text: str, timeout: float, poll: float = 0.01) -> float:
+    """perf_counter() of the first capture that contains text."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if text in capture(name):
+            return time.perf_counter()
+        time.sleep(poll)
+    raise RuntimeError(f"{text!r} did not appear within {timeout:g} s:\n{capture(name)}")
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def stat(pid: int) -> tuple[int, str, str, int, int] | None:
+    """(ppid, comm, state, utime+stime ticks, starttime) or None if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+    f = raw[raw.rindex(")") + 2 :].split()
+    # f[0] is field 3 (state): utime=14, stime=15, starttime=22 -> f[11], f[12], f[19]
+    return int(f[1]), comm, f[0], int(f[11]) + int(f[12]), int(f[19])
+
+
+def all_procs() -> dict[int, tuple[int, str, str, int, int]]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = stat(int(entry))
+            if st is not None:
+                out[int(entry)] = st
+    return out
+
+
+def alive(pid: int, start: int) -> bool:
+    st = stat(pid)
+    return st is not None and st[4] == start and st[2] != "Z"
+
+
+def python_descendants(root: int) -> dict[int, tuple[int, str, str, int, int]]:
+    procs = all_procs()
+    children: dict[int, list[int]] = {}
+    for pid, st in procs.items():
+        children.setdefault(st[0], []).append(pid)
+    found, todo = {}, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        st = procs[pid]
+        if st[1].startswith("python") and st[2] != "Z":
+            found[pid] = st
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def track_probes(app: int) -> dict[int, tuple[int, str, str, int, int]]:
+    probes = python_descendants(app)
+    for pid, st in probes.items():
+        TRACKED.setdefault(pid, st[4])
+    return probes
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+
+
+def is_app(pid: int) -> bool:
+    """The ddptui interpreter: `python .../bin/ddptui ...` (the shebang makes comm "ddptui")."""
+    argv = cmdline(pid)
+    return len(argv) > 1 and Path(argv[0]).name.startswith("python") and argv[1].endswith("/ddptui")
+
+
+def app_pid(name: str, timeout: float = 10.0) -> int:
+    """The ddptui python process: the pane's process itself when the shell exec'd it,
+    else the descendant of the pane running .venv/bin/ddptui."""
+    pane = pane_pid(name)
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        procs = all_procs()
+        todo, pid = [pane], 0
+        while todo and not pid:
+            cur = todo.pop(0)
+            if is_app(cur):
+                pid = cur
+            todo.extend(p for p, s in procs.items() if s[0] == cur)
+        st = stat(pid) if pid else None
+        if st is not None:
+            TRACKED[pid] = st[4]
+            return pid
+        time.sleep(0.01)
+    raise RuntimeError(f"no ddptui process under tmux pane pid {pane}")
+
+
+def cpu_ticks(pid: int) -> int | None:
+    st = stat(pid)
+    return None if st is None else st[3]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
+def wait_quit(app: int, probes: dict[int, int], timeout: float = 20.0) -> tuple[float, float]:
+    """After q was sent: (seconds until the app is gone, until every probe is gone too),
+    polled every 10 ms. Probes are the recorded pid/starttime pairs plus any python
+    descendant of the app seen while it lives (a probe outliving the app is reparented,
+    the recorded pair still finds it)."""
+    t0 = time.perf_counter()
+    app_start = TRACKED[app]
+    t_app = t_all = None
+    while time.perf_counter() - t0 < timeout:
+        now = time.perf_counter() - t0
+        app_alive = alive(app, app_start)
+        if app_alive:
+            for pid, st in python_descendants(app).items():
+                probes.setdefault(pid, st[4])
+                TRACKED.setdefault(pid, st[4])
+        elif t_app is None:
+            t_app = now
+        left = [p for p, s in probes.items() if alive(p, s)]
+        if not app_alive and not left:
+            t_all = now
+            break
+        time.sleep(0.01)
+    if t_app is None or t_all is None:
+        left = [p for p, s in probes.items() if alive(p, s)]
+        raise RuntimeError(f"after {timeout:g} s: app alive={alive(app, app_start)}, probes left={left}")
+    return t_app, t_all
+
+
+# --------------------------------------------------------------------------- 1. start-up
+
+
+def bench_startup(runs: int) -> list[float]:
+    times = []
+    for i in range(runs):
+        name = f"start{i}"
+        t0 = time.perf_counter()
+        new_session(name, f"cd {ROOT} && {VENV_BIN / 'ddptui'}")
+        try:
+            t1 = wait_for_text(name, "ddptui local-demo", timeout=30)
+            times.append(t1 - t0)
+            app = app_pid(name)
+            probes = {p: s[4] for p, s in track_probes(app).items()}
+            tmux("send-keys", "-t", name, "q")
+            wait_quit(app, probes)
+        finally:
+            kill_session(name)
+    return times
+
+
+def importtime(repeats: int = 3) -> tuple[float, list[tuple[float, float, int, str]]]:
+    """(total s, rows (cumulative s, self s, depth, module)) of the run with the median total."""
+    runs = []
+    for _ in range(repeats):
+        proc = subprocess.run(
+            [str(VENV_BIN / "python"), "-X", "importtime", "-c", "import ddptui.ui.app"],
+            capture_output=True, text=True, cwd=ROOT, check=True,
+        )
+        rows = []
+        for line in proc.stderr.splitlines():
+            if not line.startswith("import time:") or "cumulative" in line:
+                continue
+            self_us, cum_us, mod = line[len("import time:") :].split("|")
+            depth = (len(mod) - len(mod.lstrip(" ")) - 1) // 2
+            rows.append((int(cum_us) / 1e6, int(self_us) / 1e6, depth, mod.strip()))
+        total = next(r[0] for r in rows if r[3] == "ddptui.ui.app")
+        runs.append((total, rows))
+    runs.sort(key=lambda r: r[0])
+    return runs[len(runs) // 2]
+
+
+# --------------------------------------------------------------------------- 2.-4. 32 nodes
+
+
+def write_config(n: int) -> Path:
+    lines = [
+        "name: bench32",
+        "master:",
+        "  addr: 127.0.0.1",
+        f"python: {sys.executable}",
+        "metrics_interval: 0.5",
+        "env:",
+        "  GLOO_SOCKET_IFNAME: lo",
+        "nodes:",
+    ]
+    for i in range(n):
+        lines += ["  - host: local", f"    name: node{i}"]
+    fd, path = tempfile.mkstemp(prefix="ddptui-bench-", suffix=".yaml")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return Path(path)
+
+
+def left_region(screen: str) -> list[str] | None:
+    """Checklist + banner + detail pane: rows between the header and the footer, columns
+    left of the metrics pane's border (found from the "live metrics" title)."""
+    lines = screen.split("\n")
+    for line in lines:
+        at = line.find("live metrics")
+        if at > 0:
+            border = line.rfind("│", 0, at)
+            cut = border if border >= 0 else at - 1
+            return [ln[:cut] for ln in lines[1 : ROWS - 1]]
+    return None
+
+
+def bench_streaming(nodes: int, warmup: float, window: float, presses: int) -> dict[str, object]:
+    res: dict[str, object] = {}
+    cfg = write_config(nodes)
+    name = "n32"
+    try:
+        t0 = time.perf_counter()
+        new_session(name, f"cd {ROOT} && {VENV_BIN / 'ddptui'} {cfg}")
+        t_frame = wait_for_text(name, "ddptui bench32", timeout=30)
+        res["first_frame_s"] = t_frame - t0
+        app = app_pid(name)
+        server = int(tmux("display", "-p", "-t", name, "#{pid}").strip())
+
+        # ---- warm-up (from the first frame): the ssh step, then 32 probes start
+        while time.perf_counter() < t_frame + warmup:
+            track_probes(app)
+            time.sleep(0.25)
+        if "live" not in capture(name):
+            raise RuntimeError("no node shows live metrics after the warm-up:\n" + capture(name))
+
+        # ---- CPU window: app alone, probes (summed per pid/starttime), tmux server
+        probes = track_probes(app)
+        res["probes_at_start"] = len(probes)
+        base = {(p, s[4]): s[3] for p, s in probes.items()}
+        last = dict(base)
+        app0, srv0 = cpu_ticks(app), cpu_ticks(server)
+        load0 = os.getloadavg()[0]
+        w0 = time.perf_counter()
+        while True:
+            for p, s in track_probes(app).items():
+                last[(p, s[4])] = s[3]
+            left = w0 + window - time.perf_counter()
+            if left <= 0:
+                break
+            time.sleep(min(0.5, left))
+        elapsed = time.perf_counter() - w0
+        app1, srv1 = cpu_ticks(app), cpu_ticks(server)
+        probes_end = track_probes(app)
+        for p, s in probes_end.items():
+            last[(p, s[4])] = s[3]
+        if None in (app0, app1, srv0, srv1):
+            raise RuntimeError("the app or the tmux server exited during the CPU window")
+        probe_ticks = sum(v - base.get(k, 0) for k, v in last.items())
+        res["window_s"] = elapsed
+        res["app_pct"] = 100.0 * (app1 - app0) / CLK / elapsed
+        res["probes_pct"] = 100.0 * probe_ticks / CLK / elapsed
+        res["tmux_pct"] = 100.0 * (srv1 - srv0) / CLK / elapsed
+        res["probes_at_end"] = len(probes_end)
+        res["probe_pids_seen"] = len(last)
+        res["loadavg_1m"] = (load0, os.getloadavg()[0])
+        res["live_on_screen"] = capture(name).count(" live")
+
+        # ---- capture-pane baseline: the poll loop's own granularity
+        caps = []
+        for _ in range(50):
+            c0 = time.perf_counter()
+            capture(name)
+            caps.append(time.perf_counter() - c0)
+        res["capture_s"] = caps
+
+        # ---- key-to-repaint
+        lat, missed, sends = [], 0, []
+        for i in range(presses):
+            key = "Down" if i % 2 == 0 else "Up"
+            before = left_region(capture(name))
+            if before is None:
+                raise RuntimeError("metrics pane not found on screen:\n" + capture(name))
+            k0 = time.perf_counter()
+            tmux("send-keys", "-t", name, key)
+            sends.append(time.perf_counter() - k0)
+            while True:
+                now_screen = left_region(capture(name))
+                t = time.perf_counter() - k0
+                if now_screen is not None and now_screen != before:
+                    lat.append(t)
+                    break
+                if t > 3.0:
+                    missed += 1
+                    break
+            time.sleep(max(0.0, k0 + 0.3 - time.perf_counter()))
+        res["key_s"], res["key_missed"], res["send_s"] = lat, missed, sends
+
+        # ---- quit
+        probes_q = {p: s[4] for p, s in track_probes(app).items()}
+        res["probes_at_quit"] = len(probes_q)
+        tmux("send-keys", "-t", name, "q")
+        try:
+            res["quit_app_s"], res["quit_all_s"] = wait_quit(app, probes_q)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\nscreen:\n{capture(name)}") from None
+    finally:
+        kill_session(name)
+        cfg.unlink(missing_ok=True)
+    return res
+
+
+# --------------------------------------------------------------------------- main
+
+
+def cleanup() -> None:
+    tmux("kill-server", check=False)
+    time.sleep(0.2)
+    for pid, start in TRACKED.items():
+        if alive(pid, start):
+            try:
+                os.kill(pid, 9)
+                print(f"(cleanup: killed leftover pid {pid})", file=sys.stderr)
+            except ProcessLookupError:
+                pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--startup-runs", type=int, default=7)
+    ap.add_argument("--nodes", type=int, default=32)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--window", type=float, default=30.0)
+    ap.add_argument("--presses", type=int, default=30)
+    args = ap.parse_args()
+    if not (VENV_BIN / "ddptui").exists():
+        raise SystemExit(f"{VENV_BIN / 'ddptui'} not found (run scripts/setup first)")
+
+    started = time.perf_counter()
+    try:
+        # A keeper session holds the tmux server up, so every run pays only for its
+        # own session, not for a server start.
+        new_session("keeper", "sleep 86400")
+        startup = bench_startup(args.startup_runs)
+        imp_total, imp_rows = importtime()
+        s = bench_streaming(args.nodes, args.warmup, args.window, args.presses)
+    finally:
+        cleanup()
+    took = time.perf_counter() - started
+
+    cores = os.cpu_count()
+    usable = len(os.sched_getaffinity(0))
+    key = s["key_s"]
+    caps = s["capture_s"]
+    sends = s["send_s"]
+    n = args.nodes
+
+    print(f"## ddptui TUI benchmark ({COLS}x{ROWS} tmux pane)\n")
+    print(f"Machine: {cores} cores ({usable} usable), Python {sys.version.split()[0]}, "
+          f"tmux {subprocess.run(['tmux', '-V'], capture_output=True, text=True).stdout.split()[-1]}; "
+          f"benchmark took {took:.0f} s.\n")
+    print("| measure | result | how |")
+    print("|---|---|---|")
+    print(f"| cores | {cores} ({usable} usable) | os.cpu_count(), sched_getaffinity |")
+    print(f"| start-up to first frame (demo) | median {ms(statistics.median(startup))} "
+          f"(min {ms(min(startup))}, max {ms(max(startup))}; {len(startup)} runs) | "
+          "`tmux new` to the first capture-pane showing \"ddptui local-demo\", polled every ~10 ms |")
+    print(f"| `import ddptui.ui.app` | {ms(imp_total)} | `python -X importtime`, median of 3 |")
+    print(f"| {n} nodes @ 2 Hz: app CPU | **{s['app_pct']:.1f} % of one core** | "
+          f"utime+stime of the app pid, {s['window_s']:.0f} s window after {args.warmup:g} s warm-up |")
+    print(f"| {n} nodes @ 2 Hz: probes CPU (total) | {s['probes_pct']:.1f} % of one core "
+          f"({s['probes_pct'] / max(1, s['probes_at_start']):.2f} % each) | "
+          f"python descendants of the app: {s['probes_at_start']} at start, "
+          f"{s['probes_at_end']} at end, {s['probe_pids_seen']} pids seen |")
+    print(f"| {n} nodes @ 2 Hz: tmux server CPU | {s['tmux_pct']:.1f} % of one core | "
+          "the terminal side of the repaints, same window |")
+    print(f"| key-to-repaint (Down/Up) | median {ms(statistics.median(key))}, "
+          f"p95 {ms(pct(key, 0.95))} ({len(key)} presses, {s['key_missed']} missed) | "
+          "before `send-keys` to the return of the first capture-pane whose checklist/detail "
+          "region differs; back-to-back polling |")
+    print(f"| capture-pane call (baseline) | median {ms(statistics.median(caps))}, "
+          f"p95 {ms(pct(caps, 0.95))} | one `tmux capture-pane -p` subprocess, 50 calls, "
+          f"{n} nodes streaming |")
+    print(f"| send-keys call | median {ms(statistics.median(sends))} | included in key-to-repaint |")
+    print(f"| quit (`q`) to app gone | {ms(s['quit_app_s'])} | app pid gone, polled every 10 ms |")
+    print(f"| quit (`q`) to app + all {s['probes_at_quit']} probes gone | {ms(s['quit_all_s'])} | "
+          "recorded probe pid/starttime pairs all gone |")
+    print(f"| {n}-node first frame | {ms(s['first_frame_s'])} | one run, header \"ddptui bench32\" |")
+    print(f"\nload average (1 min) at window start/end: "
+          f"{s['loadavg_1m'][0]:.2f} / {s['loadavg_1m'][1]:.2f}; "
+          f"start-up runs (ms): {', '.join(f'{t * 1000:.0f}' for t in startup)}\n")
+    print("`python -X importtime -c 'import ddptui.ui.app'`: five largest cumulative "
+          "(nested rows overlap their parents):\n")
+    print("| module | depth | cumulative | self |")
+    print("|---|---|---|---|")
+    top = sorted((r for r in imp_rows if r[3] != "ddptui.ui.app"), key=lambda r: -r[0])[:5]
+    print(f"| ddptui.ui.app (total) | 0 | {ms(imp_total)} | - |")
+    for cum, self_s, depth, mod in top:
+        print(f"| {mod} | {depth} | {ms(cum)} | {self_s * 1000:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()
