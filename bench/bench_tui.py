@@ -11,9 +11,12 @@ Usage (needs tmux; no root, no network; about 2 minutes):
 2. 32 `host: local` nodes streaming metrics at 2 Hz (metrics_interval 0.5): after a 10 s
    warm-up, CPU time (utime+stime from /proc/PID/stat) of the app process alone, of its
    probe processes (python descendants of the app) and of the tmux server, over --window s.
-3. Key-to-repaint with the same 32 streaming nodes: send Down/Up alternately, 0.3 s
-   apart, and poll capture-pane back to back until the left part of the screen (checklist
-   + detail pane; the header clock and the metrics pane change on their own) differs.
+3. Key-to-repaint with the same 32 streaming nodes: send Down/Up alternately (at least
+   0.3 s apart, and only once the previous repaint has settled) and poll capture-pane
+   back to back until the left part of the screen (checklist + detail pane; the header
+   clock and the metrics pane change on their own) differs: "first change"; and until it
+   has stopped changing for 0.5 s: "settled". The tmux capture-pane call is timed alone
+   too, as the resolution of that measurement.
 4. Quit: `q`, then time until the app process is gone and no probe process is left.
 
 Prints a Markdown table. Every process it starts is killed by pid in a finally block,
@@ -24,18 +27,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
 SOCK = f"ddptui-bench-{os.getpid()}"
 CLK = os.sysconf("SC_CLK_TCK")
 COLS, ROWS = 160, 50
+QUIET_S = 0.5  # a repaint is over when the screen has not changed for this long
+NO_CHANGE_S = 3.0  # a key press with no visible effect this long after it is "missed"
 
 # pid -> starttime of every app / probe process seen, so the finally block can kill
 # exactly those (a pid with another starttime has been reused: left alone).
@@ -46,7 +53,7 @@ TRACKED: dict[int, int] = {}
 
 
 def tmux(*args: str, check: bool = True) -> str:
-    proc = subprocess.run(["tmux", "-L", SOCK, *args], capture_output=True, text=True)
+    proc = subprocess.run(["tmux", "-L", SOCK, *args], capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
         raise RuntimeError(f"tmux {' '.join(args)}: {proc.stderr.strip()}")
     return proc.stdout
@@ -95,11 +102,11 @@ def stat(pid: int) -> tuple[int, str, str, int, int] | None:
 
 def all_procs() -> dict[int, tuple[int, str, str, int, int]]:
     out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = stat(int(entry))
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            st = stat(int(entry.name))
             if st is not None:
-                out[int(entry)] = st
+                out[int(entry.name)] = st
     return out
 
 
@@ -164,9 +171,23 @@ def app_pid(name: str, timeout: float = 10.0) -> int:
     raise RuntimeError(f"no ddptui process under tmux pane pid {pane}")
 
 
-def cpu_ticks(pid: int) -> int | None:
+def system_busy_ticks() -> int:
+    """Busy (non-idle, non-iowait) ticks of all cores together, from /proc/stat."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return sum(f[:8]) - f[3] - f[4]  # user nice system idle iowait irq softirq steal
+
+
+def own_cpu_s() -> float:
+    """CPU of this script and its (reaped) tmux client subprocesses."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def cpu_ticks(pid: int) -> int:
     st = stat(pid)
-    return None if st is None else st[3]
+    if st is None:
+        raise RuntimeError(f"pid {pid} exited during the CPU window")
+    return st[3]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -181,7 +202,9 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
-def wait_quit(app: int, probes: dict[int, int], timeout: float = 20.0) -> tuple[float, float]:
+def wait_quit(
+    name: str, app: int, probes: dict[int, int], timeout: float = 20.0
+) -> tuple[float, float]:
     """After q was sent: (seconds until the app is gone, until every probe is gone too),
     polled every 10 ms. Probes are the recorded pid/starttime pairs plus any python
     descendant of the app seen while it lives (a probe outliving the app is reparented,
@@ -205,7 +228,10 @@ def wait_quit(app: int, probes: dict[int, int], timeout: float = 20.0) -> tuple[
         time.sleep(0.01)
     if t_app is None or t_all is None:
         left = [p for p, s in probes.items() if alive(p, s)]
-        raise RuntimeError(f"after {timeout:g} s: app alive={alive(app, app_start)}, probes left={left}")
+        raise RuntimeError(
+            f"{timeout:g} s after q: app {app} alive={alive(app, app_start)}, probes left={left}"
+            f"\nscreen:\n{capture(name)}"
+        )
     return t_app, t_all
 
 
@@ -224,7 +250,7 @@ def bench_startup(runs: int) -> list[float]:
             app = app_pid(name)
             probes = {p: s[4] for p, s in track_probes(app).items()}
             tmux("send-keys", "-t", name, "q")
-            wait_quit(app, probes)
+            wait_quit(name, app, probes)
         finally:
             kill_session(name)
     return times
@@ -236,7 +262,10 @@ def importtime(repeats: int = 3) -> tuple[float, list[tuple[float, float, int, s
     for _ in range(repeats):
         proc = subprocess.run(
             [str(VENV_BIN / "python"), "-X", "importtime", "-c", "import ddptui.ui.app"],
-            capture_output=True, text=True, cwd=ROOT, check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
         )
         rows = []
         for line in proc.stderr.splitlines():
@@ -286,8 +315,10 @@ def left_region(screen: str) -> list[str] | None:
     return None
 
 
-def bench_streaming(nodes: int, warmup: float, window: float, presses: int) -> dict[str, object]:
-    res: dict[str, object] = {}
+def bench_streaming(  # noqa: PLR0912, PLR0915 - one scenario, read top to bottom
+    nodes: int, warmup: float, window: float, presses: int
+) -> dict[str, Any]:
+    res: dict[str, Any] = {}
     cfg = write_config(nodes)
     name = "n32"
     try:
@@ -312,6 +343,7 @@ def bench_streaming(nodes: int, warmup: float, window: float, presses: int) -> d
         last = dict(base)
         app0, srv0 = cpu_ticks(app), cpu_ticks(server)
         load0 = os.getloadavg()[0]
+        sys0, own0 = system_busy_ticks(), own_cpu_s()
         w0 = time.perf_counter()
         while True:
             for p, s in track_probes(app).items():
@@ -322,16 +354,17 @@ def bench_streaming(nodes: int, warmup: float, window: float, presses: int) -> d
             time.sleep(min(0.5, left))
         elapsed = time.perf_counter() - w0
         app1, srv1 = cpu_ticks(app), cpu_ticks(server)
+        sys1, own1 = system_busy_ticks(), own_cpu_s()
         probes_end = track_probes(app)
         for p, s in probes_end.items():
             last[(p, s[4])] = s[3]
-        if None in (app0, app1, srv0, srv1):
-            raise RuntimeError("the app or the tmux server exited during the CPU window")
         probe_ticks = sum(v - base.get(k, 0) for k, v in last.items())
         res["window_s"] = elapsed
         res["app_pct"] = 100.0 * (app1 - app0) / CLK / elapsed
         res["probes_pct"] = 100.0 * probe_ticks / CLK / elapsed
         res["tmux_pct"] = 100.0 * (srv1 - srv0) / CLK / elapsed
+        res["system_pct"] = 100.0 * (sys1 - sys0) / CLK / elapsed
+        res["bench_pct"] = 100.0 * (own1 - own0) / elapsed
         res["probes_at_end"] = len(probes_end)
         res["probe_pids_seen"] = len(last)
         res["loadavg_1m"] = (load0, os.getloadavg()[0])
@@ -345,8 +378,14 @@ def bench_streaming(nodes: int, warmup: float, window: float, presses: int) -> d
             caps.append(time.perf_counter() - c0)
         res["capture_s"] = caps
 
-        # ---- key-to-repaint
-        lat, missed, sends = [], 0, []
+        # ---- key-to-repaint. Down lands on a step not run yet (a two-line detail pane),
+        # Up back on the ssh step (a line per node). "first": the first capture whose
+        # left region differs; "settled": the last change before it stays still for
+        # QUIET_S (a repaint can take several frames). Next press: 0.3 s after this one
+        # at the earliest, and never before the screen has settled.
+        first: dict[str, list[float]] = {"Down": [], "Up": []}
+        settled: dict[str, list[float]] = {"Down": [], "Up": []}
+        missed, sends = 0, []
         for i in range(presses):
             key = "Down" if i % 2 == 0 else "Up"
             before = left_region(capture(name))
@@ -355,26 +394,31 @@ def bench_streaming(nodes: int, warmup: float, window: float, presses: int) -> d
             k0 = time.perf_counter()
             tmux("send-keys", "-t", name, key)
             sends.append(time.perf_counter() - k0)
+            t_first = t_last = None
+            shown = before
             while True:
-                now_screen = left_region(capture(name))
+                cur = left_region(capture(name))
                 t = time.perf_counter() - k0
-                if now_screen is not None and now_screen != before:
-                    lat.append(t)
-                    break
-                if t > 3.0:
+                if cur is not None and cur != shown:
+                    t_first = t if t_first is None else t_first
+                    t_last, shown = t, cur
+                if t_first is None and t > NO_CHANGE_S:
                     missed += 1
                     break
+                if t_last is not None and t - t_last >= QUIET_S:
+                    break
+            if t_first is not None and t_last is not None:
+                first[key].append(t_first)
+                settled[key].append(t_last)
             time.sleep(max(0.0, k0 + 0.3 - time.perf_counter()))
-        res["key_s"], res["key_missed"], res["send_s"] = lat, missed, sends
+        res["key_first"], res["key_settled"] = first, settled
+        res["key_missed"], res["send_s"] = missed, sends
 
         # ---- quit
         probes_q = {p: s[4] for p, s in track_probes(app).items()}
         res["probes_at_quit"] = len(probes_q)
         tmux("send-keys", "-t", name, "q")
-        try:
-            res["quit_app_s"], res["quit_all_s"] = wait_quit(app, probes_q)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}\nscreen:\n{capture(name)}") from None
+        res["quit_app_s"], res["quit_all_s"] = wait_quit(name, app, probes_q)
     finally:
         kill_session(name)
         cfg.unlink(missing_ok=True)
@@ -386,6 +430,10 @@ def bench_streaming(nodes: int, warmup: float, window: float, presses: int) -> d
 
 def cleanup() -> None:
     tmux("kill-server", check=False)
+    # tmux leaves its socket file behind
+    tmpdir = os.environ.get("TMUX_TMPDIR") or "/tmp"  # noqa: S108 - tmux's own default
+    sock_dir = Path(tmpdir) / f"tmux-{os.getuid()}"
+    (sock_dir / SOCK).unlink(missing_ok=True)
     time.sleep(0.2)
     for pid, start in TRACKED.items():
         if alive(pid, start):
@@ -396,7 +444,14 @@ def cleanup() -> None:
                 pass
 
 
-def main() -> None:
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks
+
+
+def main() -> None:  # noqa: PLR0915 - mostly the table
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with &
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--startup-runs", type=int, default=7)
     ap.add_argument("--nodes", type=int, default=32)
@@ -421,47 +476,91 @@ def main() -> None:
 
     cores = os.cpu_count()
     usable = len(os.sched_getaffinity(0))
-    key = s["key_s"]
     caps = s["capture_s"]
     sends = s["send_s"]
     n = args.nodes
 
     print(f"## ddptui TUI benchmark ({COLS}x{ROWS} tmux pane)\n")
-    print(f"Machine: {cores} cores ({usable} usable), Python {sys.version.split()[0]}, "
-          f"tmux {subprocess.run(['tmux', '-V'], capture_output=True, text=True).stdout.split()[-1]}; "
-          f"benchmark took {took:.0f} s.\n")
+    tmux_v = subprocess.run(["tmux", "-V"], capture_output=True, text=True, check=False).stdout
+    print(
+        f"Machine: {cores} cores ({usable} usable), Python {sys.version.split()[0]}, "
+        f"{tmux_v.strip()}; "
+        f"benchmark took {took:.0f} s.\n"
+    )
     print("| measure | result | how |")
     print("|---|---|---|")
     print(f"| cores | {cores} ({usable} usable) | os.cpu_count(), sched_getaffinity |")
-    print(f"| start-up to first frame (demo) | median {ms(statistics.median(startup))} "
-          f"(min {ms(min(startup))}, max {ms(max(startup))}; {len(startup)} runs) | "
-          "`tmux new` to the first capture-pane showing \"ddptui local-demo\", polled every ~10 ms |")
+    print(
+        f"| start-up to first frame (demo) | median {ms(statistics.median(startup))} "
+        f"(min {ms(min(startup))}, max {ms(max(startup))}; {len(startup)} runs) | "
+        '`tmux new` to the first capture-pane showing "ddptui local-demo", polled every ~10 ms |'
+    )
     print(f"| `import ddptui.ui.app` | {ms(imp_total)} | `python -X importtime`, median of 3 |")
-    print(f"| {n} nodes @ 2 Hz: app CPU | **{s['app_pct']:.1f} % of one core** | "
-          f"utime+stime of the app pid, {s['window_s']:.0f} s window after {args.warmup:g} s warm-up |")
-    print(f"| {n} nodes @ 2 Hz: probes CPU (total) | {s['probes_pct']:.1f} % of one core "
-          f"({s['probes_pct'] / max(1, s['probes_at_start']):.2f} % each) | "
-          f"python descendants of the app: {s['probes_at_start']} at start, "
-          f"{s['probes_at_end']} at end, {s['probe_pids_seen']} pids seen |")
-    print(f"| {n} nodes @ 2 Hz: tmux server CPU | {s['tmux_pct']:.1f} % of one core | "
-          "the terminal side of the repaints, same window |")
-    print(f"| key-to-repaint (Down/Up) | median {ms(statistics.median(key))}, "
-          f"p95 {ms(pct(key, 0.95))} ({len(key)} presses, {s['key_missed']} missed) | "
-          "before `send-keys` to the return of the first capture-pane whose checklist/detail "
-          "region differs; back-to-back polling |")
-    print(f"| capture-pane call (baseline) | median {ms(statistics.median(caps))}, "
-          f"p95 {ms(pct(caps, 0.95))} | one `tmux capture-pane -p` subprocess, 50 calls, "
-          f"{n} nodes streaming |")
-    print(f"| send-keys call | median {ms(statistics.median(sends))} | included in key-to-repaint |")
+    print(
+        f"| {n} nodes @ 2 Hz: app CPU | **{s['app_pct']:.1f} % of one core** | "
+        f"utime+stime of the app pid, {s['window_s']:.0f} s window after {args.warmup:g} s warm-up |"
+    )
+    print(
+        f"| {n} nodes @ 2 Hz: probes CPU (total) | {s['probes_pct']:.1f} % of one core "
+        f"({s['probes_pct'] / max(1, s['probes_at_start']):.2f} % each) | "
+        f"python descendants of the app: {s['probes_at_start']} at start, "
+        f"{s['probes_at_end']} at end, {s['probe_pids_seen']} pids seen |"
+    )
+    print(
+        f"| {n} nodes @ 2 Hz: tmux server CPU | {s['tmux_pct']:.1f} % of one core | "
+        "the terminal side of the repaints, same window |"
+    )
+    other = s["system_pct"] - s["app_pct"] - s["probes_pct"] - s["tmux_pct"] - s["bench_pct"]
+    print(
+        f"| same window: whole machine busy | {s['system_pct']:.0f} % of one core "
+        f"(of {usable * 100} %): this script {s['bench_pct']:.1f} %, everything else "
+        f"{max(0.0, other):.0f} % | /proc/stat busy ticks; os.times() of this script |"
+    )
+    kf, ks = s["key_first"], s["key_settled"]
+    allf = kf["Down"] + kf["Up"]
+    alls = ks["Down"] + ks["Up"]
+
+    def dist(v: list[float]) -> str:
+        return f"median {ms(statistics.median(v))}, p95 {ms(pct(v, 0.95))}" if v else "n/a"
+
+    print(
+        f"| key-to-repaint, first change (all presses) | **{dist(allf)}** "
+        f"({len(allf)} presses, {s['key_missed']} with no change in {NO_CHANGE_S:g} s) | "
+        "perf_counter before `send-keys` to the return of the first capture-pane whose "
+        "checklist+detail region differs; capture-pane polled back to back |"
+    )
+    print(
+        f"| — Down (to a step not run: 2-line detail) | first {dist(kf['Down'])}; "
+        f"settled {dist(ks['Down'])} | settled = last change before {QUIET_S:g} s of no change |"
+    )
+    print(
+        f"| — Up (to the ssh step: one detail line per node) | first {dist(kf['Up'])}; "
+        f"settled {dist(ks['Up'])} | same |"
+    )
+    print(f"| key-to-repaint, settled (all presses) | {dist(alls)} | same |")
+    print(
+        f"| capture-pane call (baseline) | median {ms(statistics.median(caps))}, "
+        f"p95 {ms(pct(caps, 0.95))} | one `tmux capture-pane -p` subprocess, 50 calls, "
+        f"{n} nodes streaming |"
+    )
+    print(
+        f"| send-keys call | median {ms(statistics.median(sends))} | included in key-to-repaint |"
+    )
     print(f"| quit (`q`) to app gone | {ms(s['quit_app_s'])} | app pid gone, polled every 10 ms |")
-    print(f"| quit (`q`) to app + all {s['probes_at_quit']} probes gone | {ms(s['quit_all_s'])} | "
-          "recorded probe pid/starttime pairs all gone |")
-    print(f"| {n}-node first frame | {ms(s['first_frame_s'])} | one run, header \"ddptui bench32\" |")
-    print(f"\nload average (1 min) at window start/end: "
-          f"{s['loadavg_1m'][0]:.2f} / {s['loadavg_1m'][1]:.2f}; "
-          f"start-up runs (ms): {', '.join(f'{t * 1000:.0f}' for t in startup)}\n")
-    print("`python -X importtime -c 'import ddptui.ui.app'`: five largest cumulative "
-          "(nested rows overlap their parents):\n")
+    print(
+        f"| quit (`q`) to app + all {s['probes_at_quit']} probes gone | {ms(s['quit_all_s'])} | "
+        "recorded probe pid/starttime pairs all gone |"
+    )
+    print(f'| {n}-node first frame | {ms(s["first_frame_s"])} | one run, header "ddptui bench32" |')
+    print(
+        f"\nload average (1 min) at window start/end: "
+        f"{s['loadavg_1m'][0]:.2f} / {s['loadavg_1m'][1]:.2f}; "
+        f"start-up runs (ms): {', '.join(f'{t * 1000:.0f}' for t in startup)}\n"
+    )
+    print(
+        "`python -X importtime -c 'import ddptui.ui.app'`: five largest cumulative "
+        "(nested rows overlap their parents):\n"
+    )
     print("| module | depth | cumulative | self |")
     print("|---|---|---|---|")
     top = sorted((r for r in imp_rows if r[3] != "ddptui.ui.app"), key=lambda r: -r[0])[:5]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from testbed import Testbed
-from textual.widgets import DataTable, Markdown
+from textual.widgets import DataTable
 
 from ddptui.config import load_config
 from ddptui.demo import demo_config
@@ -80,8 +80,7 @@ def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbe
             # the detail pane explains the selected failure
             await pilot.press("n")
             await pilot.pause(0.3)
-            md = app.query_one("#detail", Markdown)
-            assert "PORT-TIMEOUT" in md.source
+            assert "PORT-TIMEOUT" in app.detail_source
             # fix the cluster, re-run the port step only: it turns green, others stay
             testbed.iptables(0, "-F")
             inventory_before = app.results["inventory"]

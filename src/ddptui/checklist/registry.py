@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ddptui import stepmeta
 from ddptui.checklist.base import Step
 from ddptui.checklist.steps.allreduce import AllreduceStep
 from ddptui.checklist.steps.env import EnvStep
@@ -13,8 +14,10 @@ from ddptui.checklist.steps.ssh import SSHStep
 STEPS: dict[str, type[Step]] = {
     cls.id: cls for cls in (SSHStep, InventoryStep, PingStep, PortStep, EnvStep, AllreduceStep)
 }
-ORDER: tuple[str, ...] = tuple(STEPS)
-TITLES: dict[str, str] = {k: v.title for k, v in STEPS.items()}
+ORDER = stepmeta.ORDER
+TITLES = stepmeta.TITLES
+# The plain-data copy that views use must describe exactly these steps.
+assert tuple(STEPS) == ORDER and {k: v.title for k, v in STEPS.items()} == TITLES
 
 
 def parse_steps(spec: str | None) -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ddptui import __version__
-from ddptui.checklist.registry import ORDER
 from ddptui.diagnosis.model import StepResult
+from ddptui.stepmeta import ORDER
 
 
 def first_failure(results: dict[str, StepResult]) -> dict[str, Any] | None:

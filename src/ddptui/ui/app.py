@@ -7,6 +7,8 @@ and receive immutable results through callbacks on the app's own event loop.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,12 +18,12 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Markdown
+from textual.widgets import DataTable, Footer, Static
 
-from ddptui.checklist.registry import ORDER, TITLES
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.model import NodeResult, StepResult
 from ddptui.report.json_report import first_failure, verdict
+from ddptui.stepmeta import ORDER, TITLES
 from ddptui.ui.render import GLYPH, STYLE, banner_text, detail_markdown
 from ddptui.ui.widgets import Banner, HeaderBar, MetricsPane
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from ddptui.checklist.runner import Session
 
 LOG_LINES = 5000
+QUIT_BOUND_S = 8.0
 
 
 class DdptuiApp(App[int]):
@@ -68,6 +71,7 @@ class DdptuiApp(App[int]):
         self.metrics: Any = None  # MetricsModel once connected
         self._streamer: Any = None
         self._quitting = False
+        self.detail_source = ""
 
     # ------------------------------------------------------------------ layout
 
@@ -78,7 +82,7 @@ class DdptuiApp(App[int]):
                 yield DataTable(id="checklist", cursor_type="cell", zebra_stripes=False)
                 yield Banner(id="banner")
                 with VerticalScroll(id="detail-scroll"):
-                    yield Markdown(id="detail")
+                    yield Static(id="detail")
             yield MetricsPane(self.node_names, id="metrics")
         yield Footer()
 
@@ -245,9 +249,18 @@ class DdptuiApp(App[int]):
 
     def _refresh_detail(self) -> None:
         step, node = self._selected()
-        self.query_one("#detail", Markdown).update(
-            detail_markdown(self.results.get(step), TITLES[step], node)
-        )
+        text = detail_markdown(self.results.get(step), TITLES[step], node)
+        if text == self.detail_source:
+            return  # nothing changed: skip the re-render (it is the costly part of a key)
+        self.detail_source = text
+        if not self.results:
+            # First frame: plain text. rich.markdown (markdown-it) loads once there is
+            # something worth formatting, off the start-up path.
+            self.query_one("#detail", Static).update(Text(text))
+            return
+        from rich.markdown import Markdown
+
+        self.query_one("#detail", Static).update(Markdown(text))
 
     def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
         self._refresh_detail()
@@ -391,11 +404,17 @@ class DdptuiApp(App[int]):
 
     async def _stop_and_exit(self) -> None:
         self.workers.cancel_group(self, "steps")
+        # Bounded: if a node does not answer, exiting still closes every lifeline (the
+        # local probes' stdin, the SSH connections), which kills the probes there.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stop_nodes(), QUIT_BOUND_S)
+        self.exit(0)
+
+    async def _stop_nodes(self) -> None:
         if self._streamer is not None:
             await self._streamer.stop()
         if self.session is not None:
             await self.session.close()
-        self.exit(0)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

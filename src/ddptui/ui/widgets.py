@@ -79,7 +79,7 @@ class NodeMetrics(Static):
             return
         cpu = latest.cpu_pct
         lines.append(
-            Text(f"  cpu {cpu:5.1f}% " if cpu is not None else "  cpu   n/a ")
+            Text(f"  {'cpu':<7} {'':2} {f'{cpu:.1f}%' if cpu is not None else 'n/a':>11}  ")
             + Text(sparkline(series.spark("cpu_pct", spark_w), 0, 100), style="cyan")
         )
         lines.append(
@@ -87,7 +87,8 @@ class NodeMetrics(Static):
         )
         if not latest.gpus:
             note = series.hello.note if series.hello is not None and series.hello.note else ""
-            lines.append(Text("  no GPU" + (f" ({note[:60]})" if note else ""), style="dim"))
+            short = note.split(":")[0][: max(10, width - 12)] if note else ""
+            lines.append(Text("  no GPU" + (f" ({short})" if short else ""), style="dim"))
         for g in latest.gpus:
             util = f"{g.util_pct:5.1f}%" if g.util_pct is not None else "  n/a"
             lines.append(
