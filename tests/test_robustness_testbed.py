@@ -49,15 +49,13 @@ def test_ctrl_c_mid_step_exits_130_and_leaves_nothing(testbed: Testbed) -> None:
 
 def test_no_config_value_is_run_by_a_shell(testbed: Testbed, tmp_path: Path) -> None:
     marks = [tmp_path / f"pwned{i}" for i in range(4)]
-    evil_python = f"{testbed.python}; touch {marks[0]}"
-    cfg = testbed.write_config(
-        python=evil_python,
-        env={
+    evil = {
+        "env": {
             "GLOO_SOCKET_IFNAME": "eth0",
             "X": f"$(touch {marks[1]})",
             "Y": f"'; touch {marks[2]}; '",
         },
-        nodes=[
+        "nodes": [
             {
                 "host": n.ip,
                 "name": f"n{n.index}$(touch {marks[3]})",
@@ -67,28 +65,12 @@ def test_no_config_value_is_run_by_a_shell(testbed: Testbed, tmp_path: Path) -> 
             }
             for n in testbed.nodes
         ],
-    )
+    }
+    cfg = testbed.write_config(python=f"{testbed.python}; touch {marks[0]}", **evil)
     run = check(cfg, "--steps", "ssh,inventory")
     assert run.rc == 1
     assert run.first is not None and run.first["finding"] == "NODE-NO-PYTHON"
-    good = testbed.write_config(
-        tmp_path / "good.yaml",
-        env={
-            "GLOO_SOCKET_IFNAME": "eth0",
-            "X": f"$(touch {marks[1]})",
-            "Y": f"'; touch {marks[2]}; '",
-        },
-        nodes=[
-            {
-                "host": n.ip,
-                "name": f"n{n.index}$(touch {marks[3]})",
-                "user": "root",
-                "port": 22,
-                "env": {"Z": f"`touch {marks[3]}`"},
-            }
-            for n in testbed.nodes
-        ],
-    )
+    good = testbed.write_config(tmp_path / "good.yaml", **evil)
     run = check(good, "--steps", "ssh,env")
     env = run.step("env")["nodes"]
     assert run.step("env")["status"] in ("pass", "warn"), run.stdout
