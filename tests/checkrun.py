@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -56,3 +57,30 @@ def assert_nodes_quiet(tb: Testbed, timeout: float = 10) -> None:
     """Nothing ddptui started outlives the run, on any node."""
     left = {n.name: tb.wait_quiet(n.index, timeout) for n in tb.nodes}
     assert not any(left.values()), f"processes left on nodes: {left}"
+
+
+def start_check(config: Path, steps: str) -> subprocess.Popen[str]:
+    """`ddptui check` in the background, returned once the ssh step has finished
+    (connections up, the next step starting)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddptui", "check", str(config), "--steps", steps],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "SSH reachability" in line:
+            break
+    return proc
+
+
+def interrupt(proc: subprocess.Popen[str], within: float) -> str:
+    """Ctrl-C; the run must exit 130 within `within` seconds, without a traceback."""
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=within + 15)
+    assert proc.returncode == 130, out + err
+    assert time.monotonic() - sent < within
+    assert "Traceback" not in out + err
+    return out

@@ -4,13 +4,10 @@ right node and fix; nothing left on any node, on success, failure, deadline and 
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from checkrun import assert_nodes_quiet, check
+from checkrun import assert_nodes_quiet, check, interrupt, start_check
 from testbed import Testbed
 
 pytestmark = pytest.mark.testbed
@@ -115,25 +112,12 @@ def test_blocked_peers_are_named(testbed: Testbed) -> None:
 
 
 def test_ctrl_c_during_allreduce_leaves_nothing(testbed: Testbed) -> None:
-    cfg = testbed.write_config(timeouts={"allreduce": DEADLINE})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddptui", "check", str(cfg), "--steps", "ssh,allreduce"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "SSH reachability" in line:
-            break
+    proc = start_check(testbed.write_config(timeouts={"allreduce": DEADLINE}), "ssh,allreduce")
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and len(testbed.pids(1)) < 3:
         time.sleep(0.1)  # torchrun and its worker are up on node1
     assert len(testbed.pids(1)) >= 3
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 130, out + err
-    assert "Traceback" not in out + err
+    interrupt(proc, within=10)
     assert_nodes_quiet(testbed, timeout=8)
 
 

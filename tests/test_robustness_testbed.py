@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from checkrun import assert_nodes_quiet, check
+from checkrun import assert_nodes_quiet, check, interrupt, start_check
 from testbed import Testbed
 
 from ddptui.checklist.runner import Session
@@ -24,25 +21,10 @@ pytestmark = pytest.mark.testbed
 def test_ctrl_c_mid_step_exits_130_and_leaves_nothing(testbed: Testbed) -> None:
     # A dropped master port keeps the port step busy (connect timeouts) when we interrupt.
     testbed.iptables(0, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29500", "-j", "DROP")
-    cfg = testbed.write_config()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddptui", "check", str(cfg), "--steps", "ssh,port"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "SSH reachability" in line:
-            break
+    proc = start_check(testbed.write_config(), "ssh,port")
     time.sleep(0.8)  # the master listener and the connect probes are running now
     assert any(testbed.pids(0)), "expected ddptui's probes to be running on node0"
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=15)
-    assert proc.returncode == 130, out + err
-    assert time.monotonic() - sent < 6
-    assert "Traceback" not in out + err
+    out = interrupt(proc, within=6)
     assert "interrupted" in out
     assert_nodes_quiet(testbed, timeout=5)
 
