@@ -134,7 +134,7 @@ class DdptuiApp(App[int]):
 
     def _connect(self) -> None:
         self.session = self._make_session()
-        self.run_step_worker("ssh", then_metrics=True)
+        self.run_steps_worker(["ssh"], then_metrics=True)
 
     def _on_node(self, step: str, node: str, result: NodeResult) -> None:
         table = self.query_one("#checklist", DataTable)
@@ -159,14 +159,15 @@ class DdptuiApp(App[int]):
         tag = f"[r{rank}] " if rank is not None else ""
         self.logs.setdefault(node, deque(maxlen=LOG_LINES)).append(tag + line)
 
-    def run_step_worker(self, step_id: str, *, then_metrics: bool = False) -> None:
+    def run_steps_worker(self, step_ids: list[str], *, then_metrics: bool = False) -> None:
+        """The one way steps run: a declared worker, one batch at a time."""
         self.run_worker(
-            self._run_steps([step_id], then_metrics),
-            name=f"step {step_id}",
+            self._run_steps(step_ids, then_metrics),
+            name=f"steps {','.join(step_ids)}",
             group="steps",
             exclusive=True,
             exit_on_error=False,
-            description=f"run the {step_id} step",
+            description=f"run {', '.join(step_ids)}",
         )
 
     async def _run_steps(self, step_ids: list[str], then_metrics: bool = False) -> None:
@@ -271,40 +272,26 @@ class DdptuiApp(App[int]):
 
     # ------------------------------------------------------------------ actions
 
-    def _next_pending(self) -> str | None:
-        return next((s for s in ORDER if s not in self.results), None)
-
     def action_next_step(self) -> None:
-        step = self._next_pending()
-        if step is None:
-            self.notify("Every step has run; r re-runs the selected one.")
-            return
-        if self._busy():
-            return
-        self._move_to(step)
-        self.run_step_worker(step)
+        self._run_pending(first_only=True)
 
     def action_run_all(self) -> None:
-        if self._busy():
-            return
+        self._run_pending(first_only=False)
+
+    def _run_pending(self, *, first_only: bool) -> None:
         todo = [s for s in ORDER if s not in self.results]
         if not todo:
             self.notify("Every step has run; r re-runs the selected one.")
             return
-        self.run_worker(
-            self._run_steps(todo),
-            name="all steps",
-            group="steps",
-            exclusive=True,
-            exit_on_error=False,
-            description="run the remaining steps",
-        )
+        if self._busy():
+            return
+        self.run_steps_worker(todo[:1] if first_only else todo)
 
     def action_rerun(self) -> None:
         if self._busy():
             return
         step, _ = self._selected()
-        self.run_step_worker(step)
+        self.run_steps_worker([step])
 
     def action_skip(self) -> None:
         if self._busy() or self.session is None:
