@@ -36,28 +36,12 @@ print("sum", t.tolist(), flush=True)
 
 
 def block_master_port(tb: Testbed) -> dict[int, dict[str, str]]:
-    tb.iptables(0, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29500", "-j", "DROP")
+    tb.block_port(0)
     return {}
 
 
 def block_peers(tb: Testbed) -> dict[int, dict[str, str]]:
-    tb.iptables(
-        1,
-        "-A",
-        "INPUT",
-        "-i",
-        "eth0",
-        "-s",
-        tb.nodes[2].ip,
-        "-p",
-        "tcp",
-        "--syn",
-        "!",
-        "--dport",
-        "29500",
-        "-j",
-        "DROP",
-    )
+    tb.block_peer(1, src=2)
     return {}
 
 

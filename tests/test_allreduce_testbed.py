@@ -42,7 +42,7 @@ def test_full_checklist_passes_with_verified_allreduce(testbed: Testbed) -> None
 
 
 def test_blocked_master_port_is_diagnosed_at_allreduce_in_time(testbed: Testbed) -> None:
-    testbed.iptables(0, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29500", "-j", "DROP")
+    testbed.block_port(0)
     run = check(testbed.write_config(timeouts={"allreduce": DEADLINE}), "--steps", "ssh,allreduce")
     assert run.rc == 1
     assert run.first is not None and run.first["step"] == "allreduce"
@@ -85,24 +85,7 @@ def test_missing_gloo_interface_names_the_node(testbed: Testbed) -> None:
 
 
 def test_blocked_peers_are_named(testbed: Testbed) -> None:
-    n2 = testbed.nodes[2].ip
-    testbed.iptables(
-        1,
-        "-A",
-        "INPUT",
-        "-i",
-        "eth0",
-        "-s",
-        n2,
-        "-p",
-        "tcp",
-        "--syn",
-        "!",
-        "--dport",
-        "29500",
-        "-j",
-        "DROP",
-    )
+    testbed.block_peer(1, src=2)
     run = check(testbed.write_config(timeouts={"allreduce": 20}), "--steps", "ssh,allreduce")
     assert run.rc == 1
     assert run.first is not None and run.first["step"] == "allreduce"

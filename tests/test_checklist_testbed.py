@@ -216,20 +216,7 @@ def test_icmp_filtered_is_not_a_failure(testbed: Testbed) -> None:
     [("DROP", "PORT-TIMEOUT"), ("REJECT", "PORT-REFUSED")],
 )
 def test_master_port_blocked(testbed: Testbed, target: str, finding_id: str) -> None:
-    testbed.iptables(
-        0,
-        "-A",
-        "INPUT",
-        "-i",
-        "eth0",
-        "-p",
-        "tcp",
-        "--dport",
-        "29500",
-        "-j",
-        target,
-        *(["--reject-with", "tcp-reset"] if target == "REJECT" else []),
-    )
+    testbed.block_port(0, target=target)
     run = check(testbed.write_config(), "--steps", STEPS5)
     assert run.rc == 1
     assert run.first is not None

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.testbed
 
 def test_ctrl_c_mid_step_exits_130_and_leaves_nothing(testbed: Testbed) -> None:
     # A dropped master port keeps the port step busy (connect timeouts) when we interrupt.
-    testbed.iptables(0, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29500", "-j", "DROP")
+    testbed.block_port(0)
     proc = start_check(testbed.write_config(), "ssh,port")
     time.sleep(0.8)  # the master listener and the connect probes are running now
     assert any(testbed.pids(0)), "expected ddptui's probes to be running on node0"

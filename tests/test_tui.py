@@ -63,7 +63,7 @@ def test_demo_connects_then_waits_and_walks_steps() -> None:
 
 @pytest.mark.testbed
 def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbed) -> None:
-    testbed.iptables(0, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "29500", "-j", "DROP")
+    testbed.block_port(0)
     cfg = load_config(testbed.write_config())
 
     async def scenario() -> None:

@@ -719,6 +719,35 @@ class Testbed:
             f.truncate(0)
             f.write(text)
 
+    def block_port(self, i: int, port: int = 29500, target: str = "DROP") -> None:
+        """Node i's firewall drops (or rejects) TCP to `port` arriving on eth0: the classic
+        blocked MASTER_PORT. Its own loopback traffic is untouched."""
+        extra = ["--reject-with", "tcp-reset"] if target == "REJECT" else []
+        self.iptables(
+            i, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", str(port), "-j", target, *extra
+        )
+
+    def block_peer(self, dst: int, src: int, except_port: int = 29500) -> None:
+        """Node dst drops new TCP connections from node src on every port but `except_port`
+        (MASTER_PORT stays open): the pair NCCL/gloo need is cut, the store is not."""
+        self.iptables(
+            dst,
+            "-A",
+            "INPUT",
+            "-i",
+            "eth0",
+            "-s",
+            self.nodes[src].ip,
+            "-p",
+            "tcp",
+            "--syn",
+            "!",
+            "--dport",
+            str(except_port),
+            "-j",
+            "DROP",
+        )
+
     def hold_port(self, i: int, port: int, addr: str = "0.0.0.0") -> subprocess.Popen[str]:  # noqa: S104
         """Start a listener on addr:port inside node i and return once it listens.
 
