@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed import Testbed
+from testbed import Testbed, describe_pid
 
 
 @dataclass
@@ -56,7 +56,8 @@ def check(config: Path, *args: str, timeout: float = 120) -> CheckRun:
 def assert_nodes_quiet(tb: Testbed, timeout: float = 10) -> None:
     """Nothing ddptui started outlives the run, on any node."""
     left = {n.name: tb.wait_quiet(n.index, timeout) for n in tb.nodes}
-    assert not any(left.values()), f"processes left on nodes: {left}"
+    shown = {name: [describe_pid(p) for p in pids] for name, pids in left.items() if pids}
+    assert not shown, f"processes left on nodes: {shown}"
 
 
 def start_check(config: Path, steps: str) -> subprocess.Popen[str]:

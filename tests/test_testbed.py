@@ -15,6 +15,7 @@ from testbed import (
     DELETE,
     Testbed,
     TestbedBusy,
+    describe_pid,
     is_alive,
     iter_leftovers,
     netns_pids,
@@ -112,7 +113,9 @@ def test_shape(shared_testbed: Testbed) -> None:
     assert [n.ip for n in tb.nodes] == [f"{tb.subnet}.{k}" for k in (1, 2, 3)]
     assert len({n.ns for n in tb.nodes}) == 3
     assert all(is_alive(n.sshd_pid) for n in tb.nodes)
-    assert all(tb.pids(i) == [] for i in range(3))  # a fresh testbed is quiet
+    # A fresh testbed is quiet (start-up's readiness connections have been let go).
+    left = {i: [describe_pid(p) for p in tb.wait_quiet(i, timeout=5)] for i in range(3)}
+    assert left == {0: [], 1: [], 2: []}
 
 
 def test_ssh_runs_on_each_node_with_its_own_hostname(shared_testbed: Testbed) -> None:

@@ -149,6 +149,15 @@ def netns_pids(ns: str) -> list[int]:
     return sorted(pids)
 
 
+def describe_pid(pid: int) -> str:
+    """`pid: command line` for an assertion message (the pid alone tells nothing)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"{pid}: (gone)"
+    return f"{pid}: " + " ".join(a.decode(errors="replace") for a in argv if a)[:160]
+
+
 def kill_and_wait(pids: Sequence[int], timeout: float = 5) -> list[int]:
     """SIGKILL each pid and wait until none is alive; return the survivors."""
     for pid in pids:
@@ -338,7 +347,7 @@ class Testbed:
         # The readiness probes each made sshd fork a pre-auth child; let those exit so a
         # fresh testbed reports pids(i) == [] and tests can assert "nothing left".
         for i in range(self.n):
-            self.wait_quiet(i, timeout=5)
+            self.wait_quiet(i, timeout=10)
 
     def down(self) -> None:
         """Stop everything this testbed started and delete its namespaces and links.
