@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,10 @@ def _in_ci() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Sessions autosave under $XDG_STATE_HOME: keep the suite's out of the user's home
+    # (subprocesses inherit it; tests find the autosaves there).
+    if not os.environ.get("DDPTUI_TEST_KEEP_STATE"):
+        os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="ddptui-test-state-")
     config.addinivalue_line(
         "markers", "testbed: needs the network-namespace testbed (root, iproute2, sshd)"
     )

@@ -13,6 +13,8 @@ import pytest
 from checkrun import assert_nodes_quiet, check
 from testbed import Testbed
 
+from ddptui.report.autosave import sessions_dir
+
 pytestmark = pytest.mark.testbed
 STEPS5 = "ssh,inventory,ping,port,env"
 
@@ -29,6 +31,11 @@ def test_healthy_cluster_passes_every_step_fast(testbed: Testbed) -> None:
         n.hostname for n in testbed.nodes
     }
     assert "PASS" in run.stdout
+    # The session saved itself, and the saved copy is the report.
+    saved = Path(run.stdout.split("session saved: ", 1)[1].split()[0])
+    assert saved.parent == sessions_dir()
+    assert json.loads(saved.read_text()) == run.report
+    assert run.report["session"]["autosave"] == str(saved)
     assert_nodes_quiet(testbed)
 
 

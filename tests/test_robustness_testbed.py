@@ -4,6 +4,7 @@ Ctrl-C stops cleanly; no config value is ever run as shell code."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
@@ -26,6 +27,9 @@ def test_ctrl_c_mid_step_exits_130_and_leaves_nothing(testbed: Testbed) -> None:
     assert any(testbed.pids(0)), "expected ddptui's probes to be running on node0"
     out = interrupt(proc, within=6)
     assert "interrupted" in out
+    # What was diagnosed before the interrupt is saved: the ssh step at least.
+    saved = json.loads(Path(out.split("session saved: ", 1)[1].split()[0]).read_text())
+    assert saved["steps"][0]["id"] == "ssh" and saved["steps"][0]["status"] == "pass"
     assert_nodes_quiet(testbed, timeout=5)
 
 

@@ -4,7 +4,9 @@ with the first failure and its fix, re-running a step after the fault is removed
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +44,43 @@ def banner(app: DdptuiApp) -> str:
     return str(app.query_one(Banner).render())
 
 
+def screen_state(app: DdptuiApp) -> dict[str, Any]:
+    """What a person sees: every checklist cell, the banner, the header's verdict."""
+    table = app.query_one("#checklist", DataTable)
+    cells = {
+        (step, col): str(table.get_cell(step, col))
+        for step in app.results
+        for col in ["status", *app.node_names]
+    }
+    return {"cells": cells, "banner": banner(app), "verdict": app._verdict()}
+
+
+async def replay_state(path: Path, node: str) -> tuple[dict[str, Any], list[str], str]:
+    """Open a saved session in the replay TUI: its screen state, the node's log screen
+    lines, and the detail pane at the first failure (where replay lands)."""
+    from textual.widgets import Log
+
+    from ddptui.report.schema import load_report
+
+    app = DdptuiApp.replay(load_report(path), str(path))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.2)
+        state = screen_state(app)
+        detail = app.detail_source
+        table = app.query_one("#checklist", DataTable)
+        table.move_cursor(column=2 + app.node_names.index(node))
+        await pilot.press("l")
+        await pilot.pause(0.3)
+        log = app.screen.query_one(Log)
+        lines = [str(log.lines[i]) for i in range(log.line_count)]
+        await pilot.press("escape")
+        await pilot.press("r")  # read-only: nothing runs
+        await pilot.pause(0.1)
+        assert app.session is None and app.running is None
+        await pilot.press("q")
+    return state, lines, detail
+
+
 def test_demo_connects_then_waits_and_walks_steps() -> None:
     async def scenario() -> None:
         app = DdptuiApp(demo_config(), "<embedded demo>")
@@ -77,6 +116,16 @@ def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbe
             text = banner(app)
             assert "FAIL at port" in text and "node1" in text and "Fix:" in text
             assert "29500" in text
+            # The session saved itself: replayed, it shows the same failure and fix.
+            assert app.saver is not None and app.saver.path.exists()
+            seen = screen_state(app)
+            app._move_to("port", 2 + app.node_names.index("node1"))  # where replay lands
+            await pilot.pause(0.2)
+            detail = app.detail_source
+            replayed, _, replay_detail = await replay_state(app.saver.path, "node1")
+            assert replayed["cells"] == seen["cells"]
+            assert replayed["banner"] == seen["banner"] and replayed["verdict"] == "fail"
+            assert replay_detail == detail
             # the detail pane explains the selected failure
             await pilot.press("n")
             await pilot.pause(0.3)
@@ -120,9 +169,21 @@ def test_healthy_testbed_all_green_with_live_metrics(testbed: Testbed) -> None:
 
             log = app.screen.query_one(Log)
             assert log.line_count > 10, (len(app.logs["node0"]), log.line_count, app._selected())
+            live_log = [str(log.lines[i]) for i in range(log.line_count)]
             await pilot.press("escape")
+            seen = screen_state(app)
             await pilot.press("q")
             await wait_for(pilot, lambda: not app.is_running, 20)
+        # Replayed from the autosave: same checklist, same verdict, same log, and the
+        # metrics timeline is there.
+        assert app.saver is not None
+        saved = json.loads(app.saver.path.read_text())
+        assert set(saved["metrics"]["nodes"]) == {"node0", "node1", "node2"}
+        assert all(len(n["samples"]) >= 2 for n in saved["metrics"]["nodes"].values())
+        replayed, replay_log, _ = await replay_state(app.saver.path, "node0")
+        assert replayed["cells"] == seen["cells"] and replayed["banner"] == seen["banner"]
+        n = min(len(live_log), 300)  # a session keeps each node's last 300 lines
+        assert replay_log[-n:] == live_log[-n:]
 
     asyncio.run(scenario())
     left = {n.name: testbed.wait_quiet(n.index, 10) for n in testbed.nodes}

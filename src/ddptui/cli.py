@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 import click
@@ -86,6 +87,11 @@ def open_cmd(config: str | None) -> None:
 @click.option("--html", "html_path", metavar="P", help="Write an HTML report to P.")
 @click.option("--steps", metavar="a,b", help="Only these steps (ssh is always run).")
 @click.option("--timeout", type=float, metavar="S", help="Per-step timeout in seconds.")
+@click.option(
+    "--metrics/--no-metrics",
+    default=True,
+    help="Stream the nodes' GPU/CPU/NIC metrics into the report (default: on).",
+)
 def check(
     config: str | None,
     json_path: str | None,
@@ -93,6 +99,7 @@ def check(
     html_path: str | None,
     steps: str | None,
     timeout: float | None,
+    metrics: bool,
 ) -> None:
     """Run the checklist headless; exit 0 when every step passes, 1 when one fails."""
     cfg, source = _load(config)
@@ -106,7 +113,23 @@ def check(
         step_ids = parse_steps(steps)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--steps") from None
-    sys.exit(_run_check(cfg, source, step_ids, json_path, md_path, html_path))
+    for option, path in (("--json", json_path), ("--markdown", md_path), ("--html", html_path)):
+        if path and path != "-" and (problem := _unwritable(path)):
+            raise click.BadParameter(problem, param_hint=option)
+    sys.exit(_run_check(cfg, source, step_ids, json_path, md_path, html_path, metrics=metrics))
+
+
+def _unwritable(path: str) -> str | None:
+    """Why a report cannot be written to path (checked before a run, not after it)."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        return f"{path} is a directory; give a file name"
+    parent = target.parent
+    if not parent.is_dir():
+        return f"directory {parent} does not exist"
+    if not os.access(parent, os.W_OK):
+        return f"directory {parent} is not writable"
+    return None
 
 
 @main.command()
@@ -120,9 +143,76 @@ def validate(config: str) -> None:
 
 
 @main.command()
-def schema() -> None:
-    """Print the JSON Schema of cluster.yaml."""
+@click.option("--report", "of_report", is_flag=True, help="The report JSON's schema instead.")
+def schema(of_report: bool) -> None:
+    """Print the JSON Schema of cluster.yaml (or, with --report, of the report JSON)."""
+    if of_report:
+        from ddptui.report.schema import report_schema
+
+        click.echo(json.dumps(report_schema(), indent=2))
+        return
     click.echo(json.dumps(json_schema(), indent=2))
+
+
+def _load_session(path: str) -> dict[str, Any]:
+    from ddptui.report.schema import ReportError, load_report
+
+    try:
+        return load_report(path)
+    except ReportError as exc:
+        click.secho(f"ddptui: {exc}", fg="red", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+@main.command()
+@click.argument("session")
+@click.option("--markdown", "md_path", metavar="P", help="Write Markdown to P ('-' = stdout).")
+@click.option("--html", "html_path", metavar="P", help="Write HTML to P ('-' = stdout).")
+@click.option("--json", "json_path", metavar="P", help="Write the JSON again to P ('-' = stdout).")
+def report(session: str, md_path: str | None, html_path: str | None, json_path: str | None) -> None:
+    """Convert a saved session (or `check --json` report) to Markdown / HTML.
+
+    With no option, the Markdown goes to stdout. Sessions are autosaved under
+    $XDG_STATE_HOME/ddptui/sessions (default ~/.local/state/ddptui/sessions).
+    """
+    from ddptui.report.export import render, write_report
+
+    data = _load_session(session)
+    outputs = [("markdown", md_path), ("html", html_path), ("json", json_path)]
+    if not any(p for _, p in outputs):
+        outputs = [("markdown", "-")]
+    for fmt, path in outputs:
+        if path and path != "-" and (problem := _unwritable(path)):
+            raise click.BadParameter(problem, param_hint=f"--{fmt}")
+    for fmt, path in outputs:
+        if not path:
+            continue
+        if path == "-":
+            sys.stdout.write(render(data, fmt))
+            continue
+        try:
+            written = write_report(data, fmt, path)
+        except OSError as exc:
+            click.secho(f"ddptui: cannot write {path}: {exc.strerror or exc}", fg="red", err=True)
+            sys.exit(EXIT_USAGE)
+        click.echo(f"{fmt}: {written}", err=True)
+
+
+@main.command()
+@click.argument("session")
+def replay(session: str) -> None:
+    """Reopen a saved session in the TUI, read-only: checklist, findings, logs, metrics."""
+    data = _load_session(session)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        click.secho("ddptui replay needs a terminal; `ddptui report` converts a session.", err=True)
+        sys.exit(EXIT_USAGE)
+    from ddptui.ui.app import DdptuiApp
+
+    try:
+        code = DdptuiApp.replay(data, session).run()
+    except Exception:  # noqa: BLE001 - last resort: a bug in ddptui is exit 3, not a traceback
+        sys.exit(_internal_error())
+    sys.exit(code or 0)
 
 
 # --------------------------------------------------------------------------- check
@@ -135,6 +225,8 @@ def _run_check(
     json_path: str | None,
     md_path: str | None,
     html_path: str | None,
+    *,
+    metrics: bool = True,
 ) -> int:
     from ddptui.checklist.registry import ORDER
     from ddptui.headless import HeadlessPrinter
@@ -143,17 +235,22 @@ def _run_check(
     out = sys.stderr if json_path == "-" else sys.stdout
     printer = HeadlessPrinter(cfg, source, step_ids, out)
     try:
-        report, interrupted = asyncio.run(_session(cfg, source, step_ids, printer))
+        report, interrupted, saver = asyncio.run(
+            _session(cfg, source, step_ids, printer, metrics=metrics)
+        )
     except Exception:  # noqa: BLE001 - last resort: a bug in ddptui is exit 3, not a traceback
         return _internal_error()
     if interrupted:
         printer.interrupted()
+        printer.saved(saver)
         return EXIT_INTERRUPTED
     printer.summary(report)
+    printer.saved(saver)
     try:
         _write_reports(report, json_path, md_path, html_path)
     except OSError as exc:
-        click.secho(f"ddptui: cannot write the report: {exc}", fg="red", err=True)
+        where = f" (the session is saved in {saver.path})" if saver.saves else ""
+        click.secho(f"ddptui: cannot write the report: {exc}{where}", fg="red", err=True)
         return EXIT_USAGE
     if report["verdict"] == "fail":
         return EXIT_FAIL
@@ -163,12 +260,22 @@ def _run_check(
 
 
 async def _session(
-    cfg: ClusterConfig, source: str, step_ids: list[str], printer: Any
-) -> tuple[dict[str, Any], bool]:
+    cfg: ClusterConfig, source: str, step_ids: list[str], printer: Any, *, metrics: bool = True
+) -> tuple[dict[str, Any], bool, Any]:
     from ddptui.checklist.runner import Session
+    from ddptui.report.autosave import Autosaver
     from ddptui.report.json_report import build_report
 
-    session = Session(cfg, source, on_node=printer.node, on_step=printer.step)
+    saver = Autosaver(cfg.name)
+    model: Any = None
+    streamer: Any = None
+
+    def on_step(result: Any) -> None:
+        printer.step(result)
+        saver.save(build_report(session, metrics=model))
+
+    session = Session(cfg, source, on_node=printer.node, on_step=on_step)
+    session.info = saver.info
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     interrupted = False
@@ -183,16 +290,35 @@ async def _session(
         loop.add_signal_handler(sig, _interrupt)
     try:
         printer.start()
-        await session.run(step_ids)
+        for step_id in step_ids:
+            await session.run_step(step_id)
+            if step_id == "ssh" and metrics and streamer is None:
+                model, streamer = await _start_metrics(cfg, session)
     except asyncio.CancelledError:
         if not interrupted:
             raise
     finally:
         # Whatever happened, nothing we started may outlive us on any node.
+        if streamer is not None:
+            await asyncio.shield(streamer.stop())
         await asyncio.shield(session.close())
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    return build_report(session), interrupted
+    report = build_report(session, metrics=model)
+    saver.save(report)
+    return report, interrupted, saver
+
+
+async def _start_metrics(cfg: ClusterConfig, session: Any) -> tuple[Any, Any]:
+    """The nodes' metrics, streamed for the rest of the run (for the report's timeline)."""
+    from ddptui.checklist.metrics_stream import MetricsStreamer
+    from ddptui.metrics import MetricsModel
+
+    reachable = {n: t for n, t in session.transports.items() if n not in session.ctx.unreachable}
+    model = MetricsModel([t.name for t in session.targets])
+    streamer = MetricsStreamer(reachable, model, interval=cfg.metrics_interval)
+    await streamer.start()
+    return model, streamer
 
 
 def _write_reports(

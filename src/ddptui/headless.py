@@ -99,5 +99,11 @@ class HeadlessPrinter:
             self._echo(f"  ({len(others)} more error finding(s) above; --json for all)")
         self._echo(f"diagnosed in {took:.1f}s")
 
+    def saved(self, saver: Any) -> None:
+        if saver.error:
+            self._echo(f"warning: {saver.error}", fg="yellow")
+        elif saver.saves:
+            self._echo(f"session saved: {saver.path}", dim=True)
+
     def interrupted(self) -> None:
         self._echo("\ninterrupted: stopped everything ddptui started on the nodes", fg="yellow")

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 WINDOW_S = 60.0
 BUSY_S = 5.0  # "which NIC carries the allreduce" looks at this many recent seconds
 MAX_SAMPLES = 20_000  # hard bound per node, whatever the interval
+HISTORY_MAX = 600  # the session's timeline kept per node for reports: at most 2x this
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 STATES = ("connecting", "live", "lost", "stopped")
 HOST_FIELDS = ("cpu_pct", "mem_used", "load1", "probe_cpu_ms")
@@ -271,6 +272,13 @@ class NodeSeries(_Queries):
     samples: deque[NodeSample] = field(
         default_factory=lambda: deque(maxlen=MAX_SAMPLES), init=False, repr=False
     )
+    # The whole session, downsampled: raw sample records, every `_stride`-th one kept;
+    # when the list reaches 2 x HISTORY_MAX every other entry goes and the stride doubles
+    # (bounded memory, evenly spaced whatever the session's length).
+    history: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)
+    hello_record: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _stride: int = field(default=1, init=False, repr=False)
+    _seen: int = field(default=0, init=False, repr=False)
     _view: NodeView | None = field(default=None, init=False, repr=False)
 
     def _changed(self) -> None:
@@ -283,9 +291,11 @@ class NodeSeries(_Queries):
         sample = NodeSample.from_record(rec) if rec.get("kind") == "sample" else None
         if rec.get("kind") == "hello":
             self.hello = NodeHello.from_record(rec)
+            self.hello_record = dict(rec)
         elif sample is None:
             return
         else:
+            self._keep(rec)
             if self.samples and sample.t < self.samples[-1].t - 1.0:
                 self.samples.clear()  # the node's clock stepped back: a gap, not a tangle
             self.samples.append(sample)
@@ -294,6 +304,23 @@ class NodeSeries(_Queries):
         self.state, self.lost_since, self.lost_why, self.retry_delay_s = "live", None, None, None
         self.retries = 0
         self._changed()
+
+    def _keep(self, rec: Mapping[str, Any]) -> None:
+        if self._seen % self._stride == 0:
+            self.history.append(dict(rec))
+            if len(self.history) >= 2 * HISTORY_MAX:
+                del self.history[1::2]
+                self._stride *= 2
+        self._seen += 1
+
+    def export(self, max_samples: int = HISTORY_MAX) -> dict[str, Any]:
+        """The session's timeline for a report: the hello record and at most
+        max_samples sample records, evenly spaced, oldest first."""
+        samples = self.history
+        if len(samples) > max_samples:
+            step = len(samples) / max_samples
+            samples = [samples[int(i * step)] for i in range(max_samples)]
+        return {"hello": self.hello_record, "samples": list(samples)}
 
     def mark_lost(self, why: str) -> None:
         if self.state != "lost":
@@ -357,6 +384,40 @@ class MetricsModel:
     def snapshot_if_changed(self, seen_version: int) -> MetricsSnapshot | None:
         """For a ~2 Hz repaint timer: a snapshot only when something changed since."""
         return None if self.version == seen_version else self.snapshot()
+
+    def export(self, interval_s: float, max_samples: int = HISTORY_MAX) -> dict[str, Any]:
+        """The session's metrics for a report (docs/report-format.md, `metrics`)."""
+        return {
+            "interval_s": interval_s,
+            "nodes": {name: s.export(max_samples) for name, s in self._series.items()},
+        }
+
+    @classmethod
+    def from_export(cls, data: Mapping[str, Any], names: Sequence[str] = ()) -> MetricsModel:
+        """A saved session's metrics, for replay: the window spans the whole timeline,
+        so the sparklines show the session from its first sample to its last."""
+        nodes = data.get("nodes") if isinstance(data, Mapping) else None
+        nodes = nodes if isinstance(nodes, Mapping) else {}
+        times = [
+            t
+            for n in nodes.values()
+            if isinstance(n, Mapping) and isinstance(n.get("samples"), list)
+            for rec in n["samples"]
+            if isinstance(rec, Mapping) and (t := _num(rec.get("t"))) is not None
+        ]
+        window = max(WINDOW_S, (max(times) - min(times)) + 1.0) if times else WINDOW_S
+        model = cls([*names, *(str(n) for n in nodes if n not in names)], window=window)
+        for name, node in nodes.items():
+            if not isinstance(node, Mapping):
+                continue
+            series = model.series(str(name))
+            if isinstance(node.get("hello"), Mapping):
+                series.add({**node["hello"], "kind": "hello"})
+            for rec in node.get("samples") or ():
+                if isinstance(rec, Mapping):
+                    series.add({**rec, "kind": "sample"})
+            series.state = "stopped"
+        return model
 
 
 def sparkline(

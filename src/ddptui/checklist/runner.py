@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from ddptui.transport.base import NodeTarget, Transport
 
 StepCallback = Callable[[StepResult], None]
 STEP_SLACK_S = 15.0  # on top of the per-probe timeout: a step runs a few probes in sequence
+LOG_LINES = 5000  # per node: the allreduce stream kept for the log view and the report
 
 
 def targets_from(config: ClusterConfig) -> list[NodeTarget]:
@@ -50,9 +52,16 @@ class Session:
     transports: dict[str, Transport] = field(default_factory=dict)
     started_at: str = field(default_factory=utcnow)
     finished_at: str | None = None
+    info: dict[str, str] | None = None  # where the session is autosaved (report `session`)
 
     def __post_init__(self) -> None:
         self.targets = targets_from(self.config)
+        # Each node's log (the allreduce stream, "[rRANK] " before a rank's lines), bounded;
+        # every line was redacted on the node.
+        self.logs: dict[str, deque[str]] = {t.name: deque(maxlen=LOG_LINES) for t in self.targets}
+        self.log_counts: dict[str, int] = dict.fromkeys(self.logs, 0)
+        self._started = time.monotonic()
+        self.elapsed_s = 0.0  # until the last step finished
         if not self.transports:
             self.transports = make_transports(self.config, self.targets)
         self.ctx = StepContext(
@@ -61,8 +70,15 @@ class Session:
             transports=self.transports,
             salt=secrets.token_hex(8),
             on_node=self.on_node,
-            on_log=self.on_log,
+            on_log=self._log,
         )
+
+    def _log(self, node: str, rank: int | None, stream: str, line: str) -> None:
+        tag = f"[r{rank}] " if rank is not None else ""
+        self.logs.setdefault(node, deque(maxlen=LOG_LINES)).append(tag + line)
+        self.log_counts[node] = self.log_counts.get(node, 0) + 1
+        if self.on_log is not None:
+            self.on_log(node, rank, stream, line)
 
     @property
     def results(self) -> dict[str, StepResult]:
@@ -80,6 +96,8 @@ class Session:
         except asyncio.TimeoutError:
             result = self._timed_out(step_id, limit, time.monotonic() - started)
         self.ctx.results[step_id] = result
+        self.finished_at = utcnow()
+        self.elapsed_s = time.monotonic() - self._started
         if self.on_step is not None:
             self.on_step(result)
         return result

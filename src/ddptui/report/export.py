@@ -10,7 +10,8 @@ from typing import Any
 FORMATS = ("json", "markdown", "html")
 
 
-def render(report: dict[str, Any], fmt: str) -> str:
+def render(report: dict[str, Any], fmt: str, *, screenshot_svg: str | None = None) -> str:
+    """The report as text; an HTML report embeds screenshot_svg (the TUI at export time)."""
     if fmt == "json":
         return json.dumps(report, indent=2) + "\n"
     if fmt == "markdown":
@@ -20,22 +21,26 @@ def render(report: dict[str, Any], fmt: str) -> str:
     if fmt == "html":
         from ddptui.report.html import render_html
 
-        return render_html(report)
+        return render_html(report, screenshot_svg=screenshot_svg)
     raise ValueError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str, mode: int | None = None) -> None:
     """Readers never see half a file: write a temp file beside it, then rename."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")
+        if mode is not None:
+            tmp.chmod(mode)
         tmp.replace(path)
     finally:
         if tmp.exists():
             tmp.unlink()
 
 
-def write_report(report: dict[str, Any], fmt: str, path: str | Path) -> Path:
+def write_report(
+    report: dict[str, Any], fmt: str, path: str | Path, *, screenshot_svg: str | None = None
+) -> Path:
     target = Path(path).expanduser()
-    atomic_write(target, render(report, fmt))
+    atomic_write(target, render(report, fmt, screenshot_svg=screenshot_svg))
     return target

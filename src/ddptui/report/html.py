@@ -17,7 +17,7 @@ pre{background:#f6f8fa;padding:.6em;overflow-x:auto}
 """
 
 
-def render_html(report: dict[str, Any]) -> str:
+def render_html(report: dict[str, Any], screenshot_svg: str | None = None) -> str:
     e = html.escape
     name = report.get("cluster") or report.get("config")
     out = [

@@ -1,15 +1,25 @@
-"""The report as a JSON-ready dict, per CONTRACT.md."""
+"""The report as a JSON-ready dict: CONTRACT.md's core plus docs/report-format.md."""
 
 from __future__ import annotations
 
+import platform
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddptui import __version__
 from ddptui.diagnosis.model import StepResult
 from ddptui.stepmeta import ORDER
 
+SCHEMA_VERSION = 1
+EXCERPT_CONTEXT = 5  # log lines kept before and after a line a finding quotes
+EXCERPTS_PER_NODE = 12
+TAIL_LINES = 300
+VERSION_FACTS = ("python", "torch", "torch_cuda", "nccl", "driver", "kernel", "os")
 
-def first_failure(results: dict[str, StepResult]) -> dict[str, Any] | None:
+
+def first_failure(results: Mapping[str, StepResult]) -> dict[str, Any] | None:
     """The earliest step (checklist order) whose status is fail, and its most specific finding."""
     for step_id in ORDER:
         result = results.get(step_id)
@@ -35,22 +45,7 @@ def first_failure(results: dict[str, StepResult]) -> dict[str, Any] | None:
     return None
 
 
-def build_report(session: Any) -> dict[str, Any]:
-    results: dict[str, StepResult] = session.results
-    return {
-        "ddptui_version": __version__,
-        "config": session.config_path,
-        "cluster": session.config.name,
-        "started_at": session.started_at,
-        "finished_at": session.finished_at,
-        "nodes": [{"name": t.name, "host": t.host, "rank": t.rank} for t in session.targets],
-        "steps": [results[s].to_dict() for s in ORDER if s in results],
-        "first_failure": first_failure(results),
-        "verdict": verdict(results),
-    }
-
-
-def verdict(results: dict[str, StepResult]) -> str:
+def verdict(results: Mapping[str, StepResult]) -> str:
     statuses = {r.status for r in results.values()}
     if "fail" in statuses:
         return "fail"
@@ -59,3 +54,189 @@ def verdict(results: dict[str, StepResult]) -> str:
     if "warn" in statuses:
         return "warn"
     return "pass"
+
+
+def build_report(
+    session: Any,
+    *,
+    metrics: Any = None,
+    logs: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Any]:
+    """Everything a session knows, as one document. `metrics` is a MetricsModel (the
+    TUI's or check's live metrics); `logs` defaults to the session's own."""
+    results: dict[str, StepResult] = session.results
+    steps = [results[s].to_dict() for s in ORDER if s in results]
+    names = [t.name for t in session.targets]
+    node_logs = logs if logs is not None else getattr(session, "logs", {})
+    counts = getattr(session, "log_counts", {})
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "ddptui_version": __version__,
+        "config": session.config_path,
+        "cluster": session.config.name,
+        "started_at": session.started_at,
+        "finished_at": session.finished_at,
+        "nodes": [{"name": t.name, "host": t.host, "rank": t.rank} for t in session.targets],
+        "master": {"addr": session.config.master.addr, "port": session.config.master.port},
+        "steps": steps,
+        "first_failure": first_failure(results),
+        "verdict": verdict(results),
+        "timings": {
+            "total_s": round(float(getattr(session, "elapsed_s", 0.0)), 3),
+            "steps": {s["id"]: s["duration_s"] for s in steps},
+        },
+        "versions": versions(steps, names),
+        "tables": tables(steps, names),
+        "logs": log_excerpts(steps, node_logs, counts),
+        "metrics": (
+            metrics.export(session.config.metrics_interval) if metrics is not None else None
+        ),
+    }
+    session_info = getattr(session, "info", None)
+    if session_info:
+        report["session"] = dict(session_info)
+    return report
+
+
+# --------------------------------------------------------------------------- derived tables
+
+
+def _step(steps: Iterable[Mapping[str, Any]], step_id: str) -> Mapping[str, Any] | None:
+    return next((s for s in steps if s.get("id") == step_id), None)
+
+
+def versions(steps: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    inv = _step(steps, "inventory")
+    per_node: dict[str, dict[str, Any]] = {}
+    if inv is not None:
+        for name in names:
+            data = (inv.get("nodes", {}).get(name) or {}).get("data") or {}
+            if data:
+                per_node[name] = {k: data.get(k) for k in VERSION_FACTS}
+    return {
+        "ddptui": __version__,
+        "login_python": platform.python_version(),
+        "nodes": per_node,
+    }
+
+
+def _odd(values: Mapping[str, Any]) -> list[str]:
+    """The node(s) whose value differs from the majority (all of them on a tie)."""
+    keyed = {n: repr(v) for n, v in values.items()}
+    counts = Counter(keyed.values())
+    if len(counts) < 2:
+        return []
+    top = counts.most_common()
+    if top[0][1] == top[1][1]:
+        return sorted(values)  # no majority: every node is "the odd one"
+    return [n for n, k in keyed.items() if k != top[0][0]]
+
+
+def tables(steps: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    inv = _step(steps, "inventory")
+    skew_src = ((inv or {}).get("data") or {}).get("skew") or {}
+    skew = []
+    for fact, raw in skew_src.items():
+        if isinstance(raw, Mapping):
+            values = {n: raw.get(n) for n in names if n in raw}
+            skew.append({"fact": fact, "values": values, "odd": _odd(values)})
+    env = _step(steps, "env")
+    diff = ((env or {}).get("data") or {}).get("diff") or {}
+    env_diff = [
+        {"name": var, "values": {n: dict(values).get(n) for n in names}}
+        for var, values in diff.items()
+        if isinstance(values, Mapping)
+    ]
+    return {"skew": skew, "env_diff": env_diff, "allreduce": _allreduce_table(steps)}
+
+
+def _allreduce_table(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    ar = _step(steps, "allreduce")
+    data = (ar or {}).get("data") or {}
+    if not data:
+        return None
+    rows = [r for r in data.get("bandwidth") or [] if isinstance(r, Mapping)]
+    values = sorted(float(r.get("busbw_gbps") or 0.0) for r in rows)
+    median = values[len(values) // 2] if values else 0.0
+    if len(values) % 2 == 0 and values:
+        median = (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+    slowest = min(rows, key=lambda r: float(r.get("busbw_gbps") or 0.0)) if rows else None
+    ranks = []
+    for r in rows:
+        row = {
+            k: r.get(k)
+            for k in ("rank", "node", "bytes", "busbw_gbps", "algbw_gbps", "link_gbps")
+            if k in r
+        }
+        busbw = float(r.get("busbw_gbps") or 0.0)
+        row["straggler"] = len(rows) > 1 and busbw < median / 2
+        row["slowest"] = len(rows) > 1 and r is slowest
+        ranks.append(row)
+    return {
+        "backend": data.get("backend"),
+        "world_size": data.get("world_size"),
+        "seconds": data.get("seconds"),
+        "timed_out": data.get("timed_out"),
+        "ranks": ranks,
+    }
+
+
+def log_excerpts(
+    steps: Sequence[Mapping[str, Any]],
+    logs: Mapping[str, Sequence[str]],
+    counts: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """Per node: the last lines, and the lines around each line a finding quotes."""
+    out: dict[str, Any] = {}
+    for node, raw in logs.items():
+        lines = list(raw)
+        if not lines:
+            continue
+        excerpts: list[dict[str, Any]] = []
+        for step in steps:
+            for f in step.get("findings", []):
+                if node not in f.get("nodes", []) or len(excerpts) >= EXCERPTS_PER_NODE:
+                    continue
+                quoted = [*f.get("evidence", []), (step.get("data") or {}).get("root_line") or ""]
+                hit = _find_quoted(lines, quoted)
+                if hit is None and step.get("id") == "allreduce":
+                    hit = _problem_line(lines)
+                if hit is None:
+                    continue
+                lo, hi = max(0, hit - EXCERPT_CONTEXT), min(len(lines), hit + EXCERPT_CONTEXT + 1)
+                excerpts.append(
+                    {
+                        "finding": f.get("id"),
+                        "step": step.get("id"),
+                        "first_line": lo + 1,
+                        "lines": lines[lo:hi],
+                    }
+                )
+        out[node] = {
+            "lines_total": int((counts or {}).get(node) or len(lines)),
+            "tail": lines[-TAIL_LINES:],
+            "excerpts": excerpts,
+        }
+    return out
+
+
+PROBLEM = re.compile(r"NCCL WARN|^\[E\d{4}|\] \[E\d{4}|Traceback|[Ee]rror|timed out|refused")
+
+
+def _problem_line(lines: Sequence[str]) -> int | None:
+    """The first line that looks like trouble (a finding that quotes no log line)."""
+    return next((i for i, line in enumerate(lines) if PROBLEM.search(line)), None)
+
+
+def _find_quoted(lines: Sequence[str], evidence: Iterable[Any]) -> int | None:
+    """The index of the first log line that an evidence line quotes (either way round:
+    evidence may carry a "node: " prefix, a log line a "[rN] " tag)."""
+    wanted = [str(e).strip() for e in evidence if len(str(e).strip()) >= 12]
+    for i, line in enumerate(lines):
+        body = line.split("] ", 1)[1] if line.startswith("[r") and "] " in line else line
+        body = body.strip()
+        if len(body) < 12:
+            continue
+        if any(body in e or e in body for e in wanted):
+            return i
+    return None

@@ -55,23 +55,54 @@ class DdptuiApp(App[int]):
         Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
     ]
 
-    def __init__(self, config: ClusterConfig, source: str, *, autoconnect: bool = True) -> None:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        source: str,
+        *,
+        autoconnect: bool = True,
+        replay: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.source = source
-        self.autoconnect = autoconnect
+        self.autoconnect = autoconnect and replay is None
+        self.replay_data = replay  # a saved session shown read-only (`ddptui replay`)
+        self.saver: Any = None  # the session's Autosaver once connected
         self.session: Session | None = None
         self.results: dict[str, StepResult] = {}
         self.running: str | None = None
         self.started = time.monotonic()
         self.logs: dict[str, deque[str]] = {
             n.display: deque(maxlen=LOG_LINES) for n in config.nodes
-        }
+        }  # the session's own logs once connected; a saved session's in replay
         self.node_names = [n.display for n in config.nodes]
         self.metrics: Any = None  # MetricsModel once connected
         self._streamer: Any = None
         self._quitting = False
         self.detail_source = ""
+        self.elapsed_frozen = 0.0
+
+    @classmethod
+    def replay(cls, report: dict[str, Any], source: str) -> DdptuiApp:
+        """The TUI on a saved session (a report JSON), read-only."""
+        from ddptui.config import ClusterConfig
+
+        nodes = [{"host": n["host"], "name": n["name"]} for n in report["nodes"]]
+        master = report.get("master") or {}
+        interval = (report.get("metrics") or {}).get("interval_s") or 1.0
+        config = ClusterConfig.model_validate(
+            {
+                "name": report.get("cluster") or None,
+                "master": {
+                    "addr": master.get("addr") or (nodes[0]["host"] if nodes else "localhost"),
+                    "port": master.get("port") or 29500,
+                },
+                "nodes": nodes,
+                "metrics_interval": interval,
+            }
+        )
+        return cls(config, source, replay=report)
 
     # ------------------------------------------------------------------ layout
 
@@ -106,6 +137,8 @@ class DdptuiApp(App[int]):
                 key=step_id,
             )
         table.focus()
+        if self.replay_data is not None:
+            self._load_replay(self.replay_data)
         self._refresh_chrome()
         self.set_interval(1.0, self._tick)
         if self.autoconnect:
@@ -133,8 +166,45 @@ class DdptuiApp(App[int]):
         )
 
     def _connect(self) -> None:
+        from ddptui.report.autosave import Autosaver
+
         self.session = self._make_session()
+        self.saver = Autosaver(self.config.name)
+        self.session.info = self.saver.info
+        self.logs = self.session.logs
         self.run_steps_worker(["ssh"], then_metrics=True)
+
+    def _load_replay(self, report: dict[str, Any]) -> None:
+        """Show a saved session as it was: results, logs, the metrics timeline."""
+        from ddptui.metrics import MetricsModel
+        from ddptui.report.load import results_from_report
+
+        for result in results_from_report(report).values():
+            self._on_step(result)
+        for node, log in (report.get("logs") or {}).items():
+            lines: list[str] = []
+            for ex in log.get("excerpts") or ():
+                lines.append(f"── excerpt at line {ex.get('first_line')} ({ex.get('finding')}) ──")
+                lines += [str(x) for x in ex.get("lines") or ()]
+            total, tail = log.get("lines_total") or 0, log.get("tail") or []
+            if lines:
+                lines.append(f"── last {len(tail)} of {total} lines ──")
+            self.logs[node] = deque([*lines, *map(str, tail)], maxlen=LOG_LINES)
+        if report.get("metrics"):
+            self.metrics = MetricsModel.from_export(report["metrics"], self.node_names)
+            self.query_one(MetricsPane).model = self.metrics
+        self.elapsed_frozen = float((report.get("timings") or {}).get("total_s") or 0.0)
+        first = first_failure(self.results)
+        if first is not None and first["nodes"] and first["nodes"][0] in self.node_names:
+            self._move_to(first["step"], 2 + self.node_names.index(first["nodes"][0]))
+
+    def _autosave(self) -> None:
+        if self.saver is None or self.session is None:
+            return
+        from ddptui.report.json_report import build_report
+
+        if not self.saver.save(build_report(self.session, metrics=self.metrics)):
+            self.notify(self.saver.error or "cannot autosave", severity="warning", timeout=8)
 
     def _on_node(self, step: str, node: str, result: NodeResult) -> None:
         table = self.query_one("#checklist", DataTable)
@@ -150,14 +220,16 @@ class DdptuiApp(App[int]):
             self._cell(result.status, f"{result.status} {result.duration_s:.1f}s"),
         )
         for node, nr in result.nodes.items():
-            table.update_cell(
-                result.id, node, self._cell(nr.status, nr.summary), update_width=False
-            )
+            if node in self.node_names:
+                table.update_cell(
+                    result.id, node, self._cell(nr.status, nr.summary), update_width=False
+                )
         self._refresh_chrome()
+        self._autosave()
 
     def _on_log(self, node: str, rank: int | None, stream: str, line: str) -> None:
-        tag = f"[r{rank}] " if rank is not None else ""
-        self.logs.setdefault(node, deque(maxlen=LOG_LINES)).append(tag + line)
+        """The session keeps the lines (self.logs is its dict); nothing to redraw here:
+        the log screen reads them when it opens."""
 
     def run_steps_worker(self, step_ids: list[str], *, then_metrics: bool = False) -> None:
         """The one way steps run: a declared worker, one batch at a time."""
@@ -220,11 +292,13 @@ class DdptuiApp(App[int]):
     # ------------------------------------------------------------------ chrome
 
     def _tick(self) -> None:
+        replay = self.replay_data is not None
         self.query_one(HeaderBar).update_state(
             self.config.name or self.source,
             len(self.node_names),
-            time.monotonic() - self.started,
+            self.elapsed_frozen if replay else time.monotonic() - self.started,
             self._verdict(),
+            replay=(self.replay_data or {}).get("started_at") or "" if replay else None,
         )
 
     def _verdict(self) -> str:
@@ -278,7 +352,15 @@ class DdptuiApp(App[int]):
     def action_run_all(self) -> None:
         self._run_pending(first_only=False)
 
+    def _read_only(self) -> bool:
+        if self.replay_data is not None:
+            self.notify("Replay of a saved session: read-only (e exports, l shows logs).")
+            return True
+        return False
+
     def _run_pending(self, *, first_only: bool) -> None:
+        if self._read_only():
+            return
         todo = [s for s in ORDER if s not in self.results]
         if not todo:
             self.notify("Every step has run; r re-runs the selected one.")
@@ -288,13 +370,13 @@ class DdptuiApp(App[int]):
         self.run_steps_worker(todo[:1] if first_only else todo)
 
     def action_rerun(self) -> None:
-        if self._busy():
+        if self._read_only() or self._busy():
             return
         step, _ = self._selected()
         self.run_steps_worker([step])
 
     def action_skip(self) -> None:
-        if self._busy() or self.session is None:
+        if self._read_only() or self._busy() or self.session is None:
             return
         step, _ = self._selected()
         self.session.skip_step(step)
@@ -361,17 +443,40 @@ class DdptuiApp(App[int]):
 
         self.push_screen(ExportScreen(), self._export)
 
+    def current_report(self) -> dict[str, Any] | None:
+        """What `e` exports: the live session's report, or the replayed one as saved."""
+        if self.replay_data is not None:
+            return self.replay_data
+        if self.session is None:
+            return None
+        from ddptui.report.json_report import build_report
+
+        return build_report(self.session, metrics=self.metrics)
+
     def _export(self, choice: tuple[str, str] | None) -> None:
-        if not choice or self.session is None:
+        report = self.current_report() if choice else None
+        if not choice or report is None:
             return
         fmt, path = choice
         from ddptui.report.export import write_report
-        from ddptui.report.json_report import build_report
 
+        # The screen as it is now goes into an HTML report (Textual renders it as SVG).
+        shot = (
+            self.export_screenshot(title=f"ddptui {self.config.name or ''}")
+            if fmt == "html"
+            else None
+        )
         try:
-            written = write_report(build_report(self.session), fmt, path)
+            written = write_report(report, fmt, path, screenshot_svg=shot)
         except OSError as exc:
-            self.notify(f"Cannot write {path}: {exc.strerror or exc}", severity="error", timeout=8)
+            saved = (
+                f"; the session is saved in {self.saver.path}"
+                if self.saver and self.saver.saves
+                else ""
+            )
+            self.notify(
+                f"Cannot write {path}: {exc.strerror or exc}{saved}", severity="error", timeout=10
+            )
             return
         self.notify(f"Report written: {written}")
 
@@ -402,6 +507,7 @@ class DdptuiApp(App[int]):
             await self._streamer.stop()
         if self.session is not None:
             await self.session.close()
+            self._autosave()  # the last metrics and logs too
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

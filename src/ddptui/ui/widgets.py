@@ -19,7 +19,9 @@ class HeaderBar(Static):
     HeaderBar { height: 1; background: $primary-background; color: $text; padding: 0 1; }
     """
 
-    def update_state(self, name: str, nodes: int, elapsed: float, verdict: str) -> None:
+    def update_state(
+        self, name: str, nodes: int, elapsed: float, verdict: str, replay: str | None = None
+    ) -> None:
         status = {"pass": "pass", "warn": "warn", "fail": "fail", "error": "error"}.get(
             verdict, "running" if verdict in ("running", "connecting") else "pending"
         )
@@ -30,6 +32,8 @@ class HeaderBar(Static):
             f"{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d} · ",
             (f"{GLYPH[status]} {verdict.upper()}", STYLE[status]),
         )
+        if replay is not None:
+            text.append(f" · REPLAY of {replay or 'a saved session'} (read-only)", "bold reverse")
         self.update(text)
 
 

@@ -1,0 +1,250 @@
+"""The report document (docs/report-format.md), autosave, `ddptui report`, `schema --report`
+and `replay`'s input checks: what a user gets from a saved session."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddptui.metrics import HISTORY_MAX, MetricsModel
+from ddptui.report.autosave import Autosaver, sessions_dir
+from ddptui.report.export import render
+from ddptui.report.json_report import log_excerpts, tables
+from ddptui.report.schema import ReportError, ReportModel, load_report
+
+REPORTS = Path(__file__).parent / "fixtures" / "reports"
+SESSIONS = sorted(REPORTS.glob("session_*.json"))
+
+
+def ddptui(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ddptui", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def sample(i: int, t: float, util: float = 10.0) -> dict[str, Any]:
+    return {
+        "kind": "sample",
+        "t": t,
+        "cpu_pct": float(i % 100),
+        "mem_used": 1 << 30,
+        "mem_total": 1 << 34,
+        "gpus": [{"index": 0, "util_pct": util, "mem_used": 1, "mem_total": 2}],
+        "nics": {"eth0": {"rx_Bps": 100.0 * i, "tx_Bps": 50.0}},
+        "ib": {},
+    }
+
+
+# -- the document ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", SESSIONS, ids=lambda p: p.stem)
+def test_recorded_sessions_are_complete_reports(path: Path) -> None:
+    report = load_report(path)
+    ReportModel.model_validate(report)
+    for key in ("schema_version", "timings", "versions", "tables", "logs", "metrics"):
+        assert key in report, key
+    names = [n["name"] for n in report["nodes"]]
+    assert report["steps"][0]["id"] == "ssh"
+    assert set(report["metrics"]["nodes"]) == set(names)
+    assert report["timings"]["total_s"] >= sum(report["timings"]["steps"].values()) * 0.9
+
+
+def test_skew_table_marks_the_odd_node() -> None:
+    steps = [
+        {
+            "id": "inventory",
+            "data": {
+                "skew": {
+                    "torch": {"n2": "2.3.0", "n0": "2.4.0", "n1": "2.4.0"},
+                    "python": {"n0": "3.11", "n1": "3.11", "n2": "3.11"},
+                    "nccl": {"n0": "2.20", "n1": "2.21"},
+                }
+            },
+        },
+        {"id": "env", "data": {"diff": {"NCCL_IB_HCA": {"n0": "mlx5_0", "n2": "mlx5_1"}}}},
+    ]
+    t = tables(steps, ["n0", "n1", "n2"])
+    rows = {r["fact"]: r for r in t["skew"]}
+    assert list(rows["torch"]["values"]) == ["n0", "n1", "n2"]  # node order, not dict order
+    assert rows["torch"]["odd"] == ["n2"]
+    assert rows["python"]["odd"] == []
+    assert rows["nccl"]["odd"] == ["n0", "n1"]  # a tie: no majority to trust
+    assert t["env_diff"] == [
+        {"name": "NCCL_IB_HCA", "values": {"n0": "mlx5_0", "n1": None, "n2": "mlx5_1"}}
+    ]
+    assert t["allreduce"] is None
+
+
+def test_allreduce_table_marks_stragglers_and_the_slowest() -> None:
+    rows = [
+        {"rank": r, "node": f"n{r}", "bytes": 1 << 20, "busbw_gbps": bw, "algbw_gbps": bw / 2}
+        for r, bw in enumerate((10.0, 9.0, 2.0, 11.0))
+    ]
+    steps = [{"id": "allreduce", "data": {"backend": "nccl", "world_size": 4, "bandwidth": rows}}]
+    ranks = tables(steps, ["n0", "n1", "n2", "n3"])["allreduce"]["ranks"]
+    assert [r["straggler"] for r in ranks] == [False, False, True, False]
+    assert [r["slowest"] for r in ranks] == [False, False, True, False]
+
+
+def test_log_excerpts_surround_the_quoted_line_and_stay_bounded() -> None:
+    lines = [f"[r1] line {i}" for i in range(1000)]
+    lines[500] = "[r1] NCCL WARN NET/Socket : peer 10.0.0.3 closed the connection"
+    steps = [
+        {
+            "id": "allreduce",
+            "findings": [
+                {
+                    "id": "NCCL-PEER-CLOSED",
+                    "nodes": ["n1"],
+                    "evidence": ["n1: NCCL WARN NET/Socket : peer 10.0.0.3 closed the connection"],
+                }
+            ],
+        }
+    ]
+    out = log_excerpts(steps, {"n1": lines, "n2": []}, {"n1": 1234})
+    assert set(out) == {"n1"}  # a node without a log has no entry
+    log = out["n1"]
+    assert log["lines_total"] == 1234 and len(log["tail"]) == 300
+    (ex,) = log["excerpts"]
+    assert ex["finding"] == "NCCL-PEER-CLOSED" and ex["first_line"] == 496
+    assert "NCCL WARN" in ex["lines"][5] and len(ex["lines"]) == 11
+
+
+def test_metrics_history_covers_the_whole_session_bounded() -> None:
+    model = MetricsModel(["n0"])
+    model.add("n0", {"kind": "hello", "gpus": 1, "interval": 1.0})
+    for i in range(5000):  # 83 minutes at 1 Hz: far beyond the live 60 s window
+        model.add("n0", sample(i, 1000.0 + i))
+    doc = model.export(1.0)
+    samples = doc["nodes"]["n0"]["samples"]
+    assert len(samples) <= HISTORY_MAX
+    assert samples[0]["t"] == 1000.0  # the start of the session is still there
+    assert samples[-1]["t"] >= 1000.0 + 5000 - 20
+    gaps = {round(b["t"] - a["t"]) for a, b in itertools.pairwise(samples)}
+    assert len(gaps) <= 2  # evenly spaced
+    # ...and it reads back for replay, the window spanning the whole timeline
+    again = MetricsModel.from_export(json.loads(json.dumps(doc)), ["n0"])
+    view = again.snapshot().node("n0")
+    assert view is not None and view.hello is not None and view.hello.gpus == 1
+    assert len(view.samples) == len(samples)
+    spark = view.spark("gpu_util:0", 20)
+    assert all(v == 10.0 for v in spark)
+
+
+# -- autosave ---------------------------------------------------------------------------
+
+
+def test_autosave_is_atomic_private_and_pruned(tmp_path: Path) -> None:
+    d = tmp_path / "sessions"
+    d.mkdir()
+    for i in range(205):
+        old = d / f"old-{i:03d}.json"
+        old.write_text("{}")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    saver = Autosaver("my cluster/x", d)
+    assert saver.save({"a": 1}) and saver.save({"a": 2})
+    assert json.loads(saver.path.read_text()) == {"a": 2}
+    assert "my-cluster" in saver.path.name
+    assert stat.S_IMODE(saver.path.stat().st_mode) == 0o600
+    assert len(list(d.glob("*.json"))) == 200  # the oldest went
+    assert not (d / "old-000.json").exists() and (d / "old-204.json").exists()
+    assert not list(d.glob(".*.tmp"))
+
+
+def test_autosave_failure_is_reported_not_raised(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    saver = Autosaver(None, blocker / "sessions")  # a directory under a file
+    assert saver.save({}) is False
+    assert saver.error is not None and str(blocker) in saver.error
+
+
+def test_sessions_dir_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert sessions_dir() == tmp_path / "ddptui" / "sessions"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")  # the spec says: absolute only
+    assert sessions_dir() == Path.home() / ".local" / "state" / "ddptui" / "sessions"
+
+
+# -- ddptui report / schema --report / replay inputs ----------------------------------------
+
+
+def test_report_command_regenerates_the_same_markdown_and_html(tmp_path: Path) -> None:
+    path = REPORTS / "session_port_env.json"
+    report = json.loads(path.read_text())
+    out = ddptui("report", str(path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == render(report, "markdown")  # no option: Markdown on stdout
+    md, html = tmp_path / "r.md", tmp_path / "r.html"
+    out = ddptui("report", str(path), "--markdown", str(md), "--html", str(html))
+    assert out.returncode == 0, out.stderr
+    assert md.read_text() == render(report, "markdown")
+    assert html.read_text() == render(report, "html")
+    assert "PORT-PAIR-TIMEOUT" in md.read_text()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "no such file"),
+        ("{not json", "r.json:1:2: not JSON"),
+        ('{"ddptui_version": "0.1.0", "nodes": []}', "steps: Field required"),
+        (
+            '{"ddptui_version": "0.1.0", "nodes": [], "steps": [{"id": "ssh", "status": "ok"}]}',
+            "steps.0.status",
+        ),
+    ],
+)
+def test_bad_sessions_are_clear_errors(tmp_path: Path, content: str | None, expected: str) -> None:
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    for cmd in ("report", "replay"):
+        out = ddptui(cmd, str(path))
+        assert out.returncode == 2, (cmd, out.stdout, out.stderr)
+        assert expected in out.stderr and "Traceback" not in out.stderr
+    with pytest.raises(ReportError, match=r"not a ddptui report|no such file|not JSON"):
+        load_report(path)
+
+
+def test_report_to_an_unwritable_place_is_a_clear_error(tmp_path: Path) -> None:
+    out = ddptui("report", str(REPORTS / "healthy.json"), "--html", str(tmp_path / "no/such.html"))
+    assert out.returncode == 2
+    assert "does not exist" in out.stderr and "--html" in out.stderr
+
+
+def test_schema_report_describes_the_contract() -> None:
+    out = ddptui("schema", "--report")
+    assert out.returncode == 0
+    schema = json.loads(out.stdout)
+    assert {"ddptui_version", "nodes", "steps"} <= set(schema["required"])
+    for key in ("first_failure", "tables", "logs", "metrics", "timings", "versions"):
+        assert key in schema["properties"], key
+    finding = schema["$defs"]["FindingModel"]
+    assert finding["properties"]["severity"]["enum"] == ["error", "warning", "info"]
+
+
+def test_replay_without_a_terminal_says_what_to_do() -> None:
+    out = ddptui("replay", str(REPORTS / "session_healthy.json"))
+    assert out.returncode == 2 and "ddptui report" in out.stderr
+
+
+def test_check_refuses_an_unwritable_report_path_before_running(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("master: {addr: 10.0.0.1, port: 29500}\nnodes: [{host: local}]\n")
+    out = ddptui("check", str(cfg), "--json", str(tmp_path / "missing" / "r.json"))
+    assert out.returncode == 2
+    assert "does not exist" in out.stderr and "ssh" not in out.stdout  # nothing ran
