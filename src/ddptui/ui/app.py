@@ -429,14 +429,15 @@ class DdptuiApp(App[int]):
 
         _, node = self._selected()
         node = node or self.node_names[0]
-        stderr = [
-            f"{f.id}: {e}"
-            for r in self.results.values()
+        quoted = [
+            (f.id, e)
+            for step in ORDER
+            if (r := self.results.get(step)) is not None
             for f in r.findings
             if node in f.nodes
             for e in f.evidence
         ]
-        self.push_screen(LogScreen(node, list(self.logs.get(node, [])), stderr))
+        self.push_screen(LogScreen(node, list(self.logs.get(node, [])), quoted))
 
     def action_export(self) -> None:
         from ddptui.ui.screens import ExportScreen

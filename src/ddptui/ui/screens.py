@@ -25,6 +25,8 @@ class NcclHighlighter(Highlighter):
         plain = text.plain
         if plain.startswith("⟶ "):
             text.stylize("bold reverse red")
+        elif plain.startswith("• "):
+            text.stylize("bold")
         elif "NCCL WARN" in plain:
             text.stylize("bold yellow")
         elif self.ERROR.search(plain):
@@ -45,7 +47,8 @@ class LogScreen(ModalScreen[None]):
     LogScreen Log { height: 1fr; }
     """
 
-    def __init__(self, node: str, lines: list[str], findings: list[str]) -> None:
+    def __init__(self, node: str, lines: list[str], findings: list[tuple[str, str]]) -> None:
+        """findings: (finding id, evidence line) for the findings that name this node."""
         super().__init__()
         self.node = node
         self.lines = lines
@@ -63,9 +66,33 @@ class LogScreen(ModalScreen[None]):
         log = self.query_one(Log)
         log.highlighter = NcclHighlighter()
         if self.findings:
-            log.write_lines([f"⟶ {f}" for f in self.findings])
+            log.write_lines([f"• {fid}: {ev}" for fid, ev in self.findings])
             log.write_line("")
-        log.write_lines(self.lines or ["(no allreduce output from this node yet)"])
+        log.write_lines(
+            mark_lines(self.lines, self.findings, self.node)
+            or ["(no allreduce output from this node yet)"]
+        )
+
+
+def mark_lines(lines: list[str], findings: list[tuple[str, str]], node: str) -> list[str]:
+    """The log with the lines a finding quotes marked "⟶ ID │ line": the matched
+    signature, where it happened in the stream."""
+    quotes = []
+    for fid, ev in findings:
+        text = ev.strip()
+        if text.startswith(f"{node}: "):
+            text = text[len(node) + 2 :]
+        if len(text) >= 12:
+            quotes.append((fid, text))
+    if not quotes:
+        return list(lines)
+    out = []
+    for line in lines:
+        body = line.split("] ", 1)[1] if line.startswith("[r") and "] " in line else line
+        body = body.strip()
+        hit = next((fid for fid, q in quotes if len(body) >= 12 and (q in body or body in q)), None)
+        out.append(f"⟶ {hit} │ {line}" if hit else line)
+    return out
 
 
 class ExportScreen(ModalScreen[tuple[str, str] | None]):

@@ -1,0 +1,111 @@
+"""`ddptui replay`: a saved session in the TUI, read-only, and the log screen's marks
+(the line behind a finding, where it happened in the node's stream). No testbed."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from pathlib import Path
+
+from textual.widgets import DataTable, Log
+
+from ddptui.ui.app import DdptuiApp
+from ddptui.ui.screens import mark_lines
+from ddptui.ui.widgets import Banner
+
+REPORTS = Path(__file__).parent / "fixtures" / "reports"
+WARN = "NCCL WARN NET/Socket : Connection closed by remote peer 10.0.0.3<36021>"
+
+
+def log_lines(app: DdptuiApp) -> list[str]:
+    log = app.screen.query_one(Log)
+    return [str(log.lines[i]) for i in range(log.line_count)]
+
+
+def test_mark_lines_marks_the_quoted_line_in_place() -> None:
+    lines = ["[r1] NCCL INFO Bootstrap", f"[r1] node1:1234:99 [0] {WARN}", "[r1] done"]
+    out = mark_lines(lines, [("NCCL-REMOTE-CLOSED", f"node1: {WARN}")], "node1")
+    assert out[0] == lines[0] and out[2] == lines[2]
+    assert out[1] == f"⟶ NCCL-REMOTE-CLOSED │ {lines[1]}"
+    assert mark_lines(lines, [("X", "short")], "node1") == lines  # too short to match
+
+
+def test_replay_shows_the_saved_session_read_only(tmp_path: Path) -> None:
+    report = json.loads((REPORTS / "session_port_env.json").read_text())
+    saved = copy.deepcopy(report)
+
+    async def scenario() -> None:
+        app = DdptuiApp.replay(report, "session.json")
+        async with app.run_test(size=(160, 50)) as pilot:
+            await pilot.pause(0.2)
+            table = app.query_one("#checklist", DataTable)
+            assert str(table.get_cell("port", "node1")).startswith("✘")
+            assert str(table.get_cell("allreduce", "node0")).startswith("✔")
+            banner = str(app.query_one(Banner).render())
+            assert "FAIL at port" in banner and "iptables -I INPUT" in banner
+            assert app._selected() == ("port", "node1")  # lands on the first failure
+            assert "REPLAY" in str(app.query_one("#header").render())
+            # The metrics timeline came back with the session.
+            view = app.metrics.snapshot().node("node2")
+            assert view is not None and len(view.samples) >= 5
+            for key in ("enter", "a", "r", "s"):
+                await pilot.press(key)
+            await pilot.pause(0.2)
+            assert app.session is None and app.running is None
+            assert app.results["port"].status == "fail"  # nothing re-ran, nothing skipped
+            # `e` in a replay exports the saved session as it is.
+            assert app.current_report() == saved
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+
+
+def test_replay_log_screen_marks_the_signature_line() -> None:
+    report = json.loads((REPORTS / "session_port_env.json").read_text())
+    ar = next(s for s in report["steps"] if s["id"] == "allreduce")
+    ar["status"] = "fail"
+    ar["nodes"]["node1"]["status"] = "fail"
+    ar["findings"] = [
+        {
+            "id": "NCCL-REMOTE-CLOSED",
+            "severity": "error",
+            "nodes": ["node1"],
+            "summary": "a peer closed the connection",
+            "cause": "c",
+            "fix": "f",
+            "evidence": [f"node1: {WARN}"],
+        }
+    ]
+    report["logs"]["node1"]["tail"].insert(3, f"[r1] node1:77:88 [0] {WARN}")
+
+    async def scenario() -> None:
+        app = DdptuiApp.replay(report, "session.json")
+        async with app.run_test(size=(160, 50)) as pilot:
+            await pilot.pause(0.2)
+            app._move_to("allreduce", 2 + app.node_names.index("node1"))
+            await pilot.press("l")
+            await pilot.pause(0.3)
+            lines = log_lines(app)
+            assert f"• NCCL-REMOTE-CLOSED: node1: {WARN}" in lines[:4]  # the findings first
+            marked = [x for x in lines if x.startswith("⟶ NCCL-REMOTE-CLOSED │ ")]
+            assert len(marked) == 1 and WARN in marked[0]
+            await pilot.press("escape")
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+
+
+def test_export_from_replay_equals_the_saved_session(tmp_path: Path) -> None:
+    report = json.loads((REPORTS / "session_healthy.json").read_text())
+
+    async def scenario() -> None:
+        app = DdptuiApp.replay(copy.deepcopy(report), "s.json")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.1)
+            app._export(("json", str(tmp_path / "again.json")))
+            await pilot.pause(0.1)
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+    assert json.loads((tmp_path / "again.json").read_text()) == report
