@@ -48,3 +48,20 @@ def test_ui_never_imports_asyncssh_directly() -> None:
     mods = loaded_after("ddptui.ui.app")
     assert "textual" in mods
     assert not {m for m in mods if m.split(".")[0] in ("asyncssh", "torch")}
+
+
+def test_tui_first_frame_path_skips_click_pydantic_and_yaml() -> None:
+    # `ddptui [CONFIG]` in a terminal: launch + the app are all that load before the
+    # first frame; the config validator and the YAML parser come after it.
+    mods = loaded_after("ddptui.launch, ddptui.ui.app")
+    heavy = {m for m in mods if m.split(".")[0] in ("click", "pydantic", "ruamel", "asyncssh")}
+    assert not heavy, sorted(heavy)[:10]
+
+
+def test_launch_knows_every_subcommand() -> None:
+    from ddptui.cli import main
+    from ddptui.launch import COMMANDS, wants_tui
+
+    assert set(main.commands) == COMMANDS  # else `ddptui NEWCMD` would open the TUI
+    assert not wants_tui(["check", "c.yaml"]) and not wants_tui(["--version"])
+    assert not wants_tui(["a.yaml", "b.yaml"])

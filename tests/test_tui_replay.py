@@ -7,6 +7,7 @@ import asyncio
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 from textual.widgets import DataTable, Log
 
@@ -109,3 +110,40 @@ def test_export_from_replay_equals_the_saved_session(tmp_path: Path) -> None:
 
     asyncio.run(scenario())
     assert json.loads((tmp_path / "again.json").read_text()) == report
+
+
+def test_first_frame_comes_before_the_config_loads(tmp_path: Path) -> None:
+    from ddptui.config import ConfigError, load_config
+
+    good = tmp_path / "ok.yaml"
+    good.write_text(
+        "name: two\nmaster: {addr: 127.0.0.1, port: 29511}\n"
+        "nodes: [{host: local, name: a}, {host: local, name: b}]\n"
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("master: {addr: 10.0.0.1, port: 29500}\nnodes: [{host: a, bogus: 1}]\n")
+
+    async def scenario() -> None:
+        loaded: list[float] = []
+
+        def load() -> Any:
+            loaded.append(1.0)
+            return load_config(good)
+
+        app = DdptuiApp(None, str(good), autoconnect=False, load=load)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.2)
+            assert loaded and app.node_names == ["a", "b"]
+            table = app.query_one("#checklist", DataTable)
+            assert [str(c.label) for c in table.columns.values()] == ["step", "status", "a", "b"]
+            assert "ddptui two" in str(app.query_one("#header").render())
+            await pilot.press("q")
+
+        app = DdptuiApp(None, str(bad), load=lambda: load_config(bad))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.3)
+        assert app.return_code == 2
+        assert isinstance(app.config_error, ConfigError)
+        assert "bogus" in str(app.config_error.problems)
+
+    asyncio.run(scenario())

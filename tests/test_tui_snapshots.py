@@ -32,7 +32,7 @@ def recorded_app(report: str) -> tuple[DdptuiApp, Any]:
         first = app._failures()
         if first:
             app.query_one("#checklist").move_cursor(row=first[0][0], column=first[0][1])
-        app.started = __import__("time").monotonic()
+        app.clock = lambda: app.started  # 00:00 whatever the machine's load
         app._tick()
         await pilot.pause()
 

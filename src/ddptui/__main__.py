@@ -1,3 +1,3 @@
-from ddptui.cli import main
+from ddptui.launch import main
 
 main()

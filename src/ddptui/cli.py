@@ -52,10 +52,22 @@ def _load(config: str | None) -> tuple[ClusterConfig, str]:
         raise AssertionError from None  # unreachable
 
 
-def _fatal_config(exc: ConfigError) -> None:
+def _report_load_error(exc: BaseException) -> int:
+    """A config that failed to load inside the TUI (the app has exited): say why."""
+    if isinstance(exc, ConfigError):
+        _print_config_error(exc)
+        return EXIT_USAGE
+    return _internal_error(exc)
+
+
+def _print_config_error(exc: ConfigError) -> None:
     click.secho("ddptui: invalid config", fg="red", bold=True, err=True)
     for problem in exc.problems:
         click.echo(f"  {problem}", err=True)
+
+
+def _fatal_config(exc: ConfigError) -> None:
+    _print_config_error(exc)
     sys.exit(EXIT_USAGE)
 
 
@@ -336,17 +348,17 @@ def _write_reports(
         write_report(report, "html", html_path)
 
 
-def _internal_error() -> int:
+def _internal_error(exc: BaseException | None = None) -> int:
     click.secho(
         "ddptui: internal error (a bug in ddptui, not in your cluster)",
         fg="red",
         bold=True,
         err=True,
     )
-    if os.environ.get("DDPTUI_DEBUG"):
-        traceback.print_exc()
+    exc = exc or sys.exc_info()[1]
+    if os.environ.get("DDPTUI_DEBUG") and exc is not None:
+        traceback.print_exception(exc)
     else:
-        exc = sys.exc_info()[1]
         click.echo(f"  {type(exc).__name__}: {exc}", err=True)
         click.echo("  set DDPTUI_DEBUG=1 to see the traceback, and please report it.", err=True)
     return EXIT_INTERNAL

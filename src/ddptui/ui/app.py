@@ -20,7 +20,6 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from ddptui.config import ClusterConfig
 from ddptui.diagnosis.model import NodeResult, StepResult
 from ddptui.report.json_report import first_failure, verdict
 from ddptui.stepmeta import ORDER, TITLES
@@ -28,9 +27,10 @@ from ddptui.ui.render import GLYPH, STYLE, banner_text, detail_markdown
 from ddptui.ui.widgets import Banner, HeaderBar, MetricsPane
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from ddptui.checklist.runner import Session
+    from ddptui.config import ClusterConfig
 
 LOG_LINES = 5000
 QUIT_BOUND_S = 8.0
@@ -57,14 +57,23 @@ class DdptuiApp(App[int]):
 
     def __init__(
         self,
-        config: ClusterConfig,
+        config: ClusterConfig | None,
         source: str,
         *,
         autoconnect: bool = True,
         replay: dict[str, Any] | None = None,
+        load: Callable[[], ClusterConfig] | None = None,
     ) -> None:
+        """config, or load: a function that returns it, called after the first frame
+        (pydantic and the YAML parser stay off the start-up path). A ConfigError it
+        raises ends the app with return code 2, the error in `config_error`."""
         super().__init__()
-        self.config = config
+        if config is None and load is None:
+            raise ValueError("give a config or a function that loads it")
+        self._load = load
+        self.config_error: Exception | None = None
+        # None only until _load_config() has run (the first frame); never None after.
+        self.config: ClusterConfig = config  # type: ignore[assignment]
         self.source = source
         self.autoconnect = autoconnect and replay is None
         self.replay_data = replay  # a saved session shown read-only (`ddptui replay`)
@@ -72,11 +81,11 @@ class DdptuiApp(App[int]):
         self.session: Session | None = None
         self.results: dict[str, StepResult] = {}
         self.running: str | None = None
-        self.started = time.monotonic()
-        self.logs: dict[str, deque[str]] = {
-            n.display: deque(maxlen=LOG_LINES) for n in config.nodes
-        }  # the session's own logs once connected; a saved session's in replay
-        self.node_names = [n.display for n in config.nodes]
+        self.clock = time.monotonic  # the header's elapsed time (tests freeze it)
+        self.started = self.clock()
+        # The session's own logs once connected; a saved session's in replay.
+        self.logs: dict[str, deque[str]] = {}
+        self.node_names: list[str] = []
         self.metrics: Any = None  # MetricsModel once connected
         self._streamer: Any = None
         self._quitting = False
@@ -114,11 +123,46 @@ class DdptuiApp(App[int]):
                 yield Banner(id="banner")
                 with VerticalScroll(id="detail-scroll"):
                     yield Static(id="detail")
-            yield MetricsPane(self.node_names, id="metrics")
+            yield MetricsPane([], id="metrics")
         yield Footer()
 
     def on_mount(self) -> None:
+        self.query_one("#checklist", DataTable).focus()
+        self.set_interval(1.0, self._tick)
+        if self.config is None:
+            # First frame: the checklist without node columns; the config (pydantic,
+            # the YAML parser) loads right after it.
+            self._build_table()
+            self._refresh_chrome()
+            self.call_after_refresh(self._load_config)
+            return
+        self._config_ready()
+
+    def _load_config(self) -> None:
+        assert self._load is not None
+        try:
+            self.config = self._load()
+        except Exception as exc:  # noqa: BLE001 - the caller reports it after the app exits
+            self.config_error = exc
+            self.exit(2, return_code=2)
+            return
+        self._config_ready()
+
+    def _config_ready(self) -> None:
+        self.node_names = [n.display for n in self.config.nodes]
+        self.logs = {name: deque(maxlen=LOG_LINES) for name in self.node_names}
+        self.query_one(MetricsPane).set_nodes(self.node_names)
+        self._build_table()
+        if self.replay_data is not None:
+            self._load_replay(self.replay_data)
+        self._refresh_chrome()
+        if self.autoconnect:
+            # The frame comes first; the session (asyncssh, steps) loads after it.
+            self.call_after_refresh(self._connect)
+
+    def _build_table(self) -> None:
         table = self.query_one("#checklist", DataTable)
+        table.clear(columns=True)
         table.add_column("step", key="step")
         table.add_column("status", key="status")
         # Node columns share the checklist's width (left of the metrics pane): readable
@@ -136,14 +180,6 @@ class DdptuiApp(App[int]):
                 *[self._cell("pending", "") for _ in self.node_names],
                 key=step_id,
             )
-        table.focus()
-        if self.replay_data is not None:
-            self._load_replay(self.replay_data)
-        self._refresh_chrome()
-        self.set_interval(1.0, self._tick)
-        if self.autoconnect:
-            # The first frame comes first; the session (asyncssh, steps) loads after it.
-            self.call_after_refresh(self._connect)
 
     def _cell(self, status: str, text: str) -> Text:
         label = f"{GLYPH[status]} {text}".rstrip()
@@ -293,10 +329,13 @@ class DdptuiApp(App[int]):
 
     def _tick(self) -> None:
         replay = self.replay_data is not None
+        if self.config is None:
+            self.query_one(HeaderBar).update(f"ddptui · loading {self.source} …")
+            return
         self.query_one(HeaderBar).update_state(
             self.config.name or self.source,
             len(self.node_names),
-            self.elapsed_frozen if replay else time.monotonic() - self.started,
+            self.elapsed_frozen if replay else self.clock() - self.started,
             self._verdict(),
             replay=(self.replay_data or {}).get("started_at") or "" if replay else None,
         )

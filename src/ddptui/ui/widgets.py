@@ -149,6 +149,15 @@ class MetricsPane(VerticalScroll):
     def on_mount(self) -> None:
         self.set_interval(REPAINT_S, self.repaint)
 
+    def set_nodes(self, nodes: list[str]) -> None:
+        """One NodeMetrics per node (the nodes are known once the config has loaded)."""
+        if nodes == self.nodes and len(self.query(NodeMetrics)) == len(nodes):
+            return
+        self.nodes = nodes
+        self.query(NodeMetrics).remove()
+        self.mount_all([NodeMetrics(node) for node in nodes])
+        self._seen = -1
+
     def repaint(self) -> None:
         if self.model is None or self.model.version == self._seen:
             return

@@ -1,0 +1,56 @@
+"""The `ddptui` command. `ddptui [CONFIG]` in a terminal opens the TUI without loading the
+command-line machinery or the config validator first: the first frame comes before
+click, pydantic and the YAML parser are imported. Everything else goes to ddptui.cli."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddptui.config import ClusterConfig
+
+# The subcommands of ddptui.cli.main (a test keeps the two in step).
+COMMANDS = frozenset({"open", "check", "validate", "schema", "report", "replay"})
+
+
+def wants_tui(argv: list[str]) -> bool:
+    """`ddptui` or `ddptui CONFIG`, in a terminal."""
+    if len(argv) > 1 or (argv and (argv[0] in COMMANDS or argv[0].startswith("-"))):
+        return False
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def open_tui(config: str | None) -> int:
+    from ddptui.ui.app import DdptuiApp
+
+    def load() -> ClusterConfig:
+        if config is None:
+            from ddptui.demo import demo_config
+
+            return demo_config()
+        from ddptui.config import load_config
+
+        return load_config(config)
+
+    app = DdptuiApp(None, config or "<embedded demo>", load=load)
+    try:
+        code = app.run()
+    except Exception:  # noqa: BLE001 - last resort: a bug in ddptui is exit 3, not a traceback
+        from ddptui.cli import _internal_error
+
+        return _internal_error()
+    if app.config_error is not None:
+        from ddptui.cli import _report_load_error
+
+        return _report_load_error(app.config_error)
+    return code or 0
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if wants_tui(argv):
+        sys.exit(open_tui(argv[0] if argv else None))
+    from ddptui.cli import main as cli_main
+
+    cli_main()
