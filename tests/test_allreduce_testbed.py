@@ -38,6 +38,17 @@ def test_full_checklist_passes_with_verified_allreduce(testbed: Testbed) -> None
         assert rank["verify"]["ok"] is True and rank["verify"]["got"] == 6.0, name
         assert rank["phase"] == "done"
     assert "busbw" in ar["nodes"]["node0"]["summary"]
+    # The report's tables and metrics timeline: during the allreduce, eth0 (the NIC that
+    # carries it) is busy on every node, at well over the idle SSH chatter.
+    table = run.report["tables"]["allreduce"]
+    assert [r["rank"] for r in table["ranks"]] == [0, 1, 2]
+    for name, series in run.report["metrics"]["nodes"].items():
+        peak = max(
+            (s["nics"].get("eth0", {}).get("rx_Bps") or 0) + (s["nics"]["eth0"].get("tx_Bps") or 0)
+            for s in series["samples"]
+            if "eth0" in s.get("nics", {})
+        )
+        assert peak > 1e6, (name, peak)
     assert_nodes_quiet(testbed)
 
 
