@@ -1,0 +1,188 @@
+"""Charts for the reports (stdlib only, pure): the metric series a node's samples hold,
+as inline-SVG sparklines (HTML) or block-character ones (Markdown)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import Any
+
+Number = float | int | None
+
+
+def finite(value: object) -> float | None:
+    """value as a float when it is a JSON number and finite (bools and NaN are not)."""
+    kind = type(value)  # exact types, not isinstance: bool is an int, and this is hot
+    if kind is float:
+        return value if math.isfinite(value) else None  # type: ignore[arg-type,return-value]
+    return float(value) if kind is int else None  # type: ignore[arg-type]
+
+
+def downsample(values: Sequence[Number], limit: int) -> list[float | None]:
+    """At most `limit` points; each bucket keeps its largest value, so spikes survive."""
+    clean = [finite(v) for v in values]
+    if limit <= 0 or len(clean) <= limit:
+        return clean
+    out: list[float | None] = []
+    for i in range(limit):
+        bucket = [
+            v
+            for v in clean[i * len(clean) // limit : (i + 1) * len(clean) // limit]
+            if v is not None
+        ]
+        out.append(max(bucket) if bucket else None)
+    return out
+
+
+def human_rate(bytes_per_s: float | None) -> str:
+    """1536 -> '1.5 kB/s' (decimal units, as link speeds are quoted)."""
+    if bytes_per_s is None:
+        return "n/a"
+    value = float(bytes_per_s)
+    for unit in ("B/s", "kB/s", "MB/s", "GB/s"):
+        if abs(value) < 1000 or unit == "GB/s":
+            return f"{value:.0f} {unit}" if unit == "B/s" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def sparkline(
+    values: Sequence[Number],
+    *,
+    width: int = 200,
+    height: int = 36,
+    ceiling: float | None = None,
+    colour: str = "#1a73e8",
+    label: str = "",
+) -> str:
+    """An inline <svg> sparkline: a polyline per run of known values (None leaves a gap),
+    with a light area under it. The y axis runs from 0 to `ceiling` (100 for percent) or
+    to the largest value. `label` becomes the chart's accessible title."""
+    pad = 2.0
+    points = downsample(values, max(2, width // 2))
+    known = [v for v in points if v is not None]
+    top = max(ceiling or 0.0, *known) if known else (ceiling or 1.0)
+    top = top if top > 0 else 1.0
+    head = (
+        f'<svg class="spark" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{escape(label)}"><title>{escape(label)}</title>'
+    )
+    base = height - pad
+    axis = (
+        f'<line x1="{pad:g}" y1="{base:g}" x2="{width - pad:g}" y2="{base:g}" '
+        'stroke="#c8ccd0" stroke-width="1"/>'
+    )
+    if not known:
+        text = (
+            f'<text x="{width / 2:g}" y="{height / 2 + 4:g}" text-anchor="middle" '
+            'font-size="11" fill="#80868b">no data</text>'
+        )
+        return head + axis + text + "</svg>"
+    step = (width - 2 * pad) / max(1, len(points) - 1)
+    runs: list[list[tuple[float, float]]] = [[]]
+    for i, v in enumerate(points):
+        if v is None:
+            if runs[-1]:
+                runs.append([])
+            continue
+        x = pad + i * step
+        y = base - (min(v, top) / top) * (height - 2 * pad)
+        runs[-1].append((x, y))
+    body = [axis]
+    for found in (r for r in runs if r):
+        run = found
+        if len(run) == 1:  # a lone sample: a short dash, so it is visible
+            x, y = run[0]
+            run = [(max(pad, x - 1.5), y), (min(width - pad, x + 1.5), y)]
+        coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in run)
+        area = f"{run[0][0]:.1f},{base:g} {coords} {run[-1][0]:.1f},{base:g}"
+        body.append(f'<polygon points="{area}" fill="{escape(colour)}" fill-opacity="0.12"/>')
+        body.append(
+            f'<polyline points="{coords}" fill="none" stroke="{escape(colour)}" '
+            'stroke-width="1.5" stroke-linejoin="round" stroke-linecap="round"/>'
+        )
+    return head + "".join(body) + "</svg>"
+
+
+TEXT_BARS = "▁▂▃▄▅▆▇█"
+
+
+def text_sparkline(
+    values: Sequence[Number], *, width: int = 24, ceiling: float | None = None
+) -> str:
+    """The same idea in block characters for Markdown: '▁▃▇█▅'; a gap is a space."""
+    points = downsample(values, width)
+    known = [v for v in points if v is not None]
+    if not known:
+        return ""
+    top = max(ceiling or 0.0, *known)
+    top = top if top > 0 else 1.0
+    return "".join(
+        " "
+        if v is None
+        else TEXT_BARS[min(len(TEXT_BARS) - 1, int(max(v, 0.0) / top * len(TEXT_BARS)))]
+        for v in points
+    )
+
+
+def series(samples: Iterable[Any]) -> dict[str, Any]:
+    """Per-node metric series from metrics samples: cpu, mem (%), gpus {index: util},
+    and the busiest NIC and IB port by total rx+tx (loopback only if nothing else).
+    Samples are parsed JSON (dicts); a 32-node session holds ~20k of them, so this stays
+    one tight pass."""
+    rows = [s for s in samples if isinstance(s, dict)]
+    n = len(rows)
+    cpu = [finite(s.get("cpu_pct")) for s in rows]
+    mem: list[float | None] = [None] * n
+    gpus: dict[str, list[float | None]] = {}
+    for i, s in enumerate(rows):
+        used, total = finite(s.get("mem_used")), finite(s.get("mem_total"))
+        if used is not None and total:
+            mem[i] = 100 * used / total
+        for j, gpu in enumerate(s.get("gpus") or ()):
+            if isinstance(gpu, dict):
+                key = str(gpu.get("index", j))
+                util = gpus.get(key)
+                if util is None:
+                    util = gpus[key] = [None] * n
+                util[i] = finite(gpu.get("util_pct"))
+    return {
+        "cpu": cpu,
+        "mem": mem,
+        "gpus": gpus,
+        "nic": _busiest(rows, "nics"),
+        "ib": _busiest(rows, "ib"),
+    }
+
+
+def _busiest(rows: Sequence[dict[str, Any]], key: str) -> tuple[str, list[float | None]] | None:
+    per: dict[str, list[float | None]] = {}
+    totals: dict[str, float] = {}
+    for i, s in enumerate(rows):
+        ports = s.get(key)
+        if not isinstance(ports, dict):
+            continue
+        for name, rates in ports.items():
+            if not isinstance(rates, dict):
+                continue
+            rx, tx = finite(rates.get("rx_Bps")), finite(rates.get("tx_Bps"))
+            if rx is None and tx is None:
+                continue
+            values = per.get(name)
+            if values is None:
+                values = per[name] = [None] * len(rows)
+                totals[name] = 0.0
+            values[i] = (rx or 0.0) + (tx or 0.0)
+            totals[name] += values[i] or 0.0
+    real = sorted(n for n in per if n != "lo") or sorted(per)
+    if not real:
+        return None
+    name = max(real, key=lambda n: totals[n])
+    return str(name), per[name]
+
+
+def peak(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
