@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from textual.widgets import DataTable, Log
 
+from ddptui.report.html import render_html
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.screens import mark_lines
 from ddptui.ui.widgets import Banner
@@ -147,3 +149,23 @@ def test_first_frame_comes_before_the_config_loads(tmp_path: Path) -> None:
         assert "bogus" in str(app.config_error.problems)
 
     asyncio.run(scenario())
+
+
+def test_html_export_from_the_tui_embeds_the_screen(tmp_path: Path) -> None:
+    report = json.loads((REPORTS / "session_port_env.json").read_text())
+    out = tmp_path / "r.html"
+
+    async def scenario() -> None:
+        app = DdptuiApp.replay(report, "s.json")
+        async with app.run_test(size=(160, 50)) as pilot:
+            await pilot.pause(0.2)
+            app._export(("html", str(out)))
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+    html = out.read_text()
+    without = render_html(report)
+    assert html.count("<svg") == without.count("<svg") + 1  # the screen, as Textual drew it
+    assert "REPLAY" in html and "REPLAY" not in without
+    assert "<script" not in html
+    assert set(re.findall(r"https?://[^\s\"')]+", html)) <= {"http://www.w3.org/2000/svg"}
