@@ -90,7 +90,31 @@ AWS_SECRET_VALUE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+=]{40}(?![A-Za-z0
 # scheme://user:password@host: only the password is replaced, the URL stays
 # readable. Greedy up to the last '@' of the run, so a password holding '@' or
 # '/' is hidden whole (hiding too much is the safe way to be wrong).
-URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(\S+)(@)")
+# The look-behind starts a scheme only at a word's start: scanning from every letter of
+# a long run of text would take quadratic time.
+URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(\S+)(@)")
+
+# Free text (log lines, stderr): a secret-named word assigned a value, as scripts and
+# tools print them: `token=...`, `export HF_TOKEN=...`, `"api_key": "..."`,
+# `password: ...`, `--password ...`. The name follows text_secret_name(); the value
+# (TEXT_VALUE, read only after a secret name) runs to the next blank, quote, comma or
+# semicolon and is replaced whole. Only name and separator are matched, so in
+# `wandb: token=...` the "token" is not swallowed as the value of "wandb". Names start
+# at a word's start only, which keeps the scan linear on long runs of text.
+TEXT_ASSIGNMENT = re.compile(
+    r"(?<![A-Za-z0-9_.-])([A-Za-z][A-Za-z0-9_.-]*)([\"']?[ \t]*[:=][ \t]*[\"']?)"
+)
+TEXT_FLAG = re.compile(r"(?<![A-Za-z0-9_-])--([A-Za-z][A-Za-z0-9_-]*)([ \t]+|=)(?=[^\s\"',;-])")
+TEXT_VALUE = re.compile(r"[^\s\"',;]+")
+# Words too common in torch/NCCL logs to mark a secret on their own there: the c10d
+# store prints `keys: /default_pg/0//cpu//0/1`, which names the rank that failed. In
+# an environment variable's name they still count (KEY, SESSION are secrets there).
+TEXT_GENERIC_NAMES = frozenset(["key", "keys", "tokens", "session", "sessions", "auth", "private"])
+# HTTP-style credentials: `Authorization: Bearer <token>`, `Basic <base64>`.
+TEXT_BEARER = re.compile(
+    r"(?<![A-Za-z0-9])((?:[Bb]earer|BEARER|[Bb]asic|BASIC)[ \t]+)([A-Za-z0-9._~+/=-]{8,})"
+)
+_MARKER_START = "<redacted:"
 
 
 def marker(salt, value):
@@ -119,6 +143,16 @@ def secret_name(name):
     if name in NOT_SECRET_NAMES or is_diagnostic(name):
         return False
     return any(_part_is_secret(p) for p in re.split(r"[^a-z0-9]+", name.lower()) if p)
+
+
+def text_secret_name(name):
+    """Rule (a) for a name in free text, stricter than for a variable: its LAST part is
+    a secret word (api_key, HF_TOKEN, db_password, Authorization), and it is not a lone
+    generic word. `key_count:3` and `keys[0]:init/` in c10d's trace lines stay."""
+    if name.lower() in TEXT_GENERIC_NAMES or not secret_name(name.upper()):
+        return False
+    parts = [p for p in re.split(r"[^a-z0-9]+", name.lower()) if p]
+    return bool(parts) and _part_is_secret(parts[-1])
 
 
 def secret_value(name, value):
@@ -184,10 +218,36 @@ def secret_values(env):
 
 def redact_text(text, known, salt):
     """A log line as it may leave the node: known secret values, credential-shaped
-    strings and URL passwords replaced by markers."""
+    strings, URL passwords, bearer tokens and values assigned to secret-named words
+    replaced by markers. Without known values (the login node's pass over probe
+    stderr) the pattern rules alone apply."""
     for value in known:
         if value in text:
             text = text.replace(value, marker(salt, value))
     for pattern in SECRET_VALUE_PATTERNS:
         text = pattern.sub(lambda m: marker(salt, m.group(0)), text)
-    return URL_USERINFO.sub(lambda m: m.group(1) + marker(salt, m.group(2)) + m.group(3), text)
+    text = URL_USERINFO.sub(lambda m: m.group(1) + marker(salt, m.group(2)) + m.group(3), text)
+    text = TEXT_BEARER.sub(lambda m: m.group(1) + marker(salt, m.group(2)), text)
+    for pattern in (TEXT_ASSIGNMENT, TEXT_FLAG):
+        text = _redact_assigned(pattern, text, salt)
+    return text
+
+
+def _redact_assigned(pattern, text, salt):
+    """Replace the value that follows each secret-named name (group 1) and separator."""
+    out = []
+    done = 0
+    for m in pattern.finditer(text):
+        if m.start() < done or not text_secret_name(m.group(1)):
+            continue  # inside a value already hidden, or not a secret's name
+        value = TEXT_VALUE.match(text, m.end())
+        if value is None:
+            continue
+        hidden = value.group(0)
+        if hidden.startswith(_MARKER_START) or hidden.lower() in ("bearer", "basic"):
+            continue
+        out.append(text[done : value.start()])
+        out.append(marker(salt, hidden))
+        done = value.end()
+    out.append(text[done:])
+    return "".join(out)

@@ -36,6 +36,8 @@ def pump(stream, name, nproc, node_rank, known, salt):
         if m:
             rank = node_rank * nproc + int(m.group(2))
             line = line[m.end() :]
+        # Every line, the workers' own records included, is scrubbed before it leaves.
+        line = redact_text(line, known, salt)
         if line.startswith("DDPTUI "):
             try:
                 record = json.loads(line[len("DDPTUI ") :])
@@ -49,7 +51,7 @@ def pump(stream, name, nproc, node_rank, known, salt):
             stream=name,
             rank=rank,
             t=time.time(),
-            line=redact_text(line, known, salt)[:MAX_LINE],
+            line=line[:MAX_LINE],
         )
 
 

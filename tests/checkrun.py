@@ -38,7 +38,10 @@ class CheckRun:
         return self.report["first_failure"]  # type: ignore[no-any-return]
 
 
-def check(config: Path, *args: str, timeout: float = 120) -> CheckRun:
+def check(
+    config: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> CheckRun:
+    """`env`: the subprocess's whole environment (default: this process's)."""
     out = config.with_suffix(".report.json")
     started = time.monotonic()
     proc = subprocess.run(
@@ -46,6 +49,7 @@ def check(config: Path, *args: str, timeout: float = 120) -> CheckRun:
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
     took = time.monotonic() - started
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

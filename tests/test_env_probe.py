@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -329,3 +330,95 @@ def test_effective_env_layers(probe: dict[str, Any]) -> None:
         {"A": "1", "B": "1", "C": "1"}, {"B": "2", "C": "2"}, {"C": 3, "A": None}
     )
     assert env == {"B": "2", "C": "3"} and sources == {"B": "config", "C": "node"}
+
+
+# --------------------------------------------------------------------------- log-line redaction
+
+LOG_SECRET = "Canary0LogLine0Secret0x9f"  # noqa: S105 - a planted canary
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"wandb: logging in with token={LOG_SECRET}",
+        f"wandb: token={LOG_SECRET}",  # a plain "name: " before must not swallow the name
+        f"export HF_TOKEN={LOG_SECRET}",
+        f"export AWS_SECRET_ACCESS_KEY='{LOG_SECRET}'",
+        f"MYSQL_PWD={LOG_SECRET} mysql -u root",
+        f'config: {{"api_key": "{LOG_SECRET}", "project": "x"}}',
+        f"login failed, password: {LOG_SECRET}",
+        f"Authorization: Bearer {LOG_SECRET}",
+        f"curl -H 'Authorization: Basic {LOG_SECRET}'",
+        f"python train.py --api-key {LOG_SECRET} --epochs 3",
+        f"python train.py --password={LOG_SECRET}",
+        f"apiKey={LOG_SECRET}",
+    ],
+)
+def test_log_line_secrets_are_hidden(probe: dict[str, Any], line: str) -> None:
+    out = probe["redact_text"](line, [], "s")
+    assert LOG_SECRET not in out and LOG_SECRET[:12] not in out
+    assert "<redacted:" in out
+
+
+def test_log_line_redaction_keeps_the_line_readable(probe: dict[str, Any]) -> None:
+    redact = probe["redact_text"]
+    assert redact(f"wandb: token={LOG_SECRET} ok", [], "s") == (
+        f"wandb: token={probe['marker']('s', LOG_SECRET)} ok"
+    )
+    out = redact(f"python train.py --api-key {LOG_SECRET} --epochs 3", [], "s")
+    assert out.startswith("python train.py --api-key <redacted:") and out.endswith(" --epochs 3")
+    assert redact(f"token={LOG_SECRET}", [], "s") == redact(f"token={LOG_SECRET}", [], "s")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # c10d's store traces and errors name keys that say which rank failed.
+        "[c10d - trace] wait key_count:1 keys[0]:init/ address:[::]:14002",
+        "torch.distributed.DistStoreError: wait timeout after 15000ms, keys: /default_pg/0//cpu//0/1",
+        "NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0",
+        "NCCL_IB_PKEY=3 TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
+        "TOKENIZERS_PARALLELISM=false",
+        "PWD=/home/alice",
+        "step 10 tokens: 2048 loss: 1.23",
+        "KeyError: 'weight'",
+        "torchrun --master-addr 10.0.0.1 --master-port 29500",
+        "git clone ssh://git@github.com/org/repo.git",
+    ],
+)
+def test_log_line_redaction_leaves_diagnostics(probe: dict[str, Any], line: str) -> None:
+    assert probe["redact_text"](line, [], "s") == line
+
+
+def test_redaction_never_changes_a_classified_line(probe: dict[str, Any]) -> None:
+    """Every captured testbed log line and every signature sample survives the pattern
+    rules untouched, so node-side redaction cannot blind the knowledge base."""
+    from ddptui.diagnosis.signatures import load_signatures
+
+    lines = [s.sample for s in load_signatures()]
+    for log in (Path(__file__).parent / "fixtures" / "logs").glob("*.log"):
+        lines += log.read_text(errors="replace").splitlines()
+    changed = [ln for ln in lines if probe["redact_text"](ln, [], "s") != ln]
+    assert len(lines) > 500 and not changed, changed[:5]
+
+
+def test_login_side_scrub_uses_the_node_rules() -> None:
+    from ddptui.transport.redact import scrub
+
+    text = f"activate: export HF_TOKEN={LOG_SECRET}\nhttps://u:{LOG_SECRET}@h/x\nfine line"
+    out = scrub(text)
+    assert LOG_SECRET not in out
+    assert out.endswith("\nfine line") and out.count("<redacted:") == 2
+
+
+@pytest.mark.parametrize(
+    "text", ["a." * 32000, "ab-" * 21000, "a" * 64000, "a:" * 32000, "http://" + "a:" * 30000]
+)
+def test_redaction_stays_linear_on_long_runs(text: str) -> None:
+    """A probe's stderr is scrubbed whole (up to 64 KiB): a pattern that rescans from
+    every character would take minutes on a long unbroken run."""
+    from ddptui.transport.redact import scrub
+
+    started = time.perf_counter()
+    scrub(text)
+    assert time.perf_counter() - started < 2.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from ddptui import __version__
 from ddptui.config import ClusterConfig, ConfigError, json_schema, load_config
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+METRICS_STOP_S = 10.0
 
 
 class _DefaultGroup(click.Group):
@@ -312,7 +314,9 @@ async def _session(
     finally:
         # Whatever happened, nothing we started may outlive us on any node.
         if streamer is not None:
-            await asyncio.shield(streamer.stop())
+            # Bounded: closing the transports below kills any probe still there.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.shield(asyncio.wait_for(streamer.stop(), METRICS_STOP_S))
         await asyncio.shield(session.close())
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

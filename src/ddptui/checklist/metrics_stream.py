@@ -118,7 +118,10 @@ class MetricsStreamer:
             error: str | None = None
             while True:
                 rec = await run.next_record(timeout=timeout)
-                if rec is None:
+                # stop() cancels this task, but asyncio.wait_for (Python < 3.12) drops a
+                # cancel that lands as a record arrives: without this check the stream
+                # would go on for ever and stop() would never return.
+                if rec is None or self._stopping:
                     break
                 # A stream never finishes: do not let the run keep every record.
                 run.records.clear()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ddptui.probeset import bootstrap_source, probe_source
+from ddptui.transport.redact import scrub
 
 PROTOCOL_VERSION = 1
 STDERR_KEEP = 64 * 1024
@@ -118,7 +119,7 @@ class ProbeOutput:
             return f"the probe did not finish within {self.duration_s:.0f} s"
         err = self.first("error")
         if err is not None:
-            return str(err.get("message", "probe reported an error"))
+            return scrub(str(err.get("message", "probe reported an error")))
         if self.exit_status == 127:
             return "the node's python was not found (check `python:` in the config)"
         if self.exit_status != 0:
@@ -182,7 +183,8 @@ class ProbeRun:
                 record = _parse_record(text)
                 if record is None:
                     if len(self.garbage) < 200:
-                        self.garbage.append(text[:500])
+                        # Raw node text: scrubbed (before the cut, so no half secret stays).
+                        self.garbage.append(scrub(text)[:500])
                     continue
                 if len(self.records) < MAX_RECORDS:
                     self.records.append(record)
@@ -201,8 +203,10 @@ class ProbeRun:
                 self.stderr_tail += line
                 if len(self.stderr_tail) > STDERR_KEEP:
                     del self.stderr_tail[: len(self.stderr_tail) - STDERR_KEEP]
+                    cut = self.stderr_tail.find(b"\n")  # no half line (half a secret) first
+                    del self.stderr_tail[: cut + 1]
                 if self.on_stderr is not None:
-                    self.on_stderr(line.decode("utf-8", "replace").rstrip("\n"))
+                    self.on_stderr(scrub(line.decode("utf-8", "replace").rstrip("\n")))
 
     async def next_record(
         self, kind: str | None = None, timeout: float | None = None
@@ -265,7 +269,8 @@ class ProbeRun:
                 node=self.node,
                 probe=self.probe,
                 records=tuple(self.records),
-                stderr=self.stderr_tail.decode("utf-8", "replace"),
+                # Raw node text, never seen by the probes' redaction: scrubbed here.
+                stderr=scrub(self.stderr_tail.decode("utf-8", "replace")),
                 exit_status=status,
                 duration_s=time.monotonic() - self.started,
                 timed_out=self._timed_out,
