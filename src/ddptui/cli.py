@@ -39,6 +39,8 @@ def main() -> None:
     ddptui CONFIG          walk the checklist on the cluster in CONFIG
     ddptui                 the same on the embedded local demo
     ddptui check CONFIG    headless run for CI and Slurm (exit 0 pass, 1 fail)
+    ddptui report SESSION  a saved session as Markdown / HTML
+    ddptui replay SESSION  a saved session in the TUI, read-only
     """
 
 

@@ -466,6 +466,8 @@ class DdptuiApp(App[int]):
     def action_logs(self) -> None:
         from ddptui.ui.screens import LogScreen
 
+        if not self.node_names:
+            return  # the config is still loading
         _, node = self._selected()
         node = node or self.node_names[0]
         quoted = [
