@@ -6,8 +6,10 @@ Usage (needs tmux; no root, no network; about 2 minutes):
     .venv/bin/python bench/bench_tui.py [--startup-runs 7] [--window 30] [--presses 30]
 
 1. Start-up: `.venv/bin/ddptui` (embedded local demo) in a 160x50 tmux pane; wall time
-   from `tmux new` to the first capture-pane that shows "ddptui local-demo" (polled every
-   ~10 ms); median of --startup-runs. Plus `python -X importtime -c "import ddptui.ui.app"`.
+   from `tmux new` to the app's first frame (the app writes the time of its first
+   refresh to DDPTUI_TRACE_FIRST_FRAME), and to the first capture-pane (polled every
+   ~10 ms) that shows the checklist, then the loaded config ("ddptui local-demo");
+   median of --startup-runs. Plus `python -X importtime -c "import ddptui.ui.app"`.
 2. 32 `host: local` nodes streaming metrics at 2 Hz (metrics_interval 0.5): after a 10 s
    warm-up, CPU time (utime+stime from /proc/PID/stat) of the app process alone, of its
    probe processes (python descendants of the app) and of the tmux server, over --window s.
@@ -238,19 +240,25 @@ def wait_quit(
 # --------------------------------------------------------------------------- 1. start-up
 
 
-def bench_startup(runs: int) -> tuple[list[float], list[float]]:
-    """(to the first frame, to the frame with the config loaded: node columns, name)."""
-    first, loaded = [], []
+def bench_startup(runs: int) -> tuple[list[float], list[float], list[float]]:
+    """Per run: (first frame by the app's own clock, first frame seen by capture-pane,
+    the frame with the config loaded). Polling capture-pane costs CPU the app then lacks
+    on 2 cores, so the app writes the wall time of its first frame (after the first
+    refresh) to DDPTUI_TRACE_FIRST_FRAME, and the poll runs only every 10 ms."""
+    own, seen, loaded = [], [], []
+    trace = Path(tempfile.mkdtemp(prefix="ddptui-bench-")) / "first-frame"
     for i in range(runs):
         name = f"start{i}"
-        t0 = time.perf_counter()
-        new_session(name, f"cd {ROOT} && {VENV_BIN / 'ddptui'}")
+        trace.unlink(missing_ok=True)
+        wall0, t0 = time.time(), time.perf_counter()
+        new_session(name, f"cd {ROOT} && DDPTUI_TRACE_FIRST_FRAME={trace} {VENV_BIN / 'ddptui'}")
         try:
             # The first frame: the header and the checklist rows; the config (pydantic,
             # YAML) loads right after it and the header then names the cluster.
-            t1 = wait_for_text(name, " allreduce ", timeout=30, poll=0.002)
+            t1 = wait_for_text(name, " allreduce ", timeout=30)
             t2 = wait_for_text(name, "ddptui local-demo", timeout=30)
-            first.append(t1 - t0)
+            own.append(float(trace.read_text().split()[0]) - wall0)
+            seen.append(t1 - t0)
             loaded.append(t2 - t0)
             app = app_pid(name)
             probes = {p: s[4] for p, s in track_probes(app).items()}
@@ -258,7 +266,7 @@ def bench_startup(runs: int) -> tuple[list[float], list[float]]:
             wait_quit(name, app, probes)
         finally:
             kill_session(name)
-    return first, loaded
+    return own, seen, loaded
 
 
 def importtime(repeats: int = 3) -> tuple[float, list[tuple[float, float, int, str]]]:
@@ -472,7 +480,7 @@ def main() -> None:  # noqa: PLR0915 - mostly the table
         # A keeper session holds the tmux server up, so every run pays only for its
         # own session, not for a server start.
         new_session("keeper", "sleep 86400")
-        startup, loaded = bench_startup(args.startup_runs)
+        startup, seen, loaded = bench_startup(args.startup_runs)
         imp_total, imp_rows = importtime()
         s = bench_streaming(args.nodes, args.warmup, args.window, args.presses)
     finally:
@@ -498,7 +506,12 @@ def main() -> None:  # noqa: PLR0915 - mostly the table
     print(
         f"| start-up to first frame (demo) | **median {ms(statistics.median(startup))}** "
         f"(min {ms(min(startup))}, max {ms(max(startup))}; {len(startup)} runs) | "
-        "`tmux new` to the first capture-pane showing the checklist, polled every ~2 ms |"
+        "wall time from `tmux new` to the app's first refresh (DDPTUI_TRACE_FIRST_FRAME) |"
+    )
+    print(
+        f"| the same, seen on the terminal | median {ms(statistics.median(seen))} "
+        f"(min {ms(min(seen))}, max {ms(max(seen))}) | "
+        "to the first capture-pane showing the checklist, polled every ~10 ms |"
     )
     print(
         f"| start-up to the config loaded (demo) | median {ms(statistics.median(loaded))} "

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -34,6 +36,11 @@ if TYPE_CHECKING:
 
 LOG_LINES = 5000
 QUIT_BOUND_S = 8.0
+
+
+def _append_time(path: str) -> None:
+    with contextlib.suppress(OSError), Path(path).open("a") as f:
+        f.write(f"{time.time():.6f}\n")
 
 
 class DdptuiApp(App[int]):
@@ -127,6 +134,9 @@ class DdptuiApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        trace = os.environ.get("DDPTUI_TRACE_FIRST_FRAME")
+        if trace:  # for bench/bench_tui.py: when the first frame was drawn (wall clock)
+            self.call_after_refresh(_append_time, trace)
         self.query_one("#checklist", DataTable).focus()
         self.set_interval(1.0, self._tick)
         if self.config is None:
