@@ -26,7 +26,7 @@ from ddptui.diagnosis.model import NodeResult, StepResult
 from ddptui.report.json_report import first_failure, verdict
 from ddptui.stepmeta import ORDER, TITLES
 from ddptui.ui.render import GLYPH, STYLE, banner_text, detail_markdown
-from ddptui.ui.widgets import Banner, HeaderBar, MetricsPane
+from ddptui.ui.widgets import Banner, ChecklistTable, HeaderBar, MetricsPane
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 LOG_LINES = 5000
 QUIT_BOUND_S = 8.0
+STATUS_CHARS = 12  # "✘ fail 28.1s"
 
 
 def _append_time(path: str) -> None:
@@ -49,7 +50,8 @@ class DdptuiApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "ddptui"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "next_step", "Next step"),
+        # enter/space: on the checklist (ChecklistTable), where the focus stays.
+        Binding("enter", "next_step", "Next step", show=False),
         Binding("space", "next_step", "Next step", show=False),
         Binding("a", "run_all", "All"),
         Binding("r", "rerun", "Re-run"),
@@ -126,7 +128,7 @@ class DdptuiApp(App[int]):
         yield HeaderBar(id="header")
         with Horizontal(id="body"):
             with Vertical(id="left"):
-                yield DataTable(id="checklist", cursor_type="cell", zebra_stripes=False)
+                yield ChecklistTable(id="checklist", cursor_type="cell", zebra_stripes=False)
                 yield Banner(id="banner")
                 with VerticalScroll(id="detail-scroll"):
                     yield Static(id="detail")
@@ -174,11 +176,11 @@ class DdptuiApp(App[int]):
         table = self.query_one("#checklist", DataTable)
         table.clear(columns=True)
         table.add_column("step", key="step")
-        table.add_column("status", key="status")
+        table.add_column("status", key="status", width=STATUS_CHARS)
         # Node columns share the checklist's width (left of the metrics pane): readable
         # summaries with few nodes, compact glyphs with many, never a sideways scroll.
         left = int(self.size.width * 0.6) - 2
-        share = (left - 11 - 12) // max(1, len(self.node_names)) - 2
+        share = (left - 11 - STATUS_CHARS - 2) // max(1, len(self.node_names)) - 2
         width = max(6, min(40, share))
         self.cell_chars = width
         for name in self.node_names:
@@ -191,9 +193,9 @@ class DdptuiApp(App[int]):
                 key=step_id,
             )
 
-    def _cell(self, status: str, text: str) -> Text:
+    def _cell(self, status: str, text: str, limit: int | None = None) -> Text:
         label = f"{GLYPH[status]} {text}".rstrip()
-        limit = getattr(self, "cell_chars", 30)
+        limit = limit or int(getattr(self, "cell_chars", 30))
         if len(label) > limit:
             label = label[: limit - 1] + "…"
         return Text(label, style=STYLE[status])
@@ -263,7 +265,7 @@ class DdptuiApp(App[int]):
         table.update_cell(
             result.id,
             "status",
-            self._cell(result.status, f"{result.status} {result.duration_s:.1f}s"),
+            self._cell(result.status, f"{result.status} {result.duration_s:.1f}s", STATUS_CHARS),
         )
         for node, nr in result.nodes.items():
             if node in self.node_names:
@@ -294,7 +296,7 @@ class DdptuiApp(App[int]):
             self.running = step_id
             self._move_to(step_id)  # the detail pane follows the step being run
             table = self.query_one("#checklist", DataTable)
-            table.update_cell(step_id, "status", self._cell("running", "running"))
+            table.update_cell(step_id, "status", self._cell("running", "running", STATUS_CHARS))
             self._refresh_chrome()
             try:
                 await self.session.run_step(step_id)
@@ -388,10 +390,6 @@ class DdptuiApp(App[int]):
 
     def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
         self._refresh_detail()
-
-    def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
-        # The table takes `enter` for itself; in the walkthrough it means "next step".
-        self.action_next_step()
 
     # ------------------------------------------------------------------ actions
 

@@ -6,12 +6,23 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from ddptui.ui.render import GLYPH, STYLE
 
 REPAINT_S = 0.5  # metrics repaint at most ~2 Hz, and only when the model changed
+
+
+class ChecklistTable(DataTable[Any]):
+    """The steps x nodes matrix. `enter`/`space` run the next step (a DataTable would
+    take enter for itself, and its hidden binding would keep the app's out of the footer)."""
+
+    BINDINGS = [  # noqa: RUF012 - Textual's declaration style
+        Binding("enter", "app.next_step", "Next step"),
+        Binding("space", "app.next_step", "Next step", show=False),
+    ]
 
 
 class HeaderBar(Static):
@@ -91,7 +102,7 @@ class NodeMetrics(Static):
         )
         if not latest.gpus:
             note = series.hello.note if series.hello is not None and series.hello.note else ""
-            short = note.split(":")[0][: max(10, width - 12)] if note else ""
+            short = note.split(" (")[0].split(":")[0][: max(10, width - 12)] if note else ""
             lines.append(Text("  no GPU" + (f" ({short})" if short else ""), style="dim"))
         for g in latest.gpus:
             util = f"{g.util_pct:5.1f}%" if g.util_pct is not None else "  n/a"
