@@ -248,3 +248,22 @@ def test_check_refuses_an_unwritable_report_path_before_running(tmp_path: Path) 
     out = ddptui("check", str(cfg), "--json", str(tmp_path / "missing" / "r.json"))
     assert out.returncode == 2
     assert "does not exist" in out.stderr and "ssh" not in out.stdout  # nothing ran
+
+
+def test_background_saves_land_in_order_and_never_go_back(tmp_path: Path) -> None:
+    saver = Autosaver("c", tmp_path)
+    for i in range(30):
+        saver.save_later({"step": i, "pad": "x" * 100_000})
+    saver.flush(timeout=30)
+    assert json.loads(saver.path.read_text())["step"] == 29
+    saver.save({"step": "final"})
+    saver._write({"step": "stale"}, 1)  # a save asked for long ago, arriving late
+    assert json.loads(saver.path.read_text())["step"] == "final"
+
+
+def test_metrics_budget_keeps_big_clusters_reports_small() -> None:
+    from ddptui.report.json_report import metrics_per_node
+
+    assert metrics_per_node(3) == 600
+    assert metrics_per_node(32) == 187
+    assert metrics_per_node(1000) == 60

@@ -288,7 +288,7 @@ async def _session(
 
     def on_step(result: Any) -> None:
         printer.step(result)
-        saver.save(build_report(session, metrics=model))
+        saver.save_later(build_report(session, metrics=model))
 
     session = Session(cfg, source, on_node=printer.node, on_step=on_step)
     session.info = saver.info
@@ -323,6 +323,7 @@ async def _session(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     report = build_report(session, metrics=model)
+    saver.flush(timeout=30)
     saver.save(report)
     return report, interrupted, saver
 

@@ -9,6 +9,8 @@ import json
 import os
 import re
 import secrets
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,11 @@ def new_session_id(cluster: str | None) -> str:
 
 class Autosaver:
     """Writes one session's JSON on every save(); never raises (a session that cannot be
-    saved is a warning, not a lost diagnosis)."""
+    saved is a warning, not a lost diagnosis).
+
+    save_later() hands the serialising and writing to one background thread (a big
+    cluster's session is megabytes: not on the UI's event loop); saves land in order and
+    a stale one never overwrites a newer one. Compact JSON: it is for machines."""
 
     def __init__(self, cluster: str | None, directory: Path | None = None) -> None:
         self.directory = directory or sessions_dir()
@@ -38,25 +44,52 @@ class Autosaver:
         self.path = self.directory / f"{self.id}.json"
         self.error: str | None = None
         self.saves = 0
+        self._lock = threading.Lock()
+        self._issued = 0  # sequence numbers of the saves asked for
+        self._written = 0  # ... and of the newest one written
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[Future[bool]] = []
 
     @property
     def info(self) -> dict[str, Any]:
         return {"id": self.id, "autosave": str(self.path)}
 
     def save(self, report: dict[str, Any]) -> bool:
+        """Write now (in this thread); True when the file holds this report."""
+        self._issued += 1
+        return self._write(report, self._issued)
+
+    def save_later(self, report: dict[str, Any]) -> None:
+        """Write in the background; the report must not change afterwards."""
+        self._issued += 1
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="ddptui-autosave")
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(self._pool.submit(self._write, report, self._issued))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for the background saves asked for so far."""
+        wait(self._pending, timeout=timeout)
+
+    def _write(self, report: dict[str, Any], seq: int) -> bool:
         from ddptui.report.export import atomic_write
 
-        try:
-            if self.saves == 0:
-                self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-                _prune(self.directory, KEEP - 1)
-            atomic_write(self.path, json.dumps(report, indent=1) + "\n", mode=0o600)
-        except OSError as exc:
-            self.error = f"cannot autosave the session to {self.path}: {exc.strerror or exc}"
-            return False
-        self.saves += 1
-        self.error = None
-        return True
+        text = json.dumps(report, separators=(",", ":")) + "\n"
+        with self._lock:
+            if seq < self._written:
+                return True  # a newer session state is on disk already
+            try:
+                if self.saves == 0:
+                    self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+                    _prune(self.directory, KEEP - 1)
+                atomic_write(self.path, text, mode=0o600)
+            except OSError as exc:
+                self.error = f"cannot autosave the session to {self.path}: {exc.strerror or exc}"
+                return False
+            self._written = seq
+            self.saves += 1
+            self.error = None
+            return True
 
 
 def _mtime(path: Path) -> float:

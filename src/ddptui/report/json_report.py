@@ -16,6 +16,7 @@ SCHEMA_VERSION = 1
 EXCERPT_CONTEXT = 5  # log lines kept before and after a line a finding quotes
 EXCERPTS_PER_NODE = 12
 TAIL_LINES = 300
+METRICS_BUDGET = 6000  # samples per report, shared by the nodes (a 32-GPU-node sample ~2 KB)
 VERSION_FACTS = ("python", "torch", "torch_cuda", "nccl", "driver", "kernel", "os")
 
 
@@ -89,13 +90,21 @@ def build_report(
         "tables": tables(steps, names),
         "logs": log_excerpts(steps, node_logs, counts),
         "metrics": (
-            metrics.export(session.config.metrics_interval) if metrics is not None else None
+            metrics.export(session.config.metrics_interval, metrics_per_node(len(names)))
+            if metrics is not None
+            else None
         ),
     }
     session_info = getattr(session, "info", None)
     if session_info:
         report["session"] = dict(session_info)
     return report
+
+
+def metrics_per_node(nodes: int) -> int:
+    """Samples kept per node: 600 for a few nodes, fewer on big clusters (the report
+    stays a few MB), never under 60."""
+    return max(60, min(600, METRICS_BUDGET // max(1, nodes)))
 
 
 # --------------------------------------------------------------------------- derived tables

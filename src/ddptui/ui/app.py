@@ -87,6 +87,7 @@ class DdptuiApp(App[int]):
         self.autoconnect = autoconnect and replay is None
         self.replay_data = replay  # a saved session shown read-only (`ddptui replay`)
         self.saver: Any = None  # the session's Autosaver once connected
+        self._autosave_warned = False
         self.session: Session | None = None
         self.results: dict[str, StepResult] = {}
         self.running: str | None = None
@@ -246,13 +247,21 @@ class DdptuiApp(App[int]):
         if first is not None and first["nodes"] and first["nodes"][0] in self.node_names:
             self._move_to(first["step"], 2 + self.node_names.index(first["nodes"][0]))
 
-    def _autosave(self) -> None:
+    def _autosave(self, *, now: bool = False) -> None:
+        """Save the session: in the background after a step, at once on quit."""
         if self.saver is None or self.session is None:
             return
         from ddptui.report.json_report import build_report
 
-        if not self.saver.save(build_report(self.session, metrics=self.metrics)):
-            self.notify(self.saver.error or "cannot autosave", severity="warning", timeout=8)
+        report = build_report(self.session, metrics=self.metrics)
+        if now:
+            self.saver.flush(timeout=5)
+            self.saver.save(report)
+        else:
+            self.saver.save_later(report)
+        if self.saver.error and not self._autosave_warned:
+            self._autosave_warned = True  # once: it would say the same after every step
+            self.notify(self.saver.error, severity="warning", timeout=10)
 
     def _on_node(self, step: str, node: str, result: NodeResult) -> None:
         table = self.query_one("#checklist", DataTable)
@@ -557,7 +566,7 @@ class DdptuiApp(App[int]):
             await self._streamer.stop()
         if self.session is not None:
             await self.session.close()
-            self._autosave()  # the last metrics and logs too
+            self._autosave(now=True)  # the last metrics and logs too
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
