@@ -21,8 +21,33 @@ def wants_tui(argv: list[str]) -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
+ALT_SCREEN_ON, ALT_SCREEN_OFF = "\x1b[?1049h", "\x1b[?1049l"
+
+
+def splash(source: str, columns: int) -> str:
+    """The first frame, in plain ANSI, drawn before Textual is even imported: the header
+    and the checklist's rows where the app will draw them, on the alternate screen that
+    Textual then takes over (entering it again changes nothing) and paints over whole."""
+    from ddptui.stepmeta import ORDER
+
+    lines = [f" ddptui · loading {source} …", " step       status"]
+    lines += [f" {step:<10} \x1b[2m·\x1b[22m" for step in ORDER]
+    body = "\r\n".join(line[: max(1, columns)] for line in lines)
+    return f"{ALT_SCREEN_ON}\x1b[?25l\x1b[H\x1b[2J{body}"
+
+
 def open_tui(config: str | None) -> int:
-    from ddptui.ui.app import DdptuiApp
+    import shutil
+
+    source = config or "<embedded demo>"
+    sys.stdout.write(splash(source, shutil.get_terminal_size().columns))
+    sys.stdout.flush()
+    try:
+        from ddptui.ui.app import DdptuiApp
+    except BaseException:
+        sys.stdout.write(f"\x1b[?25h{ALT_SCREEN_OFF}")  # give the terminal back as it was
+        sys.stdout.flush()
+        raise
 
     def load() -> ClusterConfig:
         if config is None:
@@ -33,7 +58,7 @@ def open_tui(config: str | None) -> int:
 
         return load_config(config)
 
-    app = DdptuiApp(None, config or "<embedded demo>", load=load)
+    app = DdptuiApp(None, source, load=load)
     try:
         code = app.run()
     except Exception:  # noqa: BLE001 - last resort: a bug in ddptui is exit 3, not a traceback

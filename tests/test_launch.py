@@ -1,0 +1,58 @@
+"""`ddptui [CONFIG]` in a terminal: the plain first frame, then the app; the terminal is
+given back as it was, errors included (driven in a real tmux pane)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptui.launch import ALT_SCREEN_ON, splash
+from ddptui.stepmeta import ORDER
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_splash_draws_the_checklist_on_the_alternate_screen() -> None:
+    out = splash("cluster.yaml", 100)
+    assert out.startswith(ALT_SCREEN_ON)
+    assert "ddptui · loading cluster.yaml" in out
+    for step in ORDER:
+        assert f" {step:<10} " in out
+    narrow = splash("a-very-long-path/" * 10 + "cluster.yaml", 30)
+    assert all(len(line) <= 30 for line in narrow.split("\x1b[2J", 1)[1].split("\r\n")[:2])
+
+
+@pytest.mark.skipif(
+    shutil.which("tmux") is None and not os.environ.get("CI"),  # under CI: fail, not skip
+    reason="needs tmux (scripts/setup --test)",
+)
+def test_terminal_is_given_back_with_the_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("master: {addr: 10.0.0.1, port: 29500}\nnodes:\n  - host: a\n    bogus: 1\n")
+    sock = f"ddptui-test-{time.monotonic_ns()}"
+    ddptui = Path(sys.executable).with_name("ddptui")
+    cmd = f"echo before; {ddptui} {bad}; echo after rc=$?; sleep 30"
+    tmux = ["tmux", "-L", sock]
+    subprocess.run([*tmux, "new", "-d", "-s", "t", "-x", "120", "-y", "30", cmd], check=True)
+    try:
+        deadline = time.monotonic() + 30
+        screen = ""
+        while "after rc=" not in screen and time.monotonic() < deadline:
+            time.sleep(0.1)
+            screen = subprocess.run(
+                [*tmux, "capture-pane", "-p", "-t", "t"], capture_output=True, text=True
+            ).stdout
+        lines = [x for x in screen.splitlines() if x.strip()]
+        assert lines[0] == "before"  # the main screen is back, with what was on it
+        assert "ddptui: invalid config" in screen
+        assert f"{bad}:4:5: nodes[0].bogus: unknown key" in screen
+        assert "after rc=2" in screen
+        assert "loading" not in screen  # no trace of the first frame on the main screen
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)
