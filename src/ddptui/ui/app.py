@@ -384,7 +384,7 @@ class DdptuiApp(App[int]):
 
     def _refresh_detail(self) -> None:
         step, node = self._selected()
-        text = detail_markdown(self.results.get(step), TITLES[step], node)
+        text = detail_markdown(self.results.get(step), TITLES[step], node, step == self.running)
         if text == self.detail_source:
             return  # nothing changed: skip the re-render (it is the costly part of a key)
         self.detail_source = text

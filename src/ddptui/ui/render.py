@@ -42,8 +42,15 @@ def finding_markdown(f: Finding, step: str) -> str:
     return "\n".join(lines)
 
 
-def detail_markdown(result: StepResult | None, title: str, node: str | None) -> str:
+def detail_markdown(
+    result: StepResult | None, title: str, node: str | None, running: bool = False
+) -> str:
     """What the detail pane says for a step (and a node, when one is selected)."""
+    if result is None and running:
+        return (
+            f"## {title}\n\nRunning now: the cells fill in as each node answers. "
+            "**l** shows the selected node's log as it streams."
+        )
     if result is None:
         return f"## {title}\n\nNot run yet. Press **enter** to run the next step, **a** for all."
     head = f"## {result.title}: {result.status.upper()} ({result.duration_s:.1f}s)"
