@@ -121,21 +121,7 @@ def test_unknown_and_changed_host_keys(testbed: Testbed, tmp_path: Path) -> None
 
 def test_dead_refused_and_unroutable_nodes(testbed: Testbed) -> None:
     testbed.link_down(2)
-    testbed.iptables(
-        1,
-        "-A",
-        "INPUT",
-        "-i",
-        "eth0",
-        "-p",
-        "tcp",
-        "--dport",
-        "22",
-        "-j",
-        "REJECT",
-        "--reject-with",
-        "tcp-reset",
-    )
+    testbed.block_port(1, 22, "REJECT")
     cfg = testbed.write_config(ssh={"connect_timeout": 2})
     run = check(cfg, "--steps", STEPS5)
     assert run.rc == 1
@@ -147,21 +133,7 @@ def test_dead_refused_and_unroutable_nodes(testbed: Testbed) -> None:
     assert run.step("inventory")["nodes"]["node2"]["status"] == "skip"
     assert run.seconds < 30
     testbed.iptables(1, "-F")
-    testbed.iptables(
-        1,
-        "-A",
-        "INPUT",
-        "-i",
-        "eth0",
-        "-p",
-        "tcp",
-        "--dport",
-        "22",
-        "-j",
-        "REJECT",
-        "--reject-with",
-        "icmp-host-prohibited",
-    )
+    testbed.block_port(1, 22, "REJECT", reject_with="icmp-host-prohibited")
     run = check(cfg, "--steps", "ssh")
     assert run.finding("ssh", "SSH-NOROUTE")["nodes"] == ["node1"]
     assert_nodes_quiet(testbed)

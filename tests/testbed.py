@@ -728,10 +728,13 @@ class Testbed:
             f.truncate(0)
             f.write(text)
 
-    def block_port(self, i: int, port: int = 29500, target: str = "DROP") -> None:
-        """Node i's firewall drops (or rejects) TCP to `port` arriving on eth0: the classic
-        blocked MASTER_PORT. Its own loopback traffic is untouched."""
-        extra = ["--reject-with", "tcp-reset"] if target == "REJECT" else []
+    def block_port(
+        self, i: int, port: int = 29500, target: str = "DROP", reject_with: str = "tcp-reset"
+    ) -> None:
+        """Node i's firewall drops (or rejects, answering `reject_with`) TCP to `port`
+        arriving on eth0: the classic blocked MASTER_PORT. Its own loopback traffic is
+        untouched."""
+        extra = ["--reject-with", reject_with] if target == "REJECT" else []
         self.iptables(
             i, "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", str(port), "-j", target, *extra
         )

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ddptui import __version__
-from ddptui.config import ClusterConfig, ConfigError, json_schema, load_config
+from ddptui.config import ClusterConfig, ConfigError, json_schema
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 METRICS_STOP_S = 10.0
@@ -45,12 +45,10 @@ def main() -> None:
 
 
 def _load(config: str | None) -> tuple[ClusterConfig, str]:
-    if config is None:
-        from ddptui.demo import demo_config
+    from ddptui.demo import config_or_demo
 
-        return demo_config(), "<embedded demo>"
     try:
-        return load_config(config), config
+        return config_or_demo(config), config or "<embedded demo>"
     except ConfigError as exc:
         _fatal_config(exc)
         raise AssertionError from None  # unreachable
@@ -129,10 +127,15 @@ def check(
         step_ids = parse_steps(steps)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--steps") from None
-    for option, path in (("--json", json_path), ("--markdown", md_path), ("--html", html_path)):
-        if path and path != "-" and (problem := _unwritable(path)):
-            raise click.BadParameter(problem, param_hint=option)
+    _refuse_unwritable([("json", json_path), ("markdown", md_path), ("html", html_path)])
     sys.exit(_run_check(cfg, source, step_ids, json_path, md_path, html_path, metrics=metrics))
+
+
+def _refuse_unwritable(outputs: list[tuple[str, str | None]]) -> None:
+    """Usage error for the first --FORMAT path a report cannot be written to."""
+    for fmt, path in outputs:
+        if path and path != "-" and (problem := _unwritable(path)):
+            raise click.BadParameter(problem, param_hint=f"--{fmt}")
 
 
 def _unwritable(path: str) -> str | None:
@@ -197,9 +200,7 @@ def report(session: str, md_path: str | None, html_path: str | None, json_path: 
     outputs = [("markdown", md_path), ("html", html_path), ("json", json_path)]
     if not any(p for _, p in outputs):
         outputs = [("markdown", "-")]
-    for fmt, path in outputs:
-        if path and path != "-" and (problem := _unwritable(path)):
-            raise click.BadParameter(problem, param_hint=f"--{fmt}")
+    _refuse_unwritable(outputs)
     for fmt, path in outputs:
         if not path:
             continue
@@ -309,7 +310,12 @@ async def _session(
         for step_id in step_ids:
             await session.run_step(step_id)
             if step_id == "ssh" and metrics and streamer is None:
-                model, streamer = await _start_metrics(cfg, session)
+                # The nodes' metrics, for the rest of the run (the report's timeline).
+                from ddptui.metrics import MetricsModel
+
+                model = MetricsModel([t.name for t in session.targets])
+                streamer = session.metrics_streamer(model)
+                await streamer.start()
     except asyncio.CancelledError:
         if not interrupted:
             raise
@@ -326,18 +332,6 @@ async def _session(
     saver.flush(timeout=30)
     saver.save(report)
     return report, interrupted, saver
-
-
-async def _start_metrics(cfg: ClusterConfig, session: Any) -> tuple[Any, Any]:
-    """The nodes' metrics, streamed for the rest of the run (for the report's timeline)."""
-    from ddptui.checklist.metrics_stream import MetricsStreamer
-    from ddptui.metrics import MetricsModel
-
-    reachable = {n: t for n, t in session.transports.items() if n not in session.ctx.unreachable}
-    model = MetricsModel([t.name for t in session.targets])
-    streamer = MetricsStreamer(reachable, model, interval=cfg.metrics_interval)
-    await streamer.start()
-    return model, streamer
 
 
 def _write_reports(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ddptui.config import ClusterConfig, parse_config
+from ddptui.config import ClusterConfig, load_config, parse_config
 
 DEMO_YAML = """\
 # ddptui embedded demo: two "nodes" that are both this machine (host: local),
@@ -32,3 +32,8 @@ def demo_config() -> ClusterConfig:
     when installed), so it works from any environment."""
     cfg = parse_config(DEMO_YAML, "<embedded demo>")
     return cfg.model_copy(update={"python": sys.executable})
+
+
+def config_or_demo(path: str | None) -> ClusterConfig:
+    """The config at path (ConfigError as load_config raises it), or the demo's."""
+    return demo_config() if path is None else load_config(path)

@@ -49,14 +49,10 @@ def open_tui(config: str | None) -> int:
         sys.stdout.flush()
         raise
 
-    def load() -> ClusterConfig:
-        if config is None:
-            from ddptui.demo import demo_config
+    def load() -> ClusterConfig:  # after the first frame: pydantic and YAML load here
+        from ddptui.demo import config_or_demo
 
-            return demo_config()
-        from ddptui.config import load_config
-
-        return load_config(config)
+        return config_or_demo(config)
 
     app = DdptuiApp(None, source, load=load)
     try:

@@ -4,12 +4,17 @@ classified logs, hang classification. Core layer (no transport, no UI)."""
 from __future__ import annotations
 
 import re
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ddptui.diagnosis.model import Finding, Status, finding, node_status_from
+from ddptui.diagnosis.model import (
+    Finding,
+    Status,
+    bandwidth_outliers,
+    finding,
+    node_status_from,
+)
 from ddptui.transport.base import ProbeOutput
 
 if TYPE_CHECKING:
@@ -348,15 +353,14 @@ def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list
     findings: list[Finding] = []
     if len(table) < 2:
         return table, findings
-    values = [row["busbw_gbps"] for row in table]
-    median = statistics.median(values)
-    slow = min(table, key=lambda row: row["busbw_gbps"])
+    median, straggling, slowest = bandwidth_outliers([row["busbw_gbps"] for row in table])
+    slow = table[slowest]
     for row in table:
         link = _link_gbps(ctx, row["node"])
         if link:
             row["link_gbps"] = link
             row["link_fraction"] = round(row["busbw_gbps"] * 8 / link, 3)
-    stragglers = [row for row in table if row["busbw_gbps"] < median / 2]
+    stragglers = [table[i] for i in straggling]
     if stragglers:
         findings.append(
             finding(

@@ -11,9 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ddptui.checklist.base import LogCallback, NodeCallback, StepContext
+from ddptui.checklist.metrics_stream import MetricsStreamer
 from ddptui.checklist.registry import STEPS
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.model import NodeResult, StepResult, finding
+from ddptui.metrics import MetricsModel
 from ddptui.transport import make_transports
 from ddptui.transport.base import NodeTarget, Transport
 
@@ -151,6 +153,12 @@ class Session:
             await self.run_step(step_id)
         self.finished_at = utcnow()
         return self.ctx.results
+
+    def metrics_streamer(self, model: MetricsModel) -> MetricsStreamer:
+        """A streamer of the nodes' metrics into model, on every node the ssh step
+        reached, at the config's interval (started by the caller)."""
+        reachable = {n: t for n, t in self.transports.items() if n not in self.ctx.unreachable}
+        return MetricsStreamer(reachable, model, interval=self.config.metrics_interval)
 
     async def close(self) -> None:
         """Stop every probe on every node and drop the connections."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -97,6 +98,14 @@ class StepResult:
                 if f.severity == sev:
                     return f
         return None
+
+
+def bandwidth_outliers(busbw: Sequence[float]) -> tuple[float, list[int], int]:
+    """Of per-rank bus bandwidths (two or more): the median, the indices of the
+    stragglers (below half the median) and of the slowest rank (the first on a tie)."""
+    median = statistics.median(busbw)
+    slowest = min(range(len(busbw)), key=busbw.__getitem__)
+    return median, [i for i, v in enumerate(busbw) if v < median / 2], slowest
 
 
 def worst(statuses: Sequence[Status]) -> Status:

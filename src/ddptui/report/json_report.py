@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddptui import __version__
-from ddptui.diagnosis.model import StepResult
+from ddptui.diagnosis.model import StepResult, bandwidth_outliers
 from ddptui.stepmeta import ORDER
 
 SCHEMA_VERSION = 1
@@ -165,21 +165,18 @@ def _allreduce_table(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
     if not data:
         return None
     rows = [r for r in data.get("bandwidth") or [] if isinstance(r, Mapping)]
-    values = sorted(float(r.get("busbw_gbps") or 0.0) for r in rows)
-    median = values[len(values) // 2] if values else 0.0
-    if len(values) % 2 == 0 and values:
-        median = (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
-    slowest = min(rows, key=lambda r: float(r.get("busbw_gbps") or 0.0)) if rows else None
+    busbw = [float(r.get("busbw_gbps") or 0.0) for r in rows]
+    # The allreduce step's own rule (AR-STRAGGLER), applied to the saved table.
+    _, straggling, slowest = bandwidth_outliers(busbw) if len(rows) > 1 else (0.0, [], -1)
     ranks = []
-    for r in rows:
+    for i, r in enumerate(rows):
         row = {
             k: r.get(k)
             for k in ("rank", "node", "bytes", "busbw_gbps", "algbw_gbps", "link_gbps")
             if k in r
         }
-        busbw = float(r.get("busbw_gbps") or 0.0)
-        row["straggler"] = len(rows) > 1 and busbw < median / 2
-        row["slowest"] = len(rows) > 1 and r is slowest
+        row["straggler"] = i in straggling
+        row["slowest"] = i == slowest
         ranks.append(row)
     return {
         "backend": data.get("backend"),
@@ -237,15 +234,20 @@ def _problem_line(lines: Sequence[str]) -> int | None:
     return next((i for i, line in enumerate(lines) if PROBLEM.search(line)), None)
 
 
+QUOTE_MIN = 12  # shorter lines or quotes match too much to mark anything
+
+
+def quotes_line(quote: str, line: str) -> bool:
+    """Whether an evidence line quotes this log line, either way round (evidence may
+    carry a "node: " prefix, a log line a "[rN] " tag)."""
+    body = line.split("] ", 1)[1] if line.startswith("[r") and "] " in line else line
+    body, quote = body.strip(), quote.strip()
+    return len(body) >= QUOTE_MIN and len(quote) >= QUOTE_MIN and (body in quote or quote in body)
+
+
 def _find_quoted(lines: Sequence[str], evidence: Iterable[Any]) -> int | None:
-    """The index of the first log line that an evidence line quotes (either way round:
-    evidence may carry a "node: " prefix, a log line a "[rN] " tag)."""
-    wanted = [str(e).strip() for e in evidence if len(str(e).strip()) >= 12]
-    for i, line in enumerate(lines):
-        body = line.split("] ", 1)[1] if line.startswith("[r") and "] " in line else line
-        body = body.strip()
-        if len(body) < 12:
-            continue
-        if any(body in e or e in body for e in wanted):
-            return i
-    return None
+    """The index of the first log line that an evidence line quotes."""
+    wanted = [str(e) for e in evidence]
+    return next(
+        (i for i, line in enumerate(lines) if any(quotes_line(e, line) for e in wanted)), None
+    )

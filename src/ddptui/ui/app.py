@@ -211,7 +211,6 @@ class DdptuiApp(App[int]):
             self.source,
             on_node=self._on_node,
             on_step=self._on_step,
-            on_log=self._on_log,
         )
 
     def _connect(self) -> None:
@@ -284,10 +283,6 @@ class DdptuiApp(App[int]):
         self._refresh_chrome()
         self._autosave()
 
-    def _on_log(self, node: str, rank: int | None, stream: str, line: str) -> None:
-        """The session keeps the lines (self.logs is its dict); nothing to redraw here:
-        the log screen reads them when it opens."""
-
     def run_steps_worker(self, step_ids: list[str], *, then_metrics: bool = False) -> None:
         """The one way steps run: a declared worker, one batch at a time."""
         self.run_worker(
@@ -322,20 +317,10 @@ class DdptuiApp(App[int]):
     def _start_metrics(self) -> None:
         if self._streamer is not None or self.session is None:
             return
-        try:
-            from ddptui.checklist.metrics_stream import MetricsStreamer
-            from ddptui.metrics import MetricsModel
-        except ImportError:
-            return  # metrics not available in this build
+        from ddptui.metrics import MetricsModel
+
         self.metrics = MetricsModel(self.node_names)
-        transports = {
-            n: t
-            for n, t in self.session.transports.items()
-            if n not in self.session.ctx.unreachable
-        }
-        self._streamer = MetricsStreamer(
-            transports, self.metrics, interval=self.config.metrics_interval
-        )
+        self._streamer = self.session.metrics_streamer(self.metrics)
         self.query_one(MetricsPane).model = self.metrics
         self.run_worker(
             self._streamer.start(),

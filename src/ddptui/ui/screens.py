@@ -13,6 +13,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Log, Select
 
+from ddptui.report.json_report import quotes_line
+
 LOG_MAX_LINES = 5000
 
 
@@ -77,20 +79,11 @@ class LogScreen(ModalScreen[None]):
 def mark_lines(lines: list[str], findings: list[tuple[str, str]], node: str) -> list[str]:
     """The log with the lines a finding quotes marked "⟶ ID │ line": the matched
     signature, where it happened in the stream."""
-    quotes = []
-    for fid, ev in findings:
-        text = ev.strip()
-        if text.startswith(f"{node}: "):
-            text = text[len(node) + 2 :]
-        if len(text) >= 12:
-            quotes.append((fid, text))
-    if not quotes:
-        return list(lines)
+    prefix = f"{node}: "
+    quotes = [(fid, ev.strip().removeprefix(prefix)) for fid, ev in findings]
     out = []
     for line in lines:
-        body = line.split("] ", 1)[1] if line.startswith("[r") and "] " in line else line
-        body = body.strip()
-        hit = next((fid for fid, q in quotes if len(body) >= 12 and (q in body or body in q)), None)
+        hit = next((fid for fid, q in quotes if quotes_line(q, line)), None)
         out.append(f"⟶ {hit} │ {line}" if hit else line)
     return out
 
