@@ -100,6 +100,27 @@ def test_demo_connects_then_waits_and_walks_steps() -> None:
     asyncio.run(scenario())
 
 
+def test_keys_pressed_while_loading_run_once_connected() -> None:
+    # The first frame comes before the config and the connection: a person presses `a`
+    # at once. It must not be lost, nor replace the connection (metrics would never start).
+    async def scenario() -> None:
+        app = DdptuiApp(demo_config(), "<embedded demo>", autoconnect=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("a")  # not connected yet: remembered
+            await pilot.pause(0.2)
+            assert app.session is None and app.results == {}
+            app._connect()
+            app.action_run_all()  # again, before the connecting worker has even started
+            await wait_for(pilot, lambda: app.running is None and len(app.results) == 6, 90)
+            assert [r.status for r in app.results.values()].count("pass") >= 5
+            await wait_for(pilot, lambda: app.metrics is not None, 10)
+            await wait_for(pilot, lambda: app.metrics.snapshot().node("node0").latest(), 15)
+            await pilot.press("q")
+            await wait_for(pilot, lambda: not app.is_running, 20)
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.testbed
 def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbed) -> None:
     testbed.block_port(0)

@@ -88,6 +88,7 @@ class DdptuiApp(App[int]):
         self.replay_data = replay  # a saved session shown read-only (`ddptui replay`)
         self.saver: Any = None  # the session's Autosaver once connected
         self._autosave_warned = False
+        self._queued: bool | None = None  # enter (True) / a (False) pressed while connecting
         self.session: Session | None = None
         self.results: dict[str, StepResult] = {}
         self.running: str | None = None
@@ -284,7 +285,9 @@ class DdptuiApp(App[int]):
         self._autosave()
 
     def run_steps_worker(self, step_ids: list[str], *, then_metrics: bool = False) -> None:
-        """The one way steps run: a declared worker, one batch at a time."""
+        """The one way steps run: a declared worker, one batch at a time. Busy from now,
+        not from when the worker starts: a key in between would replace the batch."""
+        self.running = step_ids[0]
         self.run_worker(
             self._run_steps(step_ids, then_metrics),
             name=f"steps {','.join(step_ids)}",
@@ -313,6 +316,9 @@ class DdptuiApp(App[int]):
         if first is not None and first["nodes"]:
             # Land on the first failure: its cause and fix are in the detail pane.
             self._move_to(first["step"], 2 + self.node_names.index(first["nodes"][0]))
+        if self._queued is not None:  # enter / a pressed while connecting
+            first_only, self._queued = self._queued, None
+            self.call_later(self._run_pending, first_only=first_only)  # after this worker
 
     def _start_metrics(self) -> None:
         if self._streamer is not None or self.session is None:
@@ -405,6 +411,11 @@ class DdptuiApp(App[int]):
         todo = [s for s in ORDER if s not in self.results]
         if not todo:
             self.notify("Every step has run; r re-runs the selected one.")
+            return
+        if self.session is None or "ssh" not in self.results:
+            # Still loading or connecting: run it as soon as the nodes are connected.
+            self._queued = first_only
+            self.notify("Connecting to the nodes; the steps run once they are connected.")
             return
         if self._busy():
             return
