@@ -267,3 +267,17 @@ def test_metrics_budget_keeps_big_clusters_reports_small() -> None:
     assert metrics_per_node(3) == 600
     assert metrics_per_node(32) == 187
     assert metrics_per_node(1000) == 60
+
+
+def test_durations_read_back_exactly_as_shown_live() -> None:
+    # 0.44951 s would show "0.4s" live but "0.5s" from a report rounded to ms: results
+    # keep milliseconds themselves, so a replay shows what the live screen showed.
+    from ddptui.diagnosis.model import NodeResult, StepResult
+    from ddptui.report.load import results_from_report
+
+    live = StepResult("ssh", "SSH", "pass", 0.44951, {"n0": NodeResult("pass", "ok", {}, 0.04951)})
+    report = {"steps": [json.loads(json.dumps(live.to_dict()))]}
+    again = results_from_report(report)["ssh"]
+    assert f"{again.duration_s:.1f}" == f"{live.duration_s:.1f}"
+    assert again.duration_s == live.duration_s == 0.45
+    assert again.nodes["n0"].duration_s == live.nodes["n0"].duration_s == 0.05

@@ -58,10 +58,14 @@ class NodeResult:
     data: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        # Milliseconds, as reports store it: a result shows the same live and replayed.
+        object.__setattr__(self, "duration_s", round(self.duration_s, 3))
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "summary": self.summary}
         if self.duration_s:
-            out["duration_s"] = round(self.duration_s, 3)
+            out["duration_s"] = self.duration_s
         if self.data:
             out["data"] = self.data
         return out
@@ -77,12 +81,16 @@ class StepResult:
     findings: tuple[Finding, ...] = ()
     data: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Milliseconds, as reports store it: a result shows the same live and replayed.
+        object.__setattr__(self, "duration_s", round(self.duration_s, 3))
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": self.id,
             "title": self.title,
             "status": self.status,
-            "duration_s": round(self.duration_s, 3),
+            "duration_s": self.duration_s,
             "nodes": {name: r.to_dict() for name, r in self.nodes.items()},
             "findings": [f.to_dict() for f in self.findings],
         }
