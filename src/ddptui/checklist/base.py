@@ -202,7 +202,7 @@ def probe_trouble(out: ProbeOutput | ConnectFailure) -> str | None:
 
 def trouble_finding(step: str, node: str, out: ProbeOutput | ConnectFailure) -> Finding:
     """A node that vanished, hung or answered garbage is a finding, never a crash."""
-    from ddptui.diagnosis.model import finding
+    from ddptui.diagnosis.kb import kb_finding
 
     problem = probe_trouble(out) or "unknown problem"
     evidence = []
@@ -212,50 +212,28 @@ def trouble_finding(step: str, node: str, out: ProbeOutput | ConnectFailure) -> 
     if (isinstance(out, ProbeOutput) and out.lost) or (
         isinstance(out, ConnectFailure) and out.kind == "lost"
     ):
-        return finding(
+        return kb_finding(
             "NODE-LOST",
-            "error",
             [node],
             f"{node}: connection lost during the {step} step",
-            "The SSH connection dropped while the probe ran: the node went down, its link "
-            "failed, or a firewall cut the session (keepalives went unanswered).",
-            f"Check that {node} is up and its network link is healthy (ping it, look at "
-            "`ip link` and `dmesg` there), then run the check again.",
             evidence,
+            node=node,
         )
     if isinstance(out, ProbeOutput):
         if out.timed_out:
-            return finding(
-                "NODE-TIMEOUT",
-                "error",
-                [node],
-                f"{node}: the {step} probe hung",
-                "The probe did not finish within the step timeout: the node is overloaded, a "
-                "filesystem (NFS home, /proc) hangs, or a network call blocks.",
-                f"Log into {node} and check its load (`uptime`, `ps aux --sort=-%cpu | head`) "
-                "and hung mounts; raise `timeouts.step` if the node is just slow.",
-                evidence,
+            return kb_finding(
+                "NODE-TIMEOUT", [node], f"{node}: the {step} probe hung", evidence, node=node
             )
         if out.exit_status == 127:
-            return finding(
-                "NODE-NO-PYTHON",
-                "error",
-                [node],
-                f"{node}: the configured python was not found",
-                "The interpreter named by `python:` in the config does not exist in the node's "
-                "non-interactive login PATH (conda/venv activation in .bashrc is skipped for "
-                "ssh commands on many systems).",
-                "Set `python:` (or the node's `python:`) to the absolute path of the training "
-                "environment's interpreter, e.g. /opt/conda/envs/train/bin/python.",
-                evidence,
+            return kb_finding(
+                "NODE-NO-PYTHON", [node], f"{node}: the configured python was not found", evidence
             )
-    return finding(
+    return kb_finding(
         "NODE-PROBE-FAILED",
-        "error",
         [node],
         f"{node}: the {step} check could not run",
-        f"The {step} probe failed on this node: {problem}.",
-        f"Run the check again; if it persists, log into {node} and run the training python "
-        "by hand to see what breaks.",
         evidence,
+        step=step,
+        problem=problem,
+        node=node,
     )

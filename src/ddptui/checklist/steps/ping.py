@@ -6,7 +6,8 @@ import ipaddress
 from typing import Any
 
 from ddptui.checklist.base import Step, StepContext
-from ddptui.diagnosis.model import Finding, NodeResult, finding
+from ddptui.diagnosis.kb import kb_finding
+from ddptui.diagnosis.model import Finding, NodeResult
 
 
 def is_loopback(addr: str) -> bool:
@@ -58,32 +59,23 @@ def judge(ctx: StepContext, facts: dict[str, dict[str, Any]]) -> list[Finding]:
     unresolved = [n for n, d in facts.items() if not d.get("resolved")]
     if unresolved:
         out.append(
-            finding(
+            kb_finding(
                 "PING-GAI",
-                "error",
                 unresolved,
                 f"MASTER_ADDR {addr} does not resolve on {', '.join(unresolved)}",
-                "The name is not in DNS or /etc/hosts on these nodes; torch fails with "
-                "'network addresses of (..) cannot be retrieved (gai error ..)'.",
-                "Use the master's IP for `master.addr` (and MASTER_ADDR), or add it to /etc/hosts on "
-                "every node.",
                 [f"{n}: {facts[n].get('gai_error')}" for n in unresolved],
+                host=addr,
+                msg=facts[unresolved[0]].get("gai_error"),
             )
         )
     loop = [n for n, d in facts.items() if d.get("resolved") and is_loopback(d["resolved"][0])]
     all_local = all(t.host == "local" for t in ctx.targets)  # one machine: loopback is right
     if loop and len(ctx.targets) > 1 and not all_local:
         out.append(
-            finding(
+            kb_finding(
                 "PING-LOOPBACK",
-                "error",
                 loop,
                 f"MASTER_ADDR {addr} resolves to loopback on {', '.join(loop)}",
-                "These nodes map the master's name to 127.0.0.1/127.0.1.1 (Debian's /etc/hosts "
-                "maps the own hostname to 127.0.1.1): their processes would connect to themselves "
-                "instead of the master.",
-                "Use the master's routable IP for MASTER_ADDR, or fix /etc/hosts on those nodes so "
-                "the name maps to that IP.",
                 [
                     f"{n}: {addr} -> {facts[n]['resolved'][0]}"
                     + (
@@ -102,14 +94,10 @@ def judge(ctx: StepContext, facts: dict[str, dict[str, Any]]) -> list[Finding]:
         master_view = good.get(ctx.master.name)
         odd = [n for n, a in good.items() if a != master_view] if master_view else list(good)
         out.append(
-            finding(
+            kb_finding(
                 "PING-MISMATCH",
-                "error",
                 odd,
                 f"MASTER_ADDR {addr} resolves to different addresses on different nodes",
-                "Nodes disagree on where the master is (stale /etc/hosts, split DNS): some would "
-                "connect to the wrong machine.",
-                "Use an IP literal for MASTER_ADDR, or make DNS / /etc/hosts agree on every node.",
                 [f"{n}: {a}" for n, a in good.items()],
             )
         )
@@ -118,19 +106,14 @@ def judge(ctx: StepContext, facts: dict[str, dict[str, Any]]) -> list[Finding]:
         target = m["resolved"][0]
         if target not in m.get("local_addrs", []):
             out.append(
-                finding(
+                kb_finding(
                     "PING-NOT-MASTER",
-                    "error",
                     [ctx.master.name],
                     f"MASTER_ADDR {addr} ({target}) is not an address of the rank-0 node "
                     f"{ctx.master.name}",
-                    "torchrun starts the rendezvous store on NODE_RANK 0 (the first node in the "
-                    "config); MASTER_ADDR must be one of that node's addresses or every other rank "
-                    "connects to a machine where no store runs.",
-                    f"Set `master.addr` to one of {ctx.master.name}'s addresses "
-                    f"({', '.join(a for a in m.get('local_addrs', []) if not is_loopback(a))}) or "
-                    "put the master node first in `nodes:`.",
                     [f"{ctx.master.name}: local addresses {', '.join(m.get('local_addrs', []))}"],
+                    node=ctx.master.name,
+                    addrs=", ".join(a for a in m.get("local_addrs", []) if not is_loopback(a)),
                 )
             )
     dead: list[str] = []
@@ -145,17 +128,10 @@ def judge(ctx: StepContext, facts: dict[str, dict[str, Any]]) -> list[Finding]:
         (filtered if tcp_ok else dead).append(n)
     if dead:
         out.append(
-            finding(
+            kb_finding(
                 "PING-UNREACHABLE",
-                "error",
                 dead,
                 f"the master {addr} does not answer from {', '.join(dead)} (no ICMP, no TCP)",
-                "No reply to ping and every TCP attempt timed out or found no route: a firewall "
-                "drops traffic between these nodes and the master, or they are on networks that "
-                "do not route to each other.",
-                "Check `ip route get MASTER_ADDR` and the firewall (`iptables -S`, `nft list "
-                "ruleset`, cloud security groups) on both ends; nodes must reach each other on all "
-                "TCP ports.",
                 [
                     f"{n}: route {(facts[n].get('route') or {}).get('dev')}, ping: "
                     f"{(facts[n].get('icmp') or {}).get('detail')}; tcp: "
@@ -166,13 +142,10 @@ def judge(ctx: StepContext, facts: dict[str, dict[str, Any]]) -> list[Finding]:
         )
     if filtered:
         out.append(
-            finding(
+            kb_finding(
                 "PING-ICMP-FILTERED",
-                "info",
                 filtered,
                 f"the master {addr} ignores ping from {', '.join(filtered)} but answers on TCP",
-                "ICMP is filtered on the way; TCP gets through, which is what torch uses.",
-                "Nothing to do for DDP; the port step tests the TCP paths that matter.",
                 [
                     f"{n}: "
                     + ", ".join(f"{p['port']} {p['result']}" for p in facts[n].get("tcp", []))
