@@ -31,10 +31,13 @@ def visible_gpus(env):
 def pump(stream, name, nproc, node_rank, known, salt):
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", "replace").rstrip("\n")
-        rank = None
+        rank = local = None
         m = TEE_PREFIX.match(line)
         if m:
-            rank = node_rank * nproc + int(m.group(2))
+            # torchrun's --tee prefix carries the LOCAL rank; the global one follows
+            # from the static layout (node_rank * nproc + local).
+            local = int(m.group(2))
+            rank = node_rank * nproc + local
             line = line[m.end() :]
         # Every line, the workers' own records included, is scrubbed before it leaves.
         line = redact_text(line, known, salt)
@@ -50,6 +53,7 @@ def pump(stream, name, nproc, node_rank, known, salt):
             "log",
             stream=name,
             rank=rank,
+            local_rank=local,
             t=time.time(),
             line=line[:MAX_LINE],
         )

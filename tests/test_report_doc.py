@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from ddptui.diagnosis.logstore import LogStore
 from ddptui.metrics import HISTORY_MAX, MetricsModel
 from ddptui.report.autosave import Autosaver, sessions_dir
 from ddptui.report.export import render
@@ -114,13 +115,32 @@ def test_log_excerpts_surround_the_quoted_line_and_stay_bounded() -> None:
             ],
         }
     ]
-    out = log_excerpts(steps, {"n1": lines, "n2": []}, {"n1": 1234})
+    store = LogStore(["n1", "n2"])
+    for i in range(234):  # lines that fell out of the store before these
+        store.append("n1", f"early {i}", rank=1)
+    for text in lines:
+        store.append("n1", text.removeprefix("[r1] "), rank=1)
+    out = log_excerpts(steps, store)
     assert set(out) == {"n1"}  # a node without a log has no entry
     log = out["n1"]
     assert log["lines_total"] == 1234 and len(log["tail"]) == 300
     (ex,) = log["excerpts"]
-    assert ex["finding"] == "NCCL-PEER-CLOSED" and ex["first_line"] == 496
+    # Found by its quoted text (the finding cites no line id): line 735 of the node.
+    assert ex["finding"] == "NCCL-PEER-CLOSED" and ex["first_line"] == 730
     assert "NCCL WARN" in ex["lines"][5] and len(ex["lines"]) == 11
+    assert ex["marked"] == [5] and ex["ids"][5] == "n1#735"
+
+
+def test_log_excerpts_mark_the_line_a_finding_cites_by_id() -> None:
+    """Two identical lines: the one the finding cites (by id) is marked, not the first."""
+    store = LogStore(["n1"])
+    warn = "NCCL WARN NET/Socket : peer 10.0.0.3 closed the connection"
+    for i in range(40):
+        store.append("n1", warn if i in (3, 30) else f"line {i}", rank=0)
+    cited = {"id": "X", "nodes": ["n1"], "evidence": [f"n1: {warn}"], "lines": ["n1#31"]}
+    steps = [{"id": "allreduce", "findings": [cited]}]
+    (ex,) = log_excerpts(steps, store)["n1"]["excerpts"]
+    assert ex["ids"][ex["marked"][0]] == "n1#31" and ex["first_line"] == 26
 
 
 def test_metrics_history_covers_the_whole_session_bounded() -> None:

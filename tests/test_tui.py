@@ -16,7 +16,7 @@ from textual.widgets import DataTable
 from ddptui.config import load_config
 from ddptui.demo import demo_config
 from ddptui.ui.app import DdptuiApp
-from ddptui.ui.widgets import Banner
+from ddptui.ui.banner import Banner
 
 
 def cell(app: DdptuiApp, step: str, col: str) -> str:

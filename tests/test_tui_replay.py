@@ -12,10 +12,11 @@ from typing import Any
 
 from textual.widgets import DataTable, Log
 
+from ddptui.diagnosis.model import finding
 from ddptui.report.html import render_html
 from ddptui.ui.app import DdptuiApp
-from ddptui.ui.screens import mark_lines
-from ddptui.ui.widgets import Banner
+from ddptui.ui.banner import Banner
+from ddptui.ui.log_screen import marked_lines
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 WARN = "NCCL WARN NET/Socket : Connection closed by remote peer 10.0.0.3<36021>"
@@ -28,10 +29,21 @@ def log_lines(app: DdptuiApp) -> list[str]:
 
 def test_mark_lines_marks_the_quoted_line_in_place() -> None:
     lines = ["[r1] NCCL INFO Bootstrap", f"[r1] node1:1234:99 [0] {WARN}", "[r1] done"]
-    out = mark_lines(lines, [("NCCL-REMOTE-CLOSED", f"node1: {WARN}")], "node1")
+    f = finding("NCCL-REMOTE-CLOSED", "error", ["node1"], "s", "c", "x", [f"node1: {WARN}"])
+    out = marked_lines("node1", lines, [], [f])
     assert out[0] == lines[0] and out[2] == lines[2]
     assert out[1] == f"⟶ NCCL-REMOTE-CLOSED │ {lines[1]}"
-    assert mark_lines(lines, [("X", "short")], "node1") == lines  # too short to match
+    short = finding("X", "error", ["node1"], "s", "c", "x", ["short"])
+    assert marked_lines("node1", lines, [], [short]) == lines  # too short to match
+
+
+def test_marked_lines_follow_line_ids_not_text() -> None:
+    """Two identical lines: only the one the finding cites by id is marked."""
+    lines = [f"[r1] {WARN}", "[r1] between", f"[r1] {WARN}"]
+    f = finding("NCCL-REMOTE-CLOSED", "error", ["node1"], "s", "c", "x", [f"node1: {WARN}"],
+                lines=["node1#3"])
+    out = marked_lines("node1", lines, ["node1#1", "node1#2", "node1#3"], [f])
+    assert out[0] == lines[0] and out[2].startswith("⟶ NCCL-REMOTE-CLOSED")
 
 
 def test_replay_shows_the_saved_session_read_only(tmp_path: Path) -> None:

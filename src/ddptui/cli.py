@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -18,7 +17,6 @@ from ddptui import __version__
 from ddptui.config import ClusterConfig, ConfigError, json_schema
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-METRICS_STOP_S = 10.0
 
 
 class _DefaultGroup(click.Group):
@@ -269,30 +267,28 @@ def _run_check(
         where = f" (the session is saved in {saver.path})" if saver.saves else ""
         click.secho(f"ddptui: cannot write the report: {exc}{where}", fg="red", err=True)
         return EXIT_USAGE
+    if any(step["status"] == "error" for step in report["steps"]):
+        return EXIT_INTERNAL  # ddptui could not run a step: its own bug, said per step
     if report["verdict"] == "fail":
         return EXIT_FAIL
-    if report["verdict"] == "error":
-        return EXIT_INTERNAL
     return EXIT_OK
 
 
 async def _session(
     cfg: ClusterConfig, source: str, step_ids: list[str], printer: Any, *, metrics: bool = True
 ) -> tuple[dict[str, Any], bool, Any]:
-    from ddptui.checklist.runner import Session
-    from ddptui.report.autosave import Autosaver
-    from ddptui.report.json_report import build_report
+    """The run core, headless: the printer subscribes; Ctrl-C/SIGTERM stop it."""
+    from ddptui.checklist.run import RunCore, RunEvent
 
-    saver = Autosaver(cfg.name)
-    model: Any = None
-    streamer: Any = None
+    core = RunCore(cfg, source, metrics=metrics, selected=tuple(step_ids))
 
-    def on_step(result: Any) -> None:
-        printer.step(result)
-        saver.save_later(build_report(session, metrics=model))
+    def show(event: RunEvent) -> None:
+        if event.kind == "node" and event.node and event.node_result and event.step:
+            printer.node(event.step, event.node, event.node_result)
+        elif event.kind == "step" and event.result is not None:
+            printer.step(event.result)
 
-    session = Session(cfg, source, on_node=printer.node, on_step=on_step)
-    session.info = saver.info
+    core.subscribe(show)
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     interrupted = False
@@ -307,31 +303,16 @@ async def _session(
         loop.add_signal_handler(sig, _interrupt)
     try:
         printer.start()
-        for step_id in step_ids:
-            await session.run_step(step_id)
-            if step_id == "ssh" and metrics and streamer is None:
-                # The nodes' metrics, for the rest of the run (the report's timeline).
-                from ddptui.metrics import MetricsModel
-
-                model = MetricsModel([t.name for t in session.targets])
-                streamer = session.metrics_streamer(model)
-                await streamer.start()
+        await core.run_steps(step_ids)
     except asyncio.CancelledError:
         if not interrupted:
             raise
     finally:
         # Whatever happened, nothing we started may outlive us on any node.
-        if streamer is not None:
-            # Bounded: closing the transports below kills any probe still there.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.shield(asyncio.wait_for(streamer.stop(), METRICS_STOP_S))
-        await asyncio.shield(session.close())
+        await asyncio.shield(core.stop())
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    report = build_report(session, metrics=model)
-    saver.flush(timeout=30)
-    saver.save(report)
-    return report, interrupted, saver
+    return core.report(), interrupted, core.saver
 
 
 def _write_reports(

@@ -9,9 +9,8 @@ import click
 
 from ddptui import __version__
 from ddptui.config import ClusterConfig
-from ddptui.diagnosis.model import NodeResult, StepResult
+from ddptui.diagnosis.model import GLYPH, NodeResult, StepResult
 
-GLYPH = {"pass": "✔", "warn": "!", "fail": "✘", "skip": "-", "error": "?"}
 COLOR = {
     "pass": "green",
     "warn": "yellow",

@@ -439,9 +439,12 @@ def sparkline(
     return "".join(chars)
 
 
+NA = "n/a"  # the one way a missing metric reads, everywhere
+
+
 def _scaled(n: float | None, units: Sequence[str], step: float) -> str:
     if n is None or math.isnan(n):
-        return "n/a"
+        return NA
     for unit in units[:-1]:
         if abs(n) < step:
             return f"{n:.0f} {unit}" if unit in ("B", "B/s") else f"{n:.1f} {unit}"

@@ -8,6 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ddptui.diagnosis.logstore import LogLine, LogStore
 from ddptui.diagnosis.model import (
     Finding,
     Status,
@@ -18,10 +19,11 @@ from ddptui.diagnosis.model import (
 from ddptui.transport.base import ProbeOutput
 
 if TYPE_CHECKING:
-    from ddptui.checklist.base import LogCallback, StepContext
+    from ddptui.checklist.base import StepContext
+    from ddptui.diagnosis.signatures import Match
 
-LOG_KEEP = 5000  # lines per node kept in memory (the TUI's log view)
-REPORT_LINES = 60  # lines per node kept in the report
+REPORT_LINES = 60  # lines per node kept in the step's node data (the report)
+NCCL_KEEP = 2000  # NCCL-ish lines kept per rank for its facts (init comes first)
 PHASES = ("start", "imported", "init", "pg_ready", "verify", "sweep", "done")
 PHASE_MEANING = {
     "start": "starting Python (never finished importing torch)",
@@ -64,26 +66,20 @@ class ArRun:
     exits: dict[str, dict[str, Any]] = field(default_factory=dict)
     ranks: dict[int, RankState] = field(default_factory=dict)
     local_to_rank: dict[tuple[str, int], int] = field(default_factory=dict)
-    lines: list[tuple[float, str, int | None, str, str]] = field(default_factory=list)
-    logs: dict[str, deque[str]] = field(default_factory=dict)
+    # Lines are classified as they arrive (the run keeps no unbounded copy): the
+    # signature matches with the id of their line, each rank's NCCL lines for its
+    # facts, and each node's last lines (LogStore ids travel with them).
+    matches: list[tuple[float, str, Match]] = field(default_factory=list)
+    match_lines: dict[int, str] = field(default_factory=dict)
+    nccl_lines: dict[int, list[str]] = field(default_factory=dict)
+    tails: dict[str, deque[LogLine]] = field(default_factory=dict)
     outputs: dict[str, ProbeOutput] = field(default_factory=dict)
     trouble: dict[str, Finding] = field(default_factory=dict)
 
-    def take(self, node: str, rec: dict[str, Any], now: float, on_log: LogCallback | None) -> None:
+    def take(self, node: str, rec: dict[str, Any], now: float, logs: LogStore | None) -> None:
         kind = rec.get("kind")
         if kind == "log":
-            local = rec.get("rank")
-            rank = self.local_to_rank.get((node, local)) if isinstance(local, int) else None
-            line = str(rec.get("line", ""))
-            self.lines.append(
-                (now, node, local if isinstance(local, int) else None, str(rec.get("stream")), line)
-            )
-            tag = (
-                f"[r{rank}] " if rank is not None else (f"[l{local}] " if local is not None else "")
-            )
-            self.logs.setdefault(node, deque(maxlen=LOG_KEEP)).append(tag + line)
-            if on_log is not None:
-                on_log(node, rank, str(rec.get("stream")), line)
+            self._line(node, rec, now, logs)
         elif kind == "worker":
             self._worker(node, rec.get("record") or {}, now)
         elif kind == "launch":
@@ -109,8 +105,39 @@ class ArRun:
         elif kind == "bw":
             st.bw.append({k: rec.get(k) for k in ("bytes", "time_us", "algbw_gbps", "busbw_gbps")})
 
-    def rank_lines(self, node: str, local: int) -> list[str]:
-        return [ln for _, n, lr, _, ln in self.lines if n == node and lr == local]
+    def _line(self, node: str, rec: dict[str, Any], now: float, logs: LogStore | None) -> None:
+        """One streamed line: the launcher tags it with the worker's GLOBAL rank and its
+        local rank (torchrun's --tee prefix)."""
+        from ddptui.diagnosis.signatures import classify_line
+
+        raw_rank, raw_local = rec.get("rank"), rec.get("local_rank")
+        local = raw_local if isinstance(raw_local, int) else None
+        rank = raw_rank if isinstance(raw_rank, int) else None
+        if rank is None and local is not None:
+            rank = self.local_to_rank.get((node, local))
+        text = str(rec.get("line", ""))
+        stream = str(rec.get("stream"))
+        line = (
+            logs.append(node, text, rank=rank, local_rank=local, stream=stream, t=now)
+            if logs is not None
+            else LogLine(node, 0, rank, local, stream, text, now)
+        )
+        self.tails.setdefault(node, deque(maxlen=REPORT_LINES)).append(line)
+        if rank is not None and ("NCCL" in text or "Channel" in text or "Bootstrap" in text):
+            kept = self.nccl_lines.setdefault(rank, [])
+            if len(kept) < NCCL_KEEP:
+                kept.append(text)
+        m = classify_line(text)
+        if m is not None:
+            self.matches.append((now, node, m))
+            self.match_lines[id(m)] = line.id
+
+    def rank_lines(self, rank: int) -> list[str]:
+        """The NCCL lines one global rank printed (for its facts)."""
+        return self.nccl_lines.get(rank, [])
+
+    def tail(self, node: str, n: int = REPORT_LINES) -> list[str]:
+        return [ln.tagged() for ln in list(self.tails.get(node, ()))[-n:]]
 
 
 def analyze(
@@ -118,10 +145,10 @@ def analyze(
 ) -> tuple[list[Finding], dict[str, Any], dict[str, tuple[Status, str, dict[str, Any]]]]:
     """(findings, step data, {node: (status, summary, data)})."""
     from ddptui.diagnosis.ncclfacts import nccl_findings, parse_nccl_lines
-    from ddptui.diagnosis.signatures import classify_lines, root_cause
+    from ddptui.diagnosis.signatures import root_cause
 
     findings: list[Finding] = list(run.trouble.values())
-    matches = classify_lines((t, n, line) for t, n, _, _, line in run.lines)
+    matches = sorted(run.matches, key=lambda item: item[0])
     root = root_cause(matches)
     ok_ranks = [r for r in run.ranks.values() if r.verify and r.verify.get("ok")]
     world = sum(int(run.launch[n].get("nproc", 0)) for n in run.launch) or len(ctx.targets)
@@ -135,7 +162,7 @@ def analyze(
     per_rank_facts = {}
     if run.backend == "nccl":
         for st in run.ranks.values():
-            per_rank_facts[st.rank] = parse_nccl_lines(run.rank_lines(st.node, st.local_rank))
+            per_rank_facts[st.rank] = parse_nccl_lines(run.rank_lines(st.rank))
         ib = {
             t.name: any(
                 p.get("state", "").endswith("ACTIVE")
@@ -170,7 +197,7 @@ def analyze(
                 }
                 for r in ranks
             },
-            "log_tail": list(run.logs.get(t.name, []))[-REPORT_LINES:],
+            "log_tail": run.tail(t.name),
         }
         per_node[t.name] = (status, _node_summary(run, ranks, t.name, all_ok), data)
     data = {
@@ -241,7 +268,7 @@ def _failure_findings(ctx: StepContext, run: ArRun, matches: list[Any], root: An
     if root is None and hang is None and not wrong:
         codes = {n: e.get("code") for n, e in run.exits.items() if e.get("code") != 0}
         nodes = sorted(codes) or [t.name for t in ctx.targets]
-        tails = [f"{n}: {ln}" for n in nodes for ln in list(run.logs.get(n, []))[-4:]]
+        tails = [f"{n}: {ln}" for n in nodes for ln in run.tail(n, 4)]
         out.append(
             finding(
                 "AR-FAILED",
@@ -273,16 +300,9 @@ def _root_finding(run: ArRun, matches: list[Any], root: Any) -> Finding:
                 f"{waited.node}: rank {waited.rank} never answered its peers; "
                 f"{origin} waited for it ({sig.title.lower()})"
             )
-    others = [
-        f"{o}: {mm.line.strip()}"
-        for _, o, mm in matches
-        if mm is not m and not mm.signature.secondary
-    ][:4]
-    secondary = [
-        f"{o}: {mm.line.strip()} (consequence)"
-        for _, o, mm in matches
-        if mm.signature.secondary and mm is not m
-    ][:3]
+    others = [(o, mm) for _, o, mm in matches if mm is not m and not mm.signature.secondary][:4]
+    secondary = [(o, mm) for _, o, mm in matches if mm.signature.secondary and mm is not m][:3]
+    quoted = [(origin, m), *others, *secondary]
     return finding(
         sig.id,
         "error",
@@ -290,7 +310,11 @@ def _root_finding(run: ArRun, matches: list[Any], root: Any) -> Finding:
         summary,
         m.cause_text(),
         m.fix_text(),
-        [f"{origin}: {m.line.strip()}", *others, *secondary],
+        [
+            f"{o}: {mm.line.strip()}" + (" (consequence)" if (o, mm) in secondary else "")
+            for o, mm in quoted
+        ],
+        lines=[run.match_lines[id(mm)] for _, mm in quoted if id(mm) in run.match_lines],
     )
 
 

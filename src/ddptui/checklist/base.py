@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ddptui.config import ClusterConfig
+from ddptui.diagnosis.logstore import LogStore
 from ddptui.diagnosis.model import Finding, NodeResult, StepResult, step_status
 from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeOutput, Transport
 
 NodeCallback = Callable[[str, str, NodeResult], None]  # (step id, node name, result)
-# (node, global rank or None, stream "out"/"err", line): live allreduce output for views.
-LogCallback = Callable[[str, "int | None", str, str], None]
 
 
 @dataclass
@@ -29,7 +28,7 @@ class StepContext:
     salt: str
     results: dict[str, StepResult] = field(default_factory=dict)
     on_node: NodeCallback | None = None
-    on_log: LogCallback | None = None
+    logs: LogStore = field(default_factory=LogStore)  # every streamed line, with its id
     unreachable: set[str] = field(default_factory=set)
 
     @property

@@ -6,22 +6,22 @@ import asyncio
 import datetime as dt
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ddptui.checklist.base import LogCallback, NodeCallback, StepContext
+from ddptui.checklist.base import NodeCallback, StepContext
 from ddptui.checklist.metrics_stream import MetricsStreamer
 from ddptui.checklist.registry import STEPS
 from ddptui.config import ClusterConfig
-from ddptui.diagnosis.model import NodeResult, StepResult, finding
+from ddptui.diagnosis.kb import kb_finding
+from ddptui.diagnosis.logstore import LogStore
+from ddptui.diagnosis.model import NodeResult, StepResult
 from ddptui.metrics import MetricsModel
 from ddptui.transport import make_transports
 from ddptui.transport.base import NodeTarget, Transport
 
 StepCallback = Callable[[StepResult], None]
 STEP_SLACK_S = 15.0  # on top of the per-probe timeout: a step runs a few probes in sequence
-LOG_LINES = 5000  # per node: the allreduce stream kept for the log view and the report
 
 
 def targets_from(config: ClusterConfig) -> list[NodeTarget]:
@@ -50,7 +50,6 @@ class Session:
     config_path: str
     on_node: NodeCallback | None = None
     on_step: StepCallback | None = None
-    on_log: LogCallback | None = None
     transports: dict[str, Transport] = field(default_factory=dict)
     started_at: str = field(default_factory=utcnow)
     finished_at: str | None = None
@@ -58,10 +57,9 @@ class Session:
 
     def __post_init__(self) -> None:
         self.targets = targets_from(self.config)
-        # Each node's log (the allreduce stream, "[rRANK] " before a rank's lines), bounded;
-        # every line was redacted on the node.
-        self.logs: dict[str, deque[str]] = {t.name: deque(maxlen=LOG_LINES) for t in self.targets}
-        self.log_counts: dict[str, int] = dict.fromkeys(self.logs, 0)
+        # Every line the nodes stream (allreduce, ddp), bounded per node, each with its
+        # id; every line was redacted on the node.
+        self.logs = LogStore(t.name for t in self.targets)
         self._started = time.monotonic()
         self.elapsed_s = 0.0  # until the last step finished
         if not self.transports:
@@ -72,15 +70,8 @@ class Session:
             transports=self.transports,
             salt=secrets.token_hex(8),
             on_node=self.on_node,
-            on_log=self._log,
+            logs=self.logs,
         )
-
-    def _log(self, node: str, rank: int | None, stream: str, line: str) -> None:
-        tag = f"[r{rank}] " if rank is not None else ""
-        self.logs.setdefault(node, deque(maxlen=LOG_LINES)).append(tag + line)
-        self.log_counts[node] = self.log_counts.get(node, 0) + 1
-        if self.on_log is not None:
-            self.on_log(node, rank, stream, line)
 
     @property
     def results(self) -> dict[str, StepResult]:
@@ -97,6 +88,8 @@ class Session:
             result = await asyncio.wait_for(step.run(self.ctx), limit)
         except asyncio.TimeoutError:
             result = self._timed_out(step_id, limit, time.monotonic() - started)
+        except Exception as exc:  # noqa: BLE001 - a bug in a step is its result, not a crash
+            result = self._errored(step_id, exc, time.monotonic() - started)
         self.ctx.results[step_id] = result
         self.finished_at = utcnow()
         self.elapsed_s = time.monotonic() - self._started
@@ -120,15 +113,7 @@ class Session:
         """A whole step overran its bound: say so, per node, instead of hanging."""
         step = STEPS[step_id]
         names = [t.name for t in self.targets if t.name not in self.ctx.unreachable]
-        f = finding(
-            "STEP-TIMEOUT",
-            "error",
-            names,
-            f"the {step_id} step did not finish in {limit:.0f} s",
-            "At least one node stopped answering during this step (hung filesystem, overloaded "
-            "node, network stall).",
-            "Check the nodes' load and network; raise `timeouts.step` if they are just slow.",
-        )
+        f = kb_finding("STEP-TIMEOUT", names, f"the {step_id} step did not finish in {limit:.0f} s")
         nodes = {
             t.name: NodeResult(
                 "fail" if t.name in names else "skip",
@@ -137,6 +122,19 @@ class Session:
             for t in self.targets
         }
         return StepResult(step_id, step.title, "fail", took, nodes, (f,))
+
+    def _errored(self, step_id: str, exc: Exception, took: float) -> StepResult:
+        """ddptui itself could not run the step (a bug): status "error", one line why."""
+        reason = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:200]
+        f = kb_finding(
+            "STEP-ERROR",
+            [t.name for t in self.targets],
+            f"ddptui could not run the {step_id} step ({reason})",
+            step=step_id,
+            reason=reason,
+        )
+        nodes = {t.name: NodeResult("error", f"ddptui error: {reason}") for t in self.targets}
+        return StepResult(step_id, STEPS[step_id].title, "error", took, nodes, (f,))
 
     def skip_step(self, step_id: str) -> StepResult:
         """Mark a step skipped by the user (replacing any earlier result)."""
@@ -147,12 +145,6 @@ class Session:
         if self.on_step is not None:
             self.on_step(result)
         return result
-
-    async def run(self, step_ids: list[str]) -> dict[str, StepResult]:
-        for step_id in step_ids:
-            await self.run_step(step_id)
-        self.finished_at = utcnow()
-        return self.ctx.results
 
     def metrics_streamer(self, model: MetricsModel) -> MetricsStreamer:
         """A streamer of the nodes' metrics into model, on every node the ssh step

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddptui import __version__
+from ddptui.diagnosis.logstore import LogStore
 from ddptui.diagnosis.model import StepResult, bandwidth_outliers
 from ddptui.stepmeta import ORDER
 
@@ -46,6 +47,29 @@ def first_failure(results: Mapping[str, StepResult]) -> dict[str, Any] | None:
     return None
 
 
+def run_state(
+    results: Mapping[str, StepResult], selected: Sequence[str], running: str | None = None
+) -> tuple[str, str]:
+    """(state, label) of a run for a header: never PASS while a selected step is
+    pending. States: running, waiting, fail, error, warn, pass; the label counts the
+    steps that ran ("RUNNING 2/6", "WAITING 1/6", "FAIL (3/6 run)", "PASS (1 skipped)")."""
+    chosen = [s for s in selected if s in ORDER] or list(ORDER)
+    ran = [s for s in chosen if s in results]
+    count = f"{len(ran)}/{len(chosen)}"
+    overall = verdict({s: results[s] for s in ran})
+    skipped = sum(1 for s in ran if results[s].status == "skip")
+    if running is not None:
+        return "running", f"RUNNING {count}" + (" · FAIL so far" if overall == "fail" else "")
+    if len(ran) < len(chosen):
+        if overall in ("fail", "error"):
+            return overall, f"{overall.upper()} ({count} run)"
+        return "waiting", f"WAITING {count}"
+    label = overall.upper()
+    if skipped:
+        label += f" ({skipped} skipped)"
+    return overall, label
+
+
 def verdict(results: Mapping[str, StepResult]) -> str:
     statuses = {r.status for r in results.values()}
     if "fail" in statuses:
@@ -57,19 +81,13 @@ def verdict(results: Mapping[str, StepResult]) -> str:
     return "pass"
 
 
-def build_report(
-    session: Any,
-    *,
-    metrics: Any = None,
-    logs: Mapping[str, Sequence[str]] | None = None,
-) -> dict[str, Any]:
+def build_report(session: Any, *, metrics: Any = None) -> dict[str, Any]:
     """Everything a session knows, as one document. `metrics` is a MetricsModel (the
-    TUI's or check's live metrics); `logs` defaults to the session's own."""
+    TUI's or check's live metrics)."""
     results: dict[str, StepResult] = session.results
     steps = [results[s].to_dict() for s in ORDER if s in results]
     names = [t.name for t in session.targets]
-    node_logs = logs if logs is not None else getattr(session, "logs", {})
-    counts = getattr(session, "log_counts", {})
+    store: LogStore = getattr(session, "logs", None) or LogStore()
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "ddptui_version": __version__,
@@ -88,7 +106,7 @@ def build_report(
         },
         "versions": versions(steps, names),
         "tables": tables(steps, names),
-        "logs": log_excerpts(steps, node_logs, counts),
+        "logs": log_excerpts(steps, store),
         "metrics": (
             metrics.export(session.config.metrics_interval, metrics_per_node(len(names)))
             if metrics is not None
@@ -187,40 +205,46 @@ def _allreduce_table(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
     }
 
 
-def log_excerpts(
-    steps: Sequence[Mapping[str, Any]],
-    logs: Mapping[str, Sequence[str]],
-    counts: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
-    """Per node: the last lines, and the lines around each line a finding quotes."""
+def log_excerpts(steps: Sequence[Mapping[str, Any]], store: LogStore) -> dict[str, Any]:
+    """Per node: the last lines, and the lines around each line a finding cites. A
+    finding cites lines by id (LogStore "node#seq"): the excerpt is taken around that
+    exact line and marks it; older findings without ids are found by their quoted text."""
     out: dict[str, Any] = {}
-    for node, raw in logs.items():
-        lines = list(raw)
-        if not lines:
+    for node in store.nodes():
+        kept = store.lines(node)
+        if not kept:
             continue
+        index = {ln.id: i for i, ln in enumerate(kept)}
+        texts = [ln.tagged() for ln in kept]
         excerpts: list[dict[str, Any]] = []
         for step in steps:
             for f in step.get("findings", []):
                 if node not in f.get("nodes", []) or len(excerpts) >= EXCERPTS_PER_NODE:
                     continue
-                quoted = [*f.get("evidence", []), (step.get("data") or {}).get("root_line") or ""]
-                hit = _find_quoted(lines, quoted)
+                cited = [index[i] for i in f.get("lines") or () if i in index]
+                hit = cited[0] if cited else None
+                if hit is None:
+                    quoted = [*f.get("evidence", []), (step.get("data") or {}).get("root_line") or ""]
+                    hit = _find_quoted(texts, quoted)
                 if hit is None and step.get("id") == "allreduce":
-                    hit = _problem_line(lines)
+                    hit = _problem_line(texts)
                 if hit is None:
                     continue
-                lo, hi = max(0, hit - EXCERPT_CONTEXT), min(len(lines), hit + EXCERPT_CONTEXT + 1)
+                lo, hi = max(0, hit - EXCERPT_CONTEXT), min(len(kept), hit + EXCERPT_CONTEXT + 1)
                 excerpts.append(
                     {
                         "finding": f.get("id"),
                         "step": step.get("id"),
-                        "first_line": lo + 1,
-                        "lines": lines[lo:hi],
+                        "first_line": kept[lo].seq,
+                        "lines": texts[lo:hi],
+                        "ids": [ln.id for ln in kept[lo:hi]],
+                        "marked": sorted({i - lo for i in (cited or [hit]) if lo <= i < hi}),
                     }
                 )
         out[node] = {
-            "lines_total": int((counts or {}).get(node) or len(lines)),
-            "tail": lines[-TAIL_LINES:],
+            "lines_total": store.total(node),
+            "tail": texts[-TAIL_LINES:],
+            "tail_first": kept[max(0, len(kept) - TAIL_LINES)].seq,
             "excerpts": excerpts,
         }
     return out

@@ -19,18 +19,7 @@ def results_from_report(report: dict[str, Any]) -> dict[str, StepResult]:
             )
             for name, n in step.get("nodes", {}).items()
         }
-        findings = tuple(
-            Finding(
-                f["id"],
-                f["severity"],
-                tuple(f.get("nodes", [])),
-                f.get("summary", ""),
-                f.get("cause", ""),
-                f.get("fix", ""),
-                tuple(f.get("evidence", [])),
-            )
-            for f in step.get("findings", [])
-        )
+        findings = tuple(Finding.from_dict(f) for f in step.get("findings", []))
         out[step["id"]] = StepResult(
             step["id"],
             step.get("title", step["id"]),

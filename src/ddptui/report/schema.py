@@ -29,6 +29,9 @@ class FindingModel(_Open):
     cause: str = ""
     fix: str = ""
     evidence: list[str] = Field(default_factory=list)
+    rank: int | None = None
+    where: str | None = None
+    lines: list[str] = Field(default_factory=list)
 
 
 class NodeResultModel(_Open):
@@ -68,6 +71,8 @@ class FirstFailureModel(_Open):
     finding: str | None
     summary: str
     fix: str
+    rank: int | None = None
+    where: str | None = None
 
 
 class LogModel(_Open):

@@ -8,6 +8,11 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+from ddptui.metrics import human_rate
+from ddptui.metrics import sparkline as sparkline_text
+
+__all__ = ["human_rate"]
+
 Number = float | int | None
 
 
@@ -33,18 +38,6 @@ def downsample(values: Sequence[Number], limit: int) -> list[float | None]:
         ]
         out.append(max(bucket) if bucket else None)
     return out
-
-
-def human_rate(bytes_per_s: float | None) -> str:
-    """1536 -> '1.5 kB/s' (decimal units, as link speeds are quoted)."""
-    if bytes_per_s is None:
-        return "n/a"
-    value = float(bytes_per_s)
-    for unit in ("B/s", "kB/s", "MB/s", "GB/s"):
-        if abs(value) < 1000 or unit == "GB/s":
-            return f"{value:.0f} {unit}" if unit == "B/s" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def sparkline(
@@ -106,25 +99,19 @@ def sparkline(
     return head + "".join(body) + "</svg>"
 
 
-TEXT_BARS = "▁▂▃▄▅▆▇█"
 
 
 def text_sparkline(
     values: Sequence[Number], *, width: int = 24, ceiling: float | None = None
 ) -> str:
-    """The same idea in block characters for Markdown: '▁▃▇█▅'; a gap is a space."""
+    """The same idea in block characters for Markdown: '▁▃▇█▅'; a gap is a space. The
+    TUI's sparkline (metrics.sparkline) on the downsampled values."""
     points = downsample(values, width)
     known = [v for v in points if v is not None]
     if not known:
         return ""
     top = max(ceiling or 0.0, *known)
-    top = top if top > 0 else 1.0
-    return "".join(
-        " "
-        if v is None
-        else TEXT_BARS[min(len(TEXT_BARS) - 1, int(max(v, 0.0) / top * len(TEXT_BARS)))]
-        for v in points
-    )
+    return sparkline_text(points, 0.0, top if top > 0 else 1.0)
 
 
 def series(samples: Iterable[Any]) -> dict[str, Any]:

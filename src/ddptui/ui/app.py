@@ -1,8 +1,10 @@
 """The interactive checklist walkthrough: steps x nodes, the first failure with its fix,
 details as Markdown, live metrics per node.
 
-Views never call the transport: they ask the session (runner) to run steps in workers
-and receive immutable results through callbacks on the app's own event loop.
+The app only lays out and renders: the run core (checklist/run.py) owns the session,
+the metrics, the autosave and the logs, and the app subscribes to its events. Steps
+run in declared workers; a step that raises shows `error` in its cell (the core turns
+it into a result).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import time
-from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,18 +24,23 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ddptui.diagnosis.model import NodeResult, StepResult
-from ddptui.report.json_report import first_failure, verdict
+from ddptui.report.json_report import first_failure, run_state
 from ddptui.stepmeta import ORDER, TITLES
+from ddptui.ui.banner import Banner
+from ddptui.ui.checklist_table import ChecklistTable
+from ddptui.ui.header import HeaderBar
+from ddptui.ui.matrix import GROUP, Columns, group_cell, node_columns
+from ddptui.ui.metrics_pane import MetricsPane
 from ddptui.ui.render import GLYPH, STYLE, banner_text, detail_markdown
-from ddptui.ui.widgets import Banner, ChecklistTable, HeaderBar, MetricsPane
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from ddptui.checklist.run import RunCore, RunEvent
     from ddptui.checklist.runner import Session
     from ddptui.config import ClusterConfig
+    from ddptui.ui.replay import Replay
 
-LOG_LINES = 5000
 QUIT_BOUND_S = 8.0
 STATUS_CHARS = 12  # "✘ fail 28.1s"
 
@@ -59,6 +65,7 @@ class DdptuiApp(App[int]):
         Binding("n", "next_failure", "Next fail"),
         Binding("p", "prev_failure", "Prev fail"),
         Binding("l", "logs", "Logs"),
+        Binding("slash", "filter_nodes", "Filter", show=False),
         Binding("e", "export", "Export"),
         Binding("q", "quit_app", "Quit"),
         Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
@@ -86,19 +93,18 @@ class DdptuiApp(App[int]):
         self.source = source
         self.autoconnect = autoconnect and replay is None
         self.replay_data = replay  # a saved session shown read-only (`ddptui replay`)
-        self.saver: Any = None  # the session's Autosaver once connected
+        self._replay: Replay | None = None
+        self.core: RunCore | None = None
         self._autosave_warned = False
         self._queued: bool | None = None  # enter (True) / a (False) pressed while connecting
-        self.session: Session | None = None
         self.results: dict[str, StepResult] = {}
         self.running: str | None = None
         self.clock = time.monotonic  # the header's elapsed time (tests freeze it)
         self.started = self.clock()
-        # The session's own logs once connected; a saved session's in replay.
-        self.logs: dict[str, deque[str]] = {}
         self.node_names: list[str] = []
-        self.metrics: Any = None  # MetricsModel once connected
-        self._streamer: Any = None
+        self.node_filter = ""
+        self.columns = Columns((), (), 6)
+        self._replay_metrics: Any = None
         self._quitting = False
         self.detail_source = ""
         self.elapsed_frozen = 0.0
@@ -106,23 +112,36 @@ class DdptuiApp(App[int]):
     @classmethod
     def replay(cls, report: dict[str, Any], source: str) -> DdptuiApp:
         """The TUI on a saved session (a report JSON), read-only."""
-        from ddptui.config import ClusterConfig
+        from ddptui.ui.replay import load_replay
 
-        nodes = [{"host": n["host"], "name": n["name"]} for n in report["nodes"]]
-        master = report.get("master") or {}
-        interval = (report.get("metrics") or {}).get("interval_s") or 1.0
-        config = ClusterConfig.model_validate(
-            {
-                "name": report.get("cluster") or None,
-                "master": {
-                    "addr": master.get("addr") or (nodes[0]["host"] if nodes else "localhost"),
-                    "port": master.get("port") or 29500,
-                },
-                "nodes": nodes,
-                "metrics_interval": interval,
-            }
-        )
-        return cls(config, source, replay=report)
+        view = load_replay(report)
+        app = cls(view.config, source, replay=report)
+        app._replay = view
+        return app
+
+    # ------------------------------------------------------------------ what views read
+
+    @property
+    def session(self) -> Session | None:
+        return self.core.session if self.core is not None else None
+
+    @property
+    def saver(self) -> Any:
+        return self.core.saver if self.core is not None else None
+
+    @property
+    def metrics(self) -> Any:
+        return self.core.model if self.core is not None else self._replay_metrics
+
+    def log_lines(self, node: str) -> tuple[list[str], list[str], dict[int, str]]:
+        """(lines, their ids, known marks) of a node's log, live or replayed."""
+        if self._replay is not None:
+            log = self._replay.logs.get(node)
+            return (list(log.lines), list(log.ids), dict(log.marks)) if log else ([], [], {})
+        if self.core is None:
+            return [], [], {}
+        kept = self.core.logs.lines(node)
+        return [ln.tagged() for ln in kept], [ln.id for ln in kept], {}
 
     # ------------------------------------------------------------------ layout
 
@@ -164,132 +183,130 @@ class DdptuiApp(App[int]):
 
     def _config_ready(self) -> None:
         self.node_names = [n.display for n in self.config.nodes]
-        self.logs = {name: deque(maxlen=LOG_LINES) for name in self.node_names}
         self.query_one(MetricsPane).set_nodes(self.node_names)
+        if self._replay is not None:
+            self._show_replay(self._replay)
         self._build_table()
-        if self.replay_data is not None:
-            self._load_replay(self.replay_data)
+        first = first_failure(self.results)
+        if first is not None and first["nodes"]:
+            self._move_to(first["step"], node=first["nodes"][0])  # replay lands there
         self._refresh_chrome()
         if self.autoconnect:
             # The frame comes first; the session (asyncssh, steps) loads after it.
             self.call_after_refresh(self._connect)
 
+    def _room(self) -> int:
+        """Characters the node columns share (left of the metrics pane)."""
+        left = int(self.size.width * 0.6) - 2
+        return left - 11 - STATUS_CHARS - 2
+
     def _build_table(self) -> None:
+        """The matrix: step rows, one column per node that fits (failing nodes first,
+        the passing rest collapsed into one column); rebuilt when that set changes."""
         table = self.query_one("#checklist", DataTable)
+        cursor = table.cursor_coordinate
+        self.columns = node_columns(self.node_names, self.results, self._room(), self.node_filter)
         table.clear(columns=True)
         table.add_column("step", key="step")
         table.add_column("status", key="status", width=STATUS_CHARS)
-        # Node columns share the checklist's width (left of the metrics pane): readable
-        # summaries with few nodes, compact glyphs with many, never a sideways scroll.
-        left = int(self.size.width * 0.6) - 2
-        share = (left - 11 - STATUS_CHARS - 2) // max(1, len(self.node_names)) - 2
-        width = max(6, min(40, share))
-        self.cell_chars = width
-        for name in self.node_names:
-            table.add_column(name, key=name, width=width)
+        for name in self.columns.nodes:
+            table.add_column(name, key=name, width=self.columns.width)
+        if self.columns.rest:
+            label = f"+{len(self.columns.rest)} more"
+            table.add_column(label, key=GROUP, width=max(self.columns.width, len(label) + 2))
         for step_id in ORDER:
-            table.add_row(
-                step_id,
-                self._cell("pending", ""),
-                *[self._cell("pending", "") for _ in self.node_names],
-                key=step_id,
+            table.add_row(step_id, *self._row_cells(step_id), key=step_id)
+        table.move_cursor(row=cursor.row, column=cursor.column)
+
+    def _row_cells(self, step_id: str) -> list[Text]:
+        result = self.results.get(step_id)
+        if step_id == self.running:
+            status = self._cell("running", "running", STATUS_CHARS)
+        elif result is None:
+            status = self._cell("pending", "")
+        else:
+            status = self._cell(
+                result.status, f"{result.status} {result.duration_s:.1f}s", STATUS_CHARS
             )
+        cells = [status]
+        for name in self.columns.nodes:
+            nr = result.nodes.get(name) if result is not None else None
+            cells.append(self._cell(nr.status, nr.summary) if nr else self._cell("pending", ""))
+        if self.columns.rest:
+            state, text = group_cell(result, self.columns.rest)
+            cells.append(self._cell(state, text, 40))
+        return cells
 
     def _cell(self, status: str, text: str, limit: int | None = None) -> Text:
         label = f"{GLYPH[status]} {text}".rstrip()
-        limit = limit or int(getattr(self, "cell_chars", 30))
+        limit = limit or self.columns.width
         if len(label) > limit:
             label = label[: limit - 1] + "…"
         return Text(label, style=STYLE[status])
 
-    # ------------------------------------------------------------------ session plumbing
+    def _refresh_row(self, step_id: str) -> None:
+        wanted = node_columns(self.node_names, self.results, self._room(), self.node_filter)
+        if wanted.keys != self.columns.keys:
+            self._build_table()  # failing nodes move to the front
+            return
+        table = self.query_one("#checklist", DataTable)
+        cells = self._row_cells(step_id)
+        for key, cell in zip(("status", *self.columns.keys), cells, strict=True):
+            table.update_cell(step_id, key, cell, update_width=False)
 
-    def _make_session(self) -> Session:
-        from ddptui.checklist.runner import Session
-
-        return Session(
-            self.config,
-            self.source,
-            on_node=self._on_node,
-            on_step=self._on_step,
-        )
+    # ------------------------------------------------------------------ the run core
 
     def _connect(self) -> None:
-        from ddptui.report.autosave import Autosaver
+        from ddptui.checklist.run import RunCore
 
-        self.session = self._make_session()
-        self.saver = Autosaver(self.config.name)
-        self.session.info = self.saver.info
-        self.logs = self.session.logs
-        self.run_steps_worker(["ssh"], then_metrics=True)
+        self.core = RunCore(self.config, self.source)
+        self.core.subscribe(self._on_event)
+        self.run_steps_worker(["ssh"])
 
-    def _load_replay(self, report: dict[str, Any]) -> None:
-        """Show a saved session as it was: results, logs, the metrics timeline."""
-        from ddptui.metrics import MetricsModel
-        from ddptui.report.load import results_from_report
+    def _show_replay(self, view: Replay) -> None:
+        """A saved session as it was: results, logs, the metrics timeline."""
+        for result in view.results.values():
+            self.results[result.id] = result
+        if view.metrics is not None:
+            self._replay_metrics = view.metrics
+            self.query_one(MetricsPane).model = view.metrics
+        self.elapsed_frozen = view.elapsed_s
 
-        for result in results_from_report(report).values():
-            self._on_step(result)
-        for node, log in (report.get("logs") or {}).items():
-            lines: list[str] = []
-            for ex in log.get("excerpts") or ():
-                lines.append(f"── excerpt at line {ex.get('first_line')} ({ex.get('finding')}) ──")
-                lines += [str(x) for x in ex.get("lines") or ()]
-            total, tail = log.get("lines_total") or 0, log.get("tail") or []
-            if lines:
-                lines.append(f"── last {len(tail)} of {total} lines ──")
-            self.logs[node] = deque([*lines, *map(str, tail)], maxlen=LOG_LINES)
-        if report.get("metrics"):
-            self.metrics = MetricsModel.from_export(report["metrics"], self.node_names)
-            self.query_one(MetricsPane).model = self.metrics
-        self.elapsed_frozen = float((report.get("timings") or {}).get("total_s") or 0.0)
-        first = first_failure(self.results)
-        if first is not None and first["nodes"] and first["nodes"][0] in self.node_names:
-            self._move_to(first["step"], 2 + self.node_names.index(first["nodes"][0]))
-
-    def _autosave(self, *, now: bool = False) -> None:
-        """Save the session: in the background after a step, at once on quit."""
-        if self.saver is None or self.session is None:
-            return
-        from ddptui.report.json_report import build_report
-
-        report = build_report(self.session, metrics=self.metrics)
-        if now:
-            self.saver.flush(timeout=5)
-            self.saver.save(report)
-        else:
-            self.saver.save_later(report)
-        if self.saver.error and not self._autosave_warned:
+    def _on_event(self, event: RunEvent) -> None:
+        if event.kind == "node" and event.step and event.node and event.node_result:
+            self._on_node(event.step, event.node, event.node_result)
+        elif event.kind == "step" and event.result is not None:
+            self._on_step(event.result)
+        elif event.kind == "step-started" and event.step:
+            self.running = event.step
+            self._move_to(event.step)  # the detail pane follows the step being run
+            self._refresh_row(event.step)
+            self._refresh_chrome()
+        elif event.kind == "metrics" and self.core is not None:
+            self.query_one(MetricsPane).model = self.core.model
+        elif event.kind == "saved" and event.message and not self._autosave_warned:
             self._autosave_warned = True  # once: it would say the same after every step
-            self.notify(self.saver.error, severity="warning", timeout=10)
+            self.notify(event.message, severity="warning", timeout=10)
 
     def _on_node(self, step: str, node: str, result: NodeResult) -> None:
         table = self.query_one("#checklist", DataTable)
-        table.update_cell(step, node, self._cell(result.status, result.summary), update_width=False)
+        if node in self.columns.nodes:
+            table.update_cell(step, node, self._cell(result.status, result.summary))
         self._refresh_detail()
 
     def _on_step(self, result: StepResult) -> None:
         self.results[result.id] = result
-        table = self.query_one("#checklist", DataTable)
-        table.update_cell(
-            result.id,
-            "status",
-            self._cell(result.status, f"{result.status} {result.duration_s:.1f}s", STATUS_CHARS),
-        )
-        for node, nr in result.nodes.items():
-            if node in self.node_names:
-                table.update_cell(
-                    result.id, node, self._cell(nr.status, nr.summary), update_width=False
-                )
+        if self.running == result.id:
+            self.running = None
+        self._refresh_row(result.id)
         self._refresh_chrome()
-        self._autosave()
 
-    def run_steps_worker(self, step_ids: list[str], *, then_metrics: bool = False) -> None:
+    def run_steps_worker(self, step_ids: list[str]) -> None:
         """The one way steps run: a declared worker, one batch at a time. Busy from now,
         not from when the worker starts: a key in between would replace the batch."""
         self.running = step_ids[0]
         self.run_worker(
-            self._run_steps(step_ids, then_metrics),
+            self._run_steps(step_ids),
             name=f"steps {','.join(step_ids)}",
             group="steps",
             exclusive=True,
@@ -297,45 +314,20 @@ class DdptuiApp(App[int]):
             description=f"run {', '.join(step_ids)}",
         )
 
-    async def _run_steps(self, step_ids: list[str], then_metrics: bool = False) -> None:
-        assert self.session is not None
-        for step_id in step_ids:
-            self.running = step_id
-            self._move_to(step_id)  # the detail pane follows the step being run
-            table = self.query_one("#checklist", DataTable)
-            table.update_cell(step_id, "status", self._cell("running", "running", STATUS_CHARS))
+    async def _run_steps(self, step_ids: list[str]) -> None:
+        assert self.core is not None
+        try:
+            await self.core.run_steps(step_ids)
+        finally:
+            self.running = None
             self._refresh_chrome()
-            try:
-                await self.session.run_step(step_id)
-            finally:
-                self.running = None
-                self._refresh_chrome()
-            if then_metrics:
-                self._start_metrics()
         first = first_failure(self.results)
         if first is not None and first["nodes"]:
             # Land on the first failure: its cause and fix are in the detail pane.
-            self._move_to(first["step"], 2 + self.node_names.index(first["nodes"][0]))
+            self._move_to(first["step"], node=first["nodes"][0])
         if self._queued is not None:  # enter / a pressed while connecting
             first_only, self._queued = self._queued, None
             self.call_later(self._run_pending, first_only=first_only)  # after this worker
-
-    def _start_metrics(self) -> None:
-        if self._streamer is not None or self.session is None:
-            return
-        from ddptui.metrics import MetricsModel
-
-        self.metrics = MetricsModel(self.node_names)
-        self._streamer = self.session.metrics_streamer(self.metrics)
-        self.query_one(MetricsPane).model = self.metrics
-        self.run_worker(
-            self._streamer.start(),
-            name="metrics",
-            group="metrics",
-            exclusive=True,
-            exit_on_error=False,
-            description="stream node metrics",
-        )
 
     # ------------------------------------------------------------------ chrome
 
@@ -344,20 +336,27 @@ class DdptuiApp(App[int]):
         if self.config is None:
             self.query_one(HeaderBar).update(f"ddptui · loading {self.source} …")
             return
+        state, label = self._state()
         self.query_one(HeaderBar).update_state(
             self.config.name or self.source,
             len(self.node_names),
             self.elapsed_frozen if replay else self.clock() - self.started,
-            self._verdict(),
+            state,
+            label,
             replay=(self.replay_data or {}).get("started_at") or "" if replay else None,
         )
 
+    def _state(self) -> tuple[str, str]:
+        """The header's (state, label): never PASS while a step is pending."""
+        if not self.results and self.running is None:
+            state = "connecting" if self.core is not None else "ready"
+            return state, state.upper()
+        if self.replay_data is not None:
+            return run_state(self.results, [s for s in ORDER if s in self.results])
+        return run_state(self.results, ORDER, self.running)
+
     def _verdict(self) -> str:
-        if self.running:
-            return "running"
-        if not self.results:
-            return "connecting" if self.session is not None and not self.results else "ready"
-        return verdict(self.results)
+        return self._state()[1]
 
     def _refresh_chrome(self) -> None:
         self._tick()
@@ -370,7 +369,8 @@ class DdptuiApp(App[int]):
         table = self.query_one("#checklist", DataTable)
         row, col = table.cursor_coordinate
         step = ORDER[min(max(row, 0), len(ORDER) - 1)]
-        node = self.node_names[col - 2] if col >= 2 and col - 2 < len(self.node_names) else None
+        keys = self.columns.nodes
+        node = keys[col - 2] if 2 <= col < 2 + len(keys) else None
         return step, node
 
     def _refresh_detail(self) -> None:
@@ -412,7 +412,7 @@ class DdptuiApp(App[int]):
         if not todo:
             self.notify("Every step has run; r re-runs the selected one.")
             return
-        if self.session is None or "ssh" not in self.results:
+        if self.core is None or "ssh" not in self.results:
             # Still loading or connecting: run it as soon as the nodes are connected.
             self._queued = first_only
             self.notify("Connecting to the nodes; the steps run once they are connected.")
@@ -428,19 +428,21 @@ class DdptuiApp(App[int]):
         self.run_steps_worker([step])
 
     def action_skip(self) -> None:
-        if self._read_only() or self._busy() or self.session is None:
+        if self._read_only() or self._busy() or self.core is None:
             return
         step, _ = self._selected()
-        self.session.skip_step(step)
+        self.core.skip_step(step)
 
     def _busy(self) -> bool:
-        if self.running is not None or self.session is None:
+        if self.running is not None or self.core is None:
             self.notify("A step is running; wait for it (or q to quit).", severity="warning")
             return True
         return False
 
-    def _move_to(self, step: str, col: int | None = None) -> None:
+    def _move_to(self, step: str, col: int | None = None, *, node: str | None = None) -> None:
         table = self.query_one("#checklist", DataTable)
+        if node is not None:
+            col = 2 + self.columns.nodes.index(node) if node in self.columns.nodes else None
         _, current = table.cursor_coordinate
         table.move_cursor(row=ORDER.index(step), column=current if col is None else col)
 
@@ -450,7 +452,7 @@ class DdptuiApp(App[int]):
             res = self.results.get(step)
             if res is None:
                 continue
-            for c, name in enumerate(self.node_names):
+            for c, name in enumerate(self.columns.nodes):
                 if res.nodes.get(name) and res.nodes[name].status in ("fail", "error"):
                     cells.append((r, c + 2))
         return cells
@@ -476,25 +478,45 @@ class DdptuiApp(App[int]):
     def action_prev_failure(self) -> None:
         self._jump(-1)
 
+    def action_filter_nodes(self) -> None:
+        from ddptui.ui.filter_screen import FilterScreen
+
+        if not self.node_names:
+            return
+        self.push_screen(FilterScreen(self.node_filter), self._set_filter)
+
+    def _set_filter(self, text: str | None) -> None:
+        if text is None:
+            return
+        self.node_filter = text.strip()
+        self._build_table()
+        shown = len(self.columns.nodes) + len(self.columns.rest)
+        self.notify(
+            f"nodes matching {self.node_filter!r}: {shown} of {len(self.node_names)}"
+            if self.node_filter
+            else f"all {len(self.node_names)} nodes"
+        )
+
     def action_logs(self) -> None:
-        from ddptui.ui.screens import LogScreen
+        from ddptui.ui.log_screen import LogScreen, marked_lines
 
         if not self.node_names:
             return  # the config is still loading
         _, node = self._selected()
-        node = node or self.node_names[0]
-        quoted = [
-            (f.id, e)
+        node = node or (self.columns.nodes or tuple(self.node_names))[0]
+        findings = [
+            f
             for step in ORDER
             if (r := self.results.get(step)) is not None
             for f in r.findings
             if node in f.nodes
-            for e in f.evidence
         ]
-        self.push_screen(LogScreen(node, list(self.logs.get(node, [])), quoted))
+        quoted = [(f.id, e) for f in findings for e in f.evidence]
+        lines, ids, marks = self.log_lines(node)
+        self.push_screen(LogScreen(node, marked_lines(node, lines, ids, findings, marks), quoted))
 
     def action_export(self) -> None:
-        from ddptui.ui.screens import ExportScreen
+        from ddptui.ui.export_screen import ExportScreen
 
         self.push_screen(ExportScreen(), self._export)
 
@@ -502,11 +524,7 @@ class DdptuiApp(App[int]):
         """What `e` exports: the live session's report, or the replayed one as saved."""
         if self.replay_data is not None:
             return self.replay_data
-        if self.session is None:
-            return None
-        from ddptui.report.json_report import build_report
-
-        return build_report(self.session, metrics=self.metrics)
+        return self.core.report() if self.core is not None else None
 
     def _export(self, choice: tuple[str, str] | None) -> None:
         report = self.current_report() if choice else None
@@ -524,11 +542,8 @@ class DdptuiApp(App[int]):
         try:
             written = write_report(report, fmt, path, screenshot_svg=shot)
         except OSError as exc:
-            saved = (
-                f"; the session is saved in {self.saver.path}"
-                if self.saver and self.saver.saves
-                else ""
-            )
+            saver = self.saver
+            saved = f"; the session is saved in {saver.path}" if saver and saver.saves else ""
             self.notify(
                 f"Cannot write {path}: {exc.strerror or exc}{saved}", severity="error", timeout=10
             )
@@ -553,16 +568,10 @@ class DdptuiApp(App[int]):
         self.workers.cancel_group(self, "steps")
         # Bounded: if a node does not answer, exiting still closes every lifeline (the
         # local probes' stdin, the SSH connections), which kills the probes there.
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._stop_nodes(), QUIT_BOUND_S)
+        if self.core is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.core.stop(save_timeout=5), QUIT_BOUND_S)
         self.exit(0)
-
-    async def _stop_nodes(self) -> None:
-        if self._streamer is not None:
-            await self._streamer.stop()
-        if self.session is not None:
-            await self.session.close()
-            self._autosave(now=True)  # the last metrics and logs too
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -584,6 +593,7 @@ class DdptuiApp(App[int]):
                 self.action_prev_failure,
             ),
             ("l", "Logs of selected node", "Open the node's log", self.action_logs),
+            ("/", "Filter nodes", "Show only nodes whose name contains…", self.action_filter_nodes),
             ("e", "Export report", "Write JSON / Markdown / HTML", self.action_export),
             ("q", "Quit", "Stop everything on the nodes and quit", self.action_quit_app),
         ):

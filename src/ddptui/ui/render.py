@@ -3,17 +3,10 @@ and shared with replay."""
 
 from __future__ import annotations
 
-from ddptui.diagnosis.model import Finding, StepResult
+from ddptui.diagnosis.model import GLYPH, Finding, StepResult
 
-GLYPH = {
-    "pass": "✔",
-    "warn": "!",
-    "fail": "✘",
-    "skip": "-",
-    "error": "?",
-    "pending": "·",
-    "running": "…",
-}
+__all__ = ["GLYPH", "STYLE", "banner_text", "detail_markdown", "finding_markdown"]
+
 STYLE = {
     "pass": "green",
     "warn": "yellow",

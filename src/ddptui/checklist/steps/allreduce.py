@@ -9,7 +9,8 @@ from typing import Any
 
 from ddptui.checklist.allreduce_analysis import ArRun, analyze
 from ddptui.checklist.base import Step, StepContext, trouble_finding
-from ddptui.diagnosis.model import Finding, NodeResult, finding
+from ddptui.diagnosis.kb import kb_finding
+from ddptui.diagnosis.model import Finding, NodeResult
 from ddptui.probeset import helper_source
 from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeRun
 
@@ -36,13 +37,10 @@ class AllreduceStep(Step):
         missing = [t.name for t in ctx.targets if t.name in ctx.unreachable]
         if missing:
             return [
-                finding(
+                kb_finding(
                     "AR-NOT-ALL-NODES",
-                    "error",
                     missing,
                     f"the allreduce needs every node; {', '.join(missing)} not reachable",
-                    "A collective needs all ranks; the nodes that failed the ssh step cannot join.",
-                    "Fix the ssh step's findings first, then run this step again.",
                 )
             ], {}
         gpus = await self._gpu_counts(ctx)
@@ -51,13 +49,11 @@ class AllreduceStep(Step):
         if backend == "gloo" and any(n > 0 for n in gpus.values()):
             with_gpu = [n for n, c in gpus.items() if c > 0]
             findings.append(
-                finding(
+                kb_finding(
                     "AR-MIXED-GPU",
-                    "warning",
                     [n for n, c in gpus.items() if c == 0],
                     "some nodes have GPUs and others none: the allreduce runs on CPU (gloo)",
-                    f"GPUs were found on {', '.join(with_gpu)} only; NCCL needs a GPU on every rank.",
-                    "Check the nodes without GPUs (driver loaded? `nvidia-smi`), or leave them out.",
+                    gpu_nodes=", ".join(with_gpu),
                 )
             )
         deadline = ctx.config.timeouts.allreduce
@@ -133,7 +129,7 @@ class AllreduceStep(Step):
                 rec = await probe.next_record()
                 if rec is None:
                     break
-                run.take(t.name, rec, time.monotonic(), ctx.on_log)
+                run.take(t.name, rec, time.monotonic(), ctx.logs)
                 if rec["kind"] == "exit" and rec.get("code") not in (0, None):
                     failed.set()
             out = await probe.wait()

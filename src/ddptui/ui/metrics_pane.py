@@ -1,66 +1,17 @@
-"""Small widgets: header, failure banner, live metrics per node (one widget per node:
-a DataTable would re-render whole on every sample)."""
+"""Live metrics, one small widget per node (a DataTable would re-render whole on every
+sample); only the nodes in view repaint, so 256 streaming nodes cost what a screenful does."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.text import Text
-from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
-from ddptui.ui.render import GLYPH, STYLE
+from ddptui.metrics import NA, human_bytes, human_rate, sparkline
 
 REPAINT_S = 0.5  # metrics repaint at most ~2 Hz, and only when the model changed
-
-
-class ChecklistTable(DataTable[Any]):
-    """The steps x nodes matrix. `enter`/`space` run the next step (a DataTable would
-    take enter for itself, and its hidden binding would keep the app's out of the footer)."""
-
-    BINDINGS = [  # noqa: RUF012 - Textual's declaration style
-        Binding("enter", "app.next_step", "Next step"),
-        Binding("space", "app.next_step", "Next step", show=False),
-    ]
-
-
-class HeaderBar(Static):
-    DEFAULT_CSS = """
-    HeaderBar { height: 1; background: $primary-background; color: $text; padding: 0 1; }
-    """
-
-    def update_state(
-        self, name: str, nodes: int, elapsed: float, verdict: str, replay: str | None = None
-    ) -> None:
-        status = {"pass": "pass", "warn": "warn", "fail": "fail", "error": "error"}.get(
-            verdict, "running" if verdict in ("running", "connecting") else "pending"
-        )
-        text = Text.assemble(
-            ("ddptui ", "bold"),
-            (f"{name}", "bold"),
-            f" · {nodes} node(s) · ",
-            f"{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d} · ",
-            (f"{GLYPH[status]} {verdict.upper()}", STYLE[status]),
-        )
-        if replay is not None:
-            text.append(f" · REPLAY of {replay or 'a saved session'} (read-only)", "bold reverse")
-        self.update(text)
-
-
-class Banner(Static):
-    """The first failure, its cause in one line, and the fix: where the eye lands."""
-
-    DEFAULT_CSS = """
-    Banner { height: auto; min-height: 2; padding: 0 1; border: tall $panel; }
-    Banner.fail { border: tall $error; color: $text; background: $error 20%; text-style: bold; }
-    Banner.pass { border: tall $success; background: $success 15%; }
-    Banner.running { border: tall $accent; }
-    """
-
-    def show(self, text: str, kind: str) -> None:
-        self.set_classes(kind)
-        self.update(text)
 
 
 class NodeMetrics(Static):
@@ -71,12 +22,13 @@ class NodeMetrics(Static):
     def __init__(self, node: str) -> None:
         super().__init__(f"{node}: waiting for the first sample", markup=False)
         self.node = node
+        self.rendered = False  # painted from a sample at least once
+        self.stale = False
 
     def render_from(self, series: Any, width: int) -> None:
-        from ddptui.metrics import human_bytes, human_rate, sparkline
-
         if series is None:
             return
+        self.rendered, self.stale = True, False
         spark_w = max(8, width - 26)  # labels take 24 columns, plus padding
         state = series.state
         if state == "lost":
@@ -94,7 +46,7 @@ class NodeMetrics(Static):
             return
         cpu = latest.cpu_pct
         lines.append(
-            Text(f"  {'cpu':<7} {'':2} {f'{cpu:.1f}%' if cpu is not None else 'n/a':>11}  ")
+            Text(f"  {'cpu':<7} {'':2} {f'{cpu:.1f}%' if cpu is not None else NA:>11}  ")
             + Text(sparkline(series.spark("cpu_pct", spark_w), 0, 100), style="cyan")
         )
         lines.append(
@@ -105,7 +57,7 @@ class NodeMetrics(Static):
             short = note.split(" (")[0].split(":")[0][: max(10, width - 12)] if note else ""
             lines.append(Text("  no GPU" + (f" ({short})" if short else ""), style="dim"))
         for g in latest.gpus:
-            util = f"{g.util_pct:5.1f}%" if g.util_pct is not None else "  n/a"
+            util = f"{g.util_pct:5.1f}%" if g.util_pct is not None else f"{NA:>6}"
             lines.append(
                 Text(f"  {'gpu' + str(g.index):<10} {util:>11}  ")
                 + Text(
@@ -138,7 +90,7 @@ class NodeMetrics(Static):
 
 
 def _na(value: float | None, unit: str) -> str:
-    return f"{value:.0f}{unit}" if value is not None else f"n/a{unit}"
+    return f"{value:.0f}{unit}" if value is not None else f"{NA}{unit}"
 
 
 class MetricsPane(VerticalScroll):
@@ -175,5 +127,16 @@ class MetricsPane(VerticalScroll):
         self._seen = self.model.version
         snap = self.model.snapshot()
         width = self.size.width - 2
+        top = self.scroll_offset.y
+        bottom = top + self.size.height
         for widget in self.query(NodeMetrics):
+            region = widget.virtual_region
+            if widget.rendered and (region.bottom < top or region.y > bottom):
+                widget.stale = True  # off screen: painted when it scrolls into view
+                continue
             widget.render_from(snap.node(widget.node), width)
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if any(w.stale for w in self.query(NodeMetrics)):
+            self._seen = -1  # the nodes scrolled into view get painted at the next tick

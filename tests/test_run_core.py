@@ -1,0 +1,89 @@
+"""The run core: one lifecycle for `check` and the TUI. A step that raises (a bug in
+ddptui) becomes status "error" with a one-line reason: in the TUI within a second, and
+`check` exits 3. Events reach every subscriber; the log store keeps line ids."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from textual.widgets import DataTable
+
+from ddptui import cli
+from ddptui.checklist import registry
+from ddptui.checklist.base import Step, StepContext
+from ddptui.checklist.run import RunCore, RunEvent
+from ddptui.demo import demo_config
+from ddptui.diagnosis.model import Finding, NodeResult
+from ddptui.ui.app import DdptuiApp
+
+
+class BrokenStep(Step):
+    id = "inventory"
+    title = "Node inventory and version skew"
+
+    async def check(
+        self, ctx: StepContext, nodes: dict[str, NodeResult]
+    ) -> tuple[list[Finding], dict[str, Any]]:
+        raise KeyError("gpus")  # a bug: a key the code expected is missing
+
+
+@pytest.fixture
+def broken_inventory(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setitem(registry.STEPS, "inventory", BrokenStep)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+
+
+def test_core_turns_a_raising_step_into_an_error_result(broken_inventory: None) -> None:
+    events: list[RunEvent] = []
+
+    async def scenario() -> None:
+        core = RunCore(demo_config(), "<demo>", metrics=False)
+        core.subscribe(events.append)
+        try:
+            await core.run_steps(["ssh", "inventory"])
+        finally:
+            await core.stop()
+        result = core.results["inventory"]
+        assert result.status == "error"
+        assert {r.status for r in result.nodes.values()} == {"error"}
+        assert "KeyError: 'gpus'" in result.findings[0].summary
+        assert core.snapshot().label.startswith("ERROR")
+        assert core.saver is not None and core.saver.path.exists()
+
+    asyncio.run(scenario())
+    kinds = [e.kind for e in events]
+    assert kinds.count("step-started") == 2 and kinds.count("step") == 2
+    assert kinds.index("step-started") < kinds.index("step")
+
+
+def test_check_exits_3_when_a_step_raises(broken_inventory: None) -> None:
+    out = CliRunner().invoke(cli.main, ["check", "--steps", "ssh,inventory", "--no-metrics"])
+    assert out.exit_code == 3, out.output
+    assert "ddptui could not run the inventory step (KeyError: 'gpus')" in out.output
+    assert "Traceback" not in out.output
+
+
+def test_tui_shows_error_in_the_cell_within_a_second(broken_inventory: None) -> None:
+    async def scenario() -> None:
+        app = DdptuiApp(demo_config(), "<demo>")
+        async with app.run_test(size=(160, 50)) as pilot:
+            deadline = time.monotonic() + 20
+            while "ssh" not in app.results and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            pressed = time.monotonic()
+            await pilot.press("enter")
+            while "inventory" not in app.results and time.monotonic() - pressed < 5:
+                await pilot.pause(0.02)
+            took = time.monotonic() - pressed
+            table = app.query_one("#checklist", DataTable)
+            assert str(table.get_cell("inventory", "node0")).startswith("? ddptui error")
+            assert str(table.get_cell("inventory", "status")).startswith("? error")
+            assert took < 1.0, took
+            assert app.running is None  # the cell does not stay "running"
+            await pilot.press("q")
+
+    asyncio.run(scenario())
