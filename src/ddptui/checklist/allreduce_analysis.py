@@ -8,6 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.logstore import LogLine, LogStore
 from ddptui.diagnosis.model import (
     Finding,
@@ -243,15 +244,10 @@ def _failure_findings(ctx: StepContext, run: ArRun, matches: list[Any], root: An
     wrong = [r for r in run.ranks.values() if r.verify and not r.verify.get("ok")]
     if wrong:
         out.append(
-            finding(
+            kb_finding(
                 "AR-WRONG-RESULT",
-                "error",
                 sorted({r.node for r in wrong}),
                 f"the allreduce returned a wrong sum on rank(s) {', '.join(str(r.rank) for r in wrong)}",
-                "The collective completed but the data is wrong: a faulty GPU/NIC, P2P/ACS "
-                "corruption, or mismatched NCCL settings (NCCL_PROTO/ALGO) across ranks.",
-                "Run nccl-tests with -c 1 (check) on these nodes; try NCCL_P2P_DISABLE=1 to rule "
-                "out P2P; check `dmesg` for Xid errors.",
                 [
                     f"rank {r.rank} on {r.node}: expected {r.verify['expected']}, got {r.verify['got']} "
                     f"({r.verify['mismatches']} wrong elements)"
@@ -270,14 +266,10 @@ def _failure_findings(ctx: StepContext, run: ArRun, matches: list[Any], root: An
         nodes = sorted(codes) or [t.name for t in ctx.targets]
         tails = [f"{n}: {ln}" for n in nodes for ln in run.tail(n, 4)]
         out.append(
-            finding(
+            kb_finding(
                 "AR-FAILED",
-                "error",
                 nodes,
                 "torchrun failed on " + ", ".join(f"{n} (exit {c})" for n, c in codes.items()),
-                "The allreduce did not complete and no known signature matched its output.",
-                "Read the node's log (the evidence below, or the full log in the report); "
-                "run the same torchrun by hand with NCCL_DEBUG=INFO.",
                 tails,
             )
         )
@@ -344,17 +336,12 @@ def _hang_finding(ctx: StepContext, run: ArRun) -> Finding | None:
         why = f"at the deadline ({run.deadline_s:.0f} s)"
     else:
         why = f"after {run.finished - run.started:.0f} s, when another node failed"
-    return finding(
+    return kb_finding(
         "AR-HANG",
-        "error" if run.timed_out else "info",
         stuck_nodes,
         f"allreduce stopped {why}: {', '.join(stuck_nodes)} never got further",
-        "The ranks listed below stopped at the phase shown; the ranks that progressed least "
-        "are waiting for something they never received (the store, a peer connection, or "
-        "the collective's data).",
-        "Fix the earlier steps' findings first (port, env); then look at the named nodes' "
-        "logs: a rank stuck in init cannot reach the master store or its peers.",
         detail,
+        severity="error" if run.timed_out else "info",
     )
 
 
@@ -387,16 +374,11 @@ def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list
     stragglers = [table[i] for i in straggling]
     if stragglers:
         findings.append(
-            finding(
+            kb_finding(
                 "AR-STRAGGLER",
-                "warning",
                 sorted({row["node"] for row in stragglers}),
                 f"rank(s) {', '.join(str(r['rank']) for r in stragglers)} run below half the "
                 f"median bus bandwidth ({median:.3f} GB/s)",
-                "These ranks are much slower than the rest: a slower or congested NIC, a link "
-                "negotiated at a lower speed, a PCIe/NUMA placement problem, or an overloaded node.",
-                "Compare `ethtool <iface>` / `ibstat` on these nodes with the others and check "
-                "their load; the TUI's NIC view shows which link carries the traffic.",
                 [
                     f"rank {r['rank']} on {r['node']}: busbw {r['busbw_gbps']:.3f} GB/s"
                     for r in table
@@ -404,14 +386,11 @@ def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list
             )
         )
     findings.append(
-        finding(
+        kb_finding(
             "AR-BANDWIDTH",
-            "info",
             [slow["node"]],
             f"slowest rank {slow['rank']} on {slow['node']}: busbw {slow['busbw_gbps']:.3f} GB/s "
             f"(median {median:.3f} GB/s, {slow['bytes'] >> 10} KiB messages)",
-            "busbw = algbw x 2(n-1)/n, as nccl-tests define it; comparable across world sizes.",
-            "Nothing to fix if it is close to the link speed.",
             [
                 f"rank {r['rank']} on {r['node']}: {r['busbw_gbps']:.3f} GB/s"
                 + (
