@@ -12,7 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from ddptui.diagnosis.model import Finding, finding
+from ddptui.diagnosis.kb import kb_finding
+from ddptui.diagnosis.model import Finding
+from ddptui.diagnosis.netmatch import is_loopback
 
 # Section 1.1: optional 2.26+ timestamp, host:pid:tid [dev], optional file:line and
 # 2.30 "(func)", then the level.  re.search, so launcher prefixes ([rank3]:) may precede.
@@ -172,12 +174,9 @@ def _nodes(node_of_rank: dict[int, str], ranks: Iterable[int]) -> tuple[str, ...
 
 
 def _is_loopback(facts: RankFacts) -> bool:
-    if (facts.bootstrap_if or "").startswith("lo"):
-        return True
-    try:
-        return ipaddress.ip_address((facts.bootstrap_ip or "").split("%")[0]).is_loopback
-    except ValueError:
-        return False
+    return (facts.bootstrap_if or "").startswith("lo") or (
+        facts.bootstrap_ip is not None and is_loopback(facts.bootstrap_ip)
+    )
 
 
 def _is_virtual(facts: RankFacts) -> bool:
@@ -221,15 +220,10 @@ def _loopback_finding(
     ranks = [r for r in sorted(per_rank) if _is_loopback(per_rank[r])]
     if not ranks or len(set(node_of_rank.values())) <= 1:
         return None
-    return finding(
+    return kb_finding(
         "AR-BOOT-LOOPBACK",
-        "error",
         _nodes(node_of_rank, ranks),
         "NCCL bootstraps on the loopback interface",
-        "NCCL chose lo/127.x for its bootstrap socket, so ranks on other nodes cannot reach "
-        "it (NCCL_SOCKET_IFNAME=lo, or no other usable interface).",
-        "Set NCCL_SOCKET_IFNAME to the interface that routes to MASTER_ADDR (e.g. `=eth0`; "
-        "`ip -4 route get $MASTER_ADDR` shows it after 'dev') on every node.",
         _evidence(per_rank, node_of_rank, ranks, "bootstrap"),
     )
 
@@ -242,15 +236,10 @@ def _virtual_finding(
     ]
     if not ranks:
         return None
-    return finding(
+    return kb_finding(
         "AR-BOOT-VIRTUAL",
-        "warning",
         _nodes(node_of_rank, ranks),
         "NCCL bootstraps on a virtual bridge interface",
-        "The bootstrap interface is a docker/virbr/veth/cni/flannel/calico/tailscale device or "
-        "in 172.17.0.0/16, whose addresses are usually not routable between hosts.",
-        "Pin NCCL_SOCKET_IFNAME to the host NIC (e.g. `^docker,lo,virbr,veth` or `=eth0`); "
-        "run containers with --network=host.",
         _evidence(per_rank, node_of_rank, ranks, "bootstrap"),
     )
 
@@ -263,26 +252,16 @@ def _mismatch_finding(
         return None
     ranks = [r for rs in groups.values() for r in rs]
     if attr == "transport":
-        return finding(
+        return kb_finding(
             "AR-TRANSPORT-MISMATCH",
-            "error",
             _nodes(node_of_rank, ranks),
             f"Ranks use different NCCL networks: {_describe(groups, node_of_rank)}",
-            "NCCL_IB_DISABLE, NCCL_NET, the installed net plugins or IB availability differ "
-            "between nodes, so peers cannot agree on one transport.",
-            "Make the NCCL_* environment and plugins identical on every node "
-            "(`env | grep ^NCCL_`, `ibv_devinfo`).",
             _evidence(per_rank, node_of_rank, ranks, "transport"),
         )
-    return finding(
+    return kb_finding(
         "AR-NCCL-VERSION",
-        "error",
         _nodes(node_of_rank, ranks),
         f"NCCL versions differ: {_describe(groups, node_of_rank)}",
-        "Different NCCL libraries are loaded on different nodes; NCCL >=2.23 refuses the "
-        "mismatch, older versions truncate messages or hang.",
-        "Install the same torch build and nvidia-nccl-cuXX version everywhere "
-        "(`pip list | grep -i nccl`); remove stray libnccl from LD_LIBRARY_PATH.",
         _evidence(per_rank, node_of_rank, ranks, "version"),
     )
 
@@ -299,16 +278,10 @@ def _ib_unused_finding(
         return None
     evidence = _evidence(per_rank, node_of_rank, ranks, "transport")
     evidence += _evidence(per_rank, node_of_rank, ranks, "ib")
-    return finding(
+    return kb_finding(
         "AR-IB-UNUSED",
-        "warning",
         _nodes(node_of_rank, ranks),
         "InfiniBand is available but NCCL uses sockets",
-        "The node has active IB/RoCE ports but NCCL fell back to TCP sockets: NCCL_IB_DISABLE=1, "
-        "libibverbs/rdma-core missing, /dev/infiniband not passed into the container, or an "
-        "NCCL_IB_HCA filter that excludes every port.",
-        "Check `env | grep NCCL_IB`, `ldconfig -p | grep ibverbs`, `ls /dev/infiniband`; in "
-        "docker add --device=/dev/infiniband --cap-add=IPC_LOCK --ulimit memlock=-1.",
         evidence,
     )
 
