@@ -13,7 +13,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-STEP_IDS = ("ssh", "inventory", "ping", "port", "env", "allreduce")
 
 
 class ConfigError(Exception):

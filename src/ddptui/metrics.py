@@ -21,7 +21,6 @@ BUSY_S = 5.0  # "which NIC carries the allreduce" looks at this many recent seco
 MAX_SAMPLES = 20_000  # hard bound per node, whatever the interval
 HISTORY_MAX = 600  # the session's timeline kept per node for reports: at most 2x this
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
-STATES = ("connecting", "live", "lost", "stopped", "recorded")  # recorded: a replay
 HOST_FIELDS = ("cpu_pct", "mem_used", "load1", "probe_cpu_ms")
 LINK_FIELDS = ("nic_rx", "nic_tx", "nic", "ib_rx", "ib_tx", "ib")
 GPU_KEYS = {"gpu_util": "util_pct", "gpu_mem": "mem_used", "gpu_temp": "temp_c"}

@@ -17,7 +17,7 @@ from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.logstore import LogStore
 from ddptui.diagnosis.model import NodeResult, StepResult
 from ddptui.metrics import MetricsModel
-from ddptui.transport import make_transports
+from ddptui.transport import close_transports, make_transports
 from ddptui.transport.base import NodeTarget, Transport
 
 StepCallback = Callable[[StepResult], None]
@@ -154,4 +154,4 @@ class Session:
 
     async def close(self) -> None:
         """Stop every probe on every node and drop the connections."""
-        await asyncio.gather(*(t.close() for t in self.transports.values()), return_exceptions=True)
+        await close_transports(self.transports)

@@ -49,7 +49,7 @@ from ddptui.diagnosis.envkb import (
 )
 from ddptui.diagnosis.envrules_net import _rule_gloo_count, _rule_gloo_syntax, _rule_ifname
 from ddptui.diagnosis.model import Finding
-from ddptui.diagnosis.netmatch import _is_loopback, _same_addr, nccl_ifname_match
+from ddptui.diagnosis.netmatch import _same_addr, is_loopback, nccl_ifname_match
 
 # --------------------------------------------------------------------------- master, ranks, world
 
@@ -62,7 +62,7 @@ def _master_finding(
         f.name: v
         for f in nodes
         if (v := _set(f, var)) is not None
-        and not (var == "MASTER_ADDR" and job.multi_host and _is_loopback(v))
+        and not (var == "MASTER_ADDR" and job.multi_host and is_loopback(v))
     }
     verdicts = {n: same(v) for n, v in seen.items()}
     bad = [f for f in nodes if f.name in verdicts and verdicts[f.name] is not True]
@@ -97,7 +97,7 @@ def _rule_master(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
 def _rule_master_loopback(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
     if not job.multi_host:
         return []
-    if _is_loopback(job.master_addr):
+    if is_loopback(job.master_addr):
         return [
             _make(
                 "ENV-MASTER-LOOPBACK",
@@ -108,7 +108,7 @@ def _rule_master_loopback(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
                 [f"config: master {job.master_addr}:{job.master_port}"],
             )
         ]
-    bad = [f for f in nodes if _is_loopback(_set(f, "MASTER_ADDR") or "x")]
+    bad = [f for f in nodes if is_loopback(_set(f, "MASTER_ADDR") or "x")]
     return (
         [
             _make(

@@ -3,13 +3,12 @@ and the helpers every rule shares. Core layer."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ddptui.diagnosis.envkb import KB, REDACTED_PREFIX, SOURCE_WORDS
-from ddptui.diagnosis.model import Finding, Severity, finding
+from ddptui.diagnosis.model import Finding, Severity, finding, odd_nodes
 from ddptui.diagnosis.netmatch import _is_up
 
 
@@ -144,11 +143,8 @@ def _where(f: EnvFacts, var: str) -> str:
 
 
 def _outliers(values: Mapping[str, object]) -> list[str]:
-    """Nodes not holding the most common value; every node when there is no clear majority."""
-    counts = Counter(values.values()).most_common()
-    if len(counts) > 1 and counts[0][1] > counts[1][1]:
-        return [n for n, v in values.items() if v != counts[0][0]]
-    return list(values)
+    """Nodes not holding the majority value (model.odd_nodes: every node on a tie)."""
+    return odd_nodes(values)
 
 
 def _by(nodes: list[EnvFacts], name: str) -> EnvFacts:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -156,6 +157,27 @@ def bandwidth_outliers(busbw: Sequence[float]) -> tuple[float, list[int], int]:
     median = statistics.median(busbw)
     slowest = min(range(len(busbw)), key=busbw.__getitem__)
     return median, [i for i, v in enumerate(busbw) if v < median / 2], slowest
+
+
+def odd_nodes(values: Mapping[str, Any]) -> list[str]:
+    """The one "odd node out" rule: the nodes whose value differs from the majority's;
+    every node when no value has a strict majority over the next (a tie), none when all
+    agree. Values compare by repr, so 12.4 and "12.4" differ."""
+    keyed = {n: repr(v) for n, v in values.items()}
+    top = Counter(keyed.values()).most_common()
+    if len(top) < 2:
+        return []
+    if top[0][1] == top[1][1]:
+        return list(values)
+    return [n for n, k in keyed.items() if k != top[0][0]]
+
+
+def majority_value(values: Mapping[str, Any]) -> Any:
+    """The value the nodes outside odd_nodes() share (None on a tie)."""
+    odd = set(odd_nodes(values))
+    if len(odd) == len(values):
+        return None
+    return next((v for n, v in values.items() if n not in odd), None)
 
 
 def worst(statuses: Sequence[Status]) -> Status:

@@ -14,11 +14,11 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost
 __all__ = [
     "LOOPBACK_NAMES",
     "_ip",
-    "_is_loopback",
     "_is_up",
     "_nccl_addrs",
     "_routes_to_master",
     "_same_addr",
+    "is_loopback",
     "nccl_ifname_match",
 ]
 
@@ -30,8 +30,9 @@ def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
-def _is_loopback(addr: str) -> bool:
-    ip = _ip(addr)
+def is_loopback(addr: str) -> bool:
+    """The one loopback test: 127.0.0.0/8, ::1 (a %zone is ignored), or a loopback name."""
+    ip = _ip(addr.split("%", maxsplit=1)[0])
     return ip.is_loopback if ip is not None else addr.strip().lower() in LOOPBACK_NAMES
 
 
@@ -80,7 +81,7 @@ def _nccl_addrs(iface: dict[str, Any], family: str | None) -> list[dict[str, Any
         for a in iface.get("addrs") or []
         if a.get("family") in ("inet", "inet6")
         and family in (None, a.get("family"))
-        and not (a.get("family") == "inet6" and _is_loopback(str(a.get("addr"))))
+        and not (a.get("family") == "inet6" and is_loopback(str(a.get("addr"))))
     ]
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import platform
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddptui import __version__
 from ddptui.diagnosis.logstore import LogStore
-from ddptui.diagnosis.model import StepResult, bandwidth_outliers
+from ddptui.diagnosis.model import StepResult, bandwidth_outliers, odd_nodes
 from ddptui.stepmeta import ORDER
 
 SCHEMA_VERSION = 1
@@ -147,18 +146,6 @@ def versions(steps: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[s
     }
 
 
-def _odd(values: Mapping[str, Any]) -> list[str]:
-    """The node(s) whose value differs from the majority (all of them on a tie)."""
-    keyed = {n: repr(v) for n, v in values.items()}
-    counts = Counter(keyed.values())
-    if len(counts) < 2:
-        return []
-    top = counts.most_common()
-    if top[0][1] == top[1][1]:
-        return sorted(values)  # no majority: every node is "the odd one"
-    return [n for n, k in keyed.items() if k != top[0][0]]
-
-
 def tables(steps: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
     inv = _step(steps, "inventory")
     skew_src = ((inv or {}).get("data") or {}).get("skew") or {}
@@ -166,7 +153,7 @@ def tables(steps: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str
     for fact, raw in skew_src.items():
         if isinstance(raw, Mapping):
             values = {n: raw.get(n) for n in names if n in raw}
-            skew.append({"fact": fact, "values": values, "odd": _odd(values)})
+            skew.append({"fact": fact, "values": values, "odd": odd_nodes(values)})
     env = _step(steps, "env")
     diff = ((env or {}).get("data") or {}).get("diff") or {}
     env_diff = [

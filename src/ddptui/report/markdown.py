@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import html
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ddptui.diagnosis.model import majority_value, odd_nodes
 from ddptui.report.svg import finite, human_rate, peak, series, text_sparkline
 from ddptui.stepmeta import ORDER, TITLES
 
@@ -73,23 +73,12 @@ def has_step(report: Mapping[str, Any], step_id: str) -> bool:
     return any(s.get("id") == step_id for s in steps_of(report))
 
 
-def odd_nodes(values: Mapping[str, Any]) -> list[str]:
-    """The node(s) whose value differs from the majority (every node on a tie)."""
-    keyed = {n: repr(v) for n, v in values.items()}
-    top = Counter(keyed.values()).most_common()
-    if len(top) < 2:
-        return []
-    if top[0][1] == top[1][1]:
-        return list(values)
-    return [n for n, k in keyed.items() if k != top[0][0]]
-
-
 Item = tuple[Any, Mapping[str, Any], list[str]]  # (label, {node: value}, odd nodes)
 
 
 def usual_value(values: Mapping[str, Any], odd: Sequence[str]) -> Any:
     """The value the nodes outside `odd` share."""
-    return next((v for n, v in values.items() if n not in odd), None)
+    return majority_value(values) if len(odd) < len(values) else None
 
 
 def env_items(rows: Sequence[Any], names: list[str]) -> list[Item]:

@@ -26,8 +26,20 @@ __all__ = [
     "ProbeOutput",
     "ProbeRun",
     "Transport",
+    "close_transports",
     "make_transports",
 ]
+
+
+async def close_transports(transports: dict[str, Transport]) -> None:
+    """Close every node's transport, then the bastion connection they shared (one per
+    jump host), so nothing of the run stays connected."""
+    import sys
+
+    await asyncio.gather(*(t.close() for t in transports.values()), return_exceptions=True)
+    ssh = sys.modules.get("ddptui.transport.ssh")
+    if ssh is not None:
+        await ssh.close_jumps()
 
 
 def make_transports(config: ClusterConfig, targets: list[NodeTarget]) -> dict[str, Transport]:

@@ -278,7 +278,11 @@ def _ev(exc: BaseException) -> str:
 
 
 async def close_jumps() -> None:
-    for jump in _JUMPS.values():
+    """Close the shared bastion connections (after the nodes' connections through them)."""
+    jumps = list(_JUMPS.values())
+    _JUMPS.clear()
+    for jump in jumps:
         if jump.conn is not None:
             jump.conn.close()
-    _JUMPS.clear()
+            with contextlib.suppress(asyncssh.Error, OSError):
+                await jump.conn.wait_closed()

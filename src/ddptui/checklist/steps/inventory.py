@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from ddptui.checklist.base import Step, StepContext
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult
+from ddptui.diagnosis.model import Finding, NodeResult, majority_value, odd_nodes
 
 # (fact key, finding id, label); severity and why it matters are in kb/checklist.yaml.
 SKEW_RULES: tuple[tuple[str, str, str], ...] = (
@@ -89,8 +88,8 @@ def skew_findings(facts: dict[str, dict[str, Any]]) -> list[Finding]:
         distinct = set(map(str, values.values()))
         if len(distinct) < 2:
             continue
-        common, _ = Counter(map(str, values.values())).most_common(1)[0]
-        odd = [n for n, v in values.items() if str(v) != common]
+        odd = odd_nodes({n: str(v) for n, v in values.items()})
+        common = majority_value({n: str(v) for n, v in values.items()}) or "no majority"
         out.append(
             kb_finding(
                 fid,

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 from ddptui.checklist.base import Step, StepContext
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.model import Finding, NodeResult
-
-
-def is_loopback(addr: str) -> bool:
-    try:
-        return ipaddress.ip_address(addr.split("%", maxsplit=1)[0]).is_loopback
-    except ValueError:
-        return False
+from ddptui.diagnosis.netmatch import is_loopback
 
 
 class PingStep(Step):
