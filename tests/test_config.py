@@ -54,8 +54,16 @@ def test_missing_required_key() -> None:
 
 
 def test_yaml_syntax_error_has_position() -> None:
-    (problem,) = errors("master: {addr: x\nnodes: []\n")
+    problem, began = errors("master: {addr: x\nnodes: []\n")
     assert problem.startswith("c.yaml:2:") and "YAML syntax error" in problem
+    assert began.startswith("c.yaml:1:9:") and "flow mapping" in began
+
+
+def test_unclosed_bracket_names_where_it_began_and_where_it_was_noticed() -> None:
+    text = "master: {addr: 10.0.0.1}\nnodes: [ {host: a},\n  {host: b}\npython: python3\n"
+    noticed, began = errors(text)
+    assert noticed.startswith("c.yaml:4:1: YAML syntax error")
+    assert began == "c.yaml:2:8: ... while parsing a flow sequence that began here (is it closed?)"
 
 
 def test_duplicate_node_names_rejected() -> None:

@@ -216,6 +216,19 @@ def _explain(err: dict[str, Any]) -> str:
     return msg
 
 
+def _yaml_syntax_problems(exc: Any, source: str) -> list[str]:
+    """Where the parser noticed the error, and where the construct it was inside began
+    (an unclosed `[` on line 2 is noticed on line 3: both lines are named)."""
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+    problems = [f"{where}: YAML syntax error: {exc.problem or exc}"]
+    ctx = exc.context_mark
+    if exc.context and ctx is not None and (mark is None or ctx.line != mark.line):
+        began = f"{source}:{ctx.line + 1}:{ctx.column + 1}"
+        problems.append(f"{began}: ... {exc.context} that began here (is it closed?)")
+    return problems
+
+
 def parse_config(text: str, source: str = "<config>") -> ClusterConfig:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -224,9 +237,7 @@ def parse_config(text: str, source: str = "<config>") -> ClusterConfig:
     try:
         data = yaml.load(text)
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        raise ConfigError([f"{where}: YAML syntax error: {exc.problem or exc}"]) from None
+        raise ConfigError(_yaml_syntax_problems(exc, source)) from None
     except YAMLError as exc:
         raise ConfigError([f"{source}: YAML error: {exc}"]) from None
     if not isinstance(data, dict):
