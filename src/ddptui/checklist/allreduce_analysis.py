@@ -164,13 +164,7 @@ def analyze(
     if run.backend == "nccl":
         for st in run.ranks.values():
             per_rank_facts[st.rank] = parse_nccl_lines(run.rank_lines(st.rank))
-        ib = {
-            t.name: any(
-                p.get("state", "").endswith("ACTIVE")
-                for p in ctx.node_data("inventory", t.name).get("ib_ports") or []
-            )
-            for t in ctx.targets
-        }
+        ib = {t.name: bool((inv := ctx.inventory(t.name)) and inv.ib_active) for t in ctx.targets}
         findings += nccl_findings(
             per_rank_facts, {r: s.node for r, s in run.ranks.items()}, ib_expected=ib
         )
@@ -407,9 +401,6 @@ def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list
 
 def _link_gbps(ctx: StepContext, node: str) -> float | None:
     """Speed of the link this node uses to reach the master (sysfs), when known."""
-    route = ctx.node_data("ping", node).get("route") or {}
-    dev = route.get("dev")
-    for iface in ctx.node_data("inventory", node).get("interfaces") or []:
-        if iface.get("name") == dev and iface.get("speed_mbps"):
-            return float(iface["speed_mbps"]) / 1000.0
-    return None
+    route, inventory = ctx.route(node), ctx.inventory(node)
+    iface = inventory.interface(route.dev) if route and inventory else None
+    return iface.speed_mbps / 1000.0 if iface and iface.speed_mbps else None

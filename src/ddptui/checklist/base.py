@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ddptui.checklist.facts import InventoryFacts, Route
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.logstore import LogStore
 from ddptui.diagnosis.model import Finding, NodeResult, StepResult, step_status
@@ -38,6 +39,18 @@ class StepContext:
     @property
     def master(self) -> NodeTarget:
         return self.targets[0]
+
+    def inventory(self, node: str) -> InventoryFacts | None:
+        """The node's inventory facts, typed; None when the inventory step has not
+        run there (or could not)."""
+        result = self.results.get("inventory")
+        if result is None or node not in result.nodes or not result.nodes[node].data:
+            return None
+        return InventoryFacts.from_data(result.nodes[node].data)
+
+    def route(self, node: str) -> Route | None:
+        """How the node reaches MASTER_ADDR (the ping step), when known."""
+        return Route.from_data(self.node_data("ping", node))
 
     def node_data(self, step: str, node: str) -> dict[str, Any]:
         result = self.results.get(step)

@@ -75,9 +75,9 @@ class AllreduceStep(Step):
     async def _gpu_counts(self, ctx: StepContext) -> dict[str, int]:
         counts: dict[str, int] = {}
         for t in ctx.targets:
-            gpus = ctx.node_data("inventory", t.name).get("gpus")
-            if isinstance(gpus, list):
-                counts[t.name] = len(gpus)
+            inventory = ctx.inventory(t.name)
+            if inventory is not None and inventory.gpu_count is not None:
+                counts[t.name] = inventory.gpu_count
         if len(counts) == len(ctx.targets):
             return counts
         outs = await self.probe_all(ctx, "inventory", lambda t: {})

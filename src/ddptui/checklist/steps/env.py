@@ -37,7 +37,7 @@ class EnvStep(Step):
             if env_rec is None or net_rec is None or not (isinstance(out, ProbeOutput) and out.ok):
                 self.node_trouble(ctx, nodes, findings, name, out)
                 continue
-            gpus = ctx.node_data("inventory", name).get("gpus")
+            inventory = ctx.inventory(name)
             facts.append(
                 EnvFacts(
                     name=name,
@@ -47,7 +47,7 @@ class EnvStep(Step):
                     interfaces=net_rec["interfaces"],
                     route=net_rec.get("route"),
                     shm_bytes=net_rec.get("shm_bytes"),
-                    gpu_count=len(gpus) if isinstance(gpus, list) else None,
+                    gpu_count=inventory.gpu_count if inventory is not None else None,
                 )
             )
         facts.sort(key=lambda f: f.rank)
