@@ -6,6 +6,7 @@
 #   heartbeat  every few seconds, with the phase it is in;
 #   versions   torch / CUDA / NCCL as this rank loaded them;
 #   verify     the allreduce result checked exactly against the known sum;
+#   sweep      how the sweep runs: debug level of its group, sizes that fit;
 #   bw         one size of the sweep: algbw and busbw (nccl-tests' definition).
 # Settings arrive in the env var DDPTUI_AR (JSON).
 import datetime
@@ -49,31 +50,148 @@ def nccl_version(torch):
     return ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
 
 
-def sweep(torch, dist, device):
-    """Time all_reduce per size; busbw = algbw * 2(n-1)/n as nccl-tests define it."""
-    iters = int(CFG.get("iters", 5))
-    for size in CFG.get("sizes", [1 << 20]):
-        numel = max(1, int(size) // 4)
-        t = torch.ones(numel, dtype=torch.float32, device=device)
-        dist.all_reduce(t)  # warm-up: connections and buffers
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        dist.barrier()
+def sweep_group(torch, dist):
+    """A process group for the sweep without TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper.
+
+    Under DETAIL, torch wraps every group it creates in a ProcessGroupWrapper that runs a
+    gloo fingerprint check (op, sizes, dtypes) before each collective: useful for the
+    verified allreduce, but it dominates the timing (1 MiB on an H100: 412 us instead of
+    37 us). torch reads the level when a group is created (distributed_c10d.py,
+    _new_process_group_helper: get_debug_level() == DebugLevel.DETAIL), so a group made
+    with the level switched OFF runs bare, while the default group keeps its checks.
+    Returns (group or None for the default group, the level the sweep runs under)."""
+    level = getattr(dist, "get_debug_level", None)
+    set_level = getattr(dist, "set_debug_level", None)
+    debug = getattr(dist, "DebugLevel", None)
+    if level is None or set_level is None or debug is None:
+        return None, os.environ.get("TORCH_DISTRIBUTED_DEBUG", "OFF") or "OFF"
+    before = level()
+    if before == debug.OFF:
+        return None, "OFF"
+    set_level(debug.OFF)
+    try:
+        group = dist.new_group(ranks=list(range(WORLD)))
+    except Exception as exc:  # noqa: BLE001 - the sweep then runs on the default group
+        out("sweep_note", note="could not create an unwrapped group: %s" % exc)
+        return None, before.name
+    finally:
+        set_level(before)
+    return group, "OFF"
+
+
+def backend_class(group, device):
+    """The class that runs the group's collectives: _ProcessGroupWrapper under DETAIL."""
+    try:
+        return type(group._get_backend(device)).__name__
+    except Exception:  # noqa: BLE001 - older torch: not knowable, not an error
+        return None
+
+
+def sizes_that_fit(torch, dist, group, device):
+    """The configured sizes, bounded by free GPU memory (a send and a receive buffer per
+    size, with room left for NCCL and other processes). Every rank must run the same
+    sizes, so the smallest bound over all ranks wins."""
+    sizes = [int(s) for s in CFG.get("sizes", [1 << 20])]
+    if device.type != "cuda" or not sizes:
+        return sizes, None
+    free = int(torch.cuda.mem_get_info(device)[0])
+    bound = torch.tensor([free], dtype=torch.int64, device=device)
+    dist.all_reduce(bound, op=dist.ReduceOp.MIN, group=group)
+    least_free = int(bound.item())
+    return [s for s in sizes if 2 * s <= least_free * 0.4], least_free
+
+
+def iterations(i):
+    """(warm-up, timed) for the i-th size: CFG iters is one count for all sizes (one
+    warm-up), or a list of [warm-up, timed] pairs, one per size."""
+    spec = CFG.get("iters", 5)
+    if isinstance(spec, list):
+        pair = spec[min(i, len(spec) - 1)]
+        return int(pair[0]), int(pair[1])
+    return 1, int(spec)
+
+
+def timed_allreduce(torch, dist, group, device, size, warmup, iters):
+    """Seconds per allreduce of `size` bytes, measured as nccl-tests measures its
+    out-of-place column: a send buffer that is never written, results in a separate
+    receive buffer, a batch of iterations timed as one (CUDA events on GPU).
+
+    torch's all_reduce works in place. With more than one rank NCCL's out-of-place and
+    in-place allreduce move the same bytes (nccl-tests' two columns agree), so the
+    receive buffer is filled from the send buffer once and reduced in place. With one
+    rank NCCL's out-of-place allreduce is a device copy from send to receive buffer
+    (its in-place one does nothing), so each iteration does that copy, then the
+    allreduce."""
+    numel = max(1, size // 4)
+    send = torch.ones(numel, dtype=torch.float32, device=device)
+    recv = torch.empty_like(send)
+    recv.copy_(send)
+    one_rank = WORLD == 1
+
+    def once():
+        if one_rank:
+            recv.copy_(send)
+        dist.all_reduce(recv, group=group)
+
+    for _ in range(warmup):
+        once()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    dist.barrier(group=group)
+    if cuda:
+        begin = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(iters):
+            once()
+        end.record()
+        end.synchronize()
+        took = begin.elapsed_time(end) / 1e3 / iters
+    else:
         started = time.perf_counter()
         for _ in range(iters):
-            dist.all_reduce(t)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+            once()
         took = (time.perf_counter() - started) / iters
-        algbw = (numel * 4) / took / 1e9
-        busbw = algbw * 2 * (WORLD - 1) / WORLD if WORLD > 1 else algbw
+    # The sweep's data are checked too: every element of ones summed over the ranks.
+    recv.copy_(send)
+    dist.all_reduce(recv, group=group)
+    ok = float(recv.min().item()) == float(WORLD) == float(recv.max().item())
+    del send, recv
+    return numel * 4, took, ok
+
+
+def sweep(torch, dist, device):
+    """Time all_reduce per size; busbw = algbw * 2(n-1)/n as nccl-tests define it, and
+    none with one rank (no data cross a bus: nccl-tests prints 0)."""
+    group, debug = sweep_group(torch, dist)
+    sizes, least_free = sizes_that_fit(torch, dist, group, device)
+    out(
+        "sweep",
+        debug=debug,
+        backend_class=backend_class(group or dist.group.WORLD, device),
+        sizes=sizes,
+        free_bytes=least_free,
+        timing="cuda-events" if device.type == "cuda" else "wall-clock",
+    )
+    for i, size in enumerate(sizes):
+        warmup, iters = iterations(i)
+        nbytes, took, ok = timed_allreduce(torch, dist, group, device, size, warmup, iters)
+        algbw = nbytes / took / 1e9
+        busbw = algbw * 2 * (WORLD - 1) / WORLD if WORLD > 1 else None
         out(
             "bw",
-            bytes=numel * 4,
+            bytes=nbytes,
             time_us=round(took * 1e6, 1),
             algbw_gbps=round(algbw, 4),
-            busbw_gbps=round(busbw, 4),
+            busbw_gbps=None if busbw is None else round(busbw, 4),
+            warmup=warmup,
+            iters=iters,
+            ok=ok,
+            debug=debug,
         )
+    if group is not None:
+        dist.destroy_process_group(group)
 
 
 def main():

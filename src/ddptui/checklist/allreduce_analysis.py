@@ -104,7 +104,8 @@ class ArRun:
         elif kind == "verify":
             st.verify = {k: rec.get(k) for k in ("ok", "expected", "got", "mismatches")}
         elif kind == "bw":
-            st.bw.append({k: rec.get(k) for k in ("bytes", "time_us", "algbw_gbps", "busbw_gbps")})
+            keys = ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "warmup", "iters", "ok", "debug")
+            st.bw.append({k: rec.get(k) for k in keys})
 
     def _line(self, node: str, rec: dict[str, Any], now: float, logs: LogStore | None) -> None:
         """One streamed line: the launcher tags it with the worker's GLOBAL rank and its
@@ -224,6 +225,14 @@ def _node_summary(run: ArRun, ranks: list[RankState], node: str, all_ok: bool) -
         code = run.exits.get(node, {}).get("code")
         return f"no rank started (torchrun exit {code})" if code is not None else "no rank started"
     best = [r.bw[-1]["busbw_gbps"] for r in ranks if r.bw]
+    if all_ok and best and None in best:
+        # One rank: no data cross a bus, busbw is n/a (nccl-tests prints 0); algbw stands.
+        alg = [r.bw[-1]["algbw_gbps"] or 0.0 for r in ranks if r.bw]
+        size = _size_text(int(ranks[0].bw[-1]["bytes"] or 0)) if ranks[0].bw else "?"
+        return (
+            f"{len(ranks)} rank(s) {run.backend}, sum verified, busbw n/a (one rank), "
+            f"algbw {min(alg):.3f} GB/s at {size}"
+        )
     if all_ok and best:
         return (
             f"{len(ranks)} rank(s) {run.backend}, sum verified, busbw "
@@ -339,8 +348,16 @@ def _hang_finding(ctx: StepContext, run: ArRun) -> Finding | None:
     )
 
 
+def _size_text(nbytes: int) -> str:
+    for shift, unit in ((30, "GiB"), (20, "MiB")):
+        if nbytes >= 1 << shift:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes >> 10} KiB"
+
+
 def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list[Finding]]:
-    """busbw per rank at the largest size; the slowest rank; stragglers below half the median."""
+    """busbw per rank at the largest size; the slowest rank; stragglers below half the median.
+    With one rank busbw is None (n/a) and only algbw is reported."""
     table = []
     for r in sorted(run.ranks.values(), key=lambda r: r.rank):
         if r.bw:
@@ -352,11 +369,12 @@ def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list
                     "bytes": last["bytes"],
                     "busbw_gbps": last["busbw_gbps"],
                     "algbw_gbps": last["algbw_gbps"],
+                    "time_us": last["time_us"],
                     "sweep": r.bw,
                 }
             )
     findings: list[Finding] = []
-    if len(table) < 2:
+    if len(table) < 2 or any(row["busbw_gbps"] is None for row in table):
         return table, findings
     median, straggling, slowest = bandwidth_outliers([row["busbw_gbps"] for row in table])
     slow = table[slowest]

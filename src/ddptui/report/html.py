@@ -11,9 +11,11 @@ from html import escape
 from typing import Any
 
 from ddptui.report.markdown import (
+    BUSBW_NA,
     CODE_SPAN,
     COMPACT_NODES,
     NONE,
+    SWEEP_HEAD,
     Item,
     busbw_line,
     clean_line,
@@ -33,6 +35,7 @@ from ddptui.report.markdown import (
     step_durations,
     step_title,
     steps_of,
+    sweep_rows,
     usual_value,
     version_line,
 )
@@ -350,11 +353,12 @@ def _allreduce(ar: Mapping[str, Any]) -> str:
         note = rank_note(r)
         busbw, algbw = finite(r.get("busbw_gbps")), finite(r.get("algbw_gbps"))
         frac, link = finite(r.get("link_fraction")), finite(r.get("link_gbps"))
+        na = BUSBW_NA if r.get("one_rank") else NONE
         bar = f'<span class="bar" style="width:{80 * (busbw or 0) / top:.0f}px"></span>'
         body.append(
             f'<tr class="{note}"><td class="num">{_e(fmt_value(r.get("rank")))}</td>'
             f"<td>{_e(fmt_value(r.get('node')))}</td>"
-            f'<td class="num">{f"{busbw:.3f}" if busbw is not None else NONE}{bar}</td>'
+            f'<td class="num">{f"{busbw:.3f}" if busbw is not None else na}{bar}</td>'
             f'<td class="num">{f"{algbw:.3f}" if algbw is not None else NONE}</td>'
             f"<td>{f'{frac:.0%} of {link:g} Gb/s' if frac is not None and link else NONE}</td>"
             f"<td>{'<b>straggler</b>' if note == 'straggler' else note}</td></tr>"
@@ -370,6 +374,12 @@ def _allreduce(ar: Mapping[str, Any]) -> str:
         table = (
             f"<p>{'; '.join(flagged)}.</p>" if flagged else ""
         ) + f"<details><summary>All {len(rows)} ranks</summary>{table}</details>"
+    sweep = sweep_rows(ar)
+    if sweep:
+        cells = ["".join(f'<td class="num">{_e(c)}</td>' for c in row) for row in sweep]
+        table += "<p>Sweep (the slowest rank per size, as nccl-tests reports it):</p>" + _table(
+            [f"<th>{h}</th>" for h in SWEEP_HEAD], [f"<tr>{c}</tr>" for c in cells]
+        )
     return out + f"<p>{_e(busbw_line(rows))}</p>" + table
 
 

@@ -177,19 +177,52 @@ def _allreduce_table(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
     for i, r in enumerate(rows):
         row = {
             k: r.get(k)
-            for k in ("rank", "node", "bytes", "busbw_gbps", "algbw_gbps", "link_gbps")
+            for k in ("rank", "node", "bytes", "time_us", "busbw_gbps", "algbw_gbps", "link_gbps")
             if k in r
         }
         row["straggler"] = i in straggling
         row["slowest"] = i == slowest
         ranks.append(row)
+    one_rank = bool(rows) and all(r.get("busbw_gbps") is None for r in rows)
     return {
         "backend": data.get("backend"),
         "world_size": data.get("world_size"),
         "seconds": data.get("seconds"),
         "timed_out": data.get("timed_out"),
         "ranks": ranks,
+        "sizes": sweep_sizes(rows, data.get("world_size")),
+        "busbw_note": BUSBW_ONE_RANK if one_rank else None,
     }
+
+
+BUSBW_ONE_RANK = "busbw n/a (one rank): no data cross a bus; nccl-tests prints 0"
+
+
+def sweep_sizes(rows: Sequence[Mapping[str, Any]], world_size: Any = None) -> list[dict[str, Any]]:
+    """Per message size, the sweep as nccl-tests reports it: the slowest rank's time and
+    the bandwidths it gives (busbw null with one rank)."""
+    times: dict[int, float] = {}
+    world = world_size if isinstance(world_size, int) and world_size > 0 else len(rows)
+    for r in rows:
+        for point in r.get("sweep") or []:
+            if not isinstance(point, Mapping):
+                continue
+            size, took = point.get("bytes"), point.get("time_us")
+            if isinstance(size, int) and isinstance(took, (int, float)) and took > 0:
+                times[size] = max(times.get(size, 0.0), float(took))
+    out = []
+    for size, took in sorted(times.items()):
+        algbw = size / took / 1e3
+        busbw = algbw * 2 * (world - 1) / world if world > 1 else None
+        out.append(
+            {
+                "bytes": size,
+                "time_us": round(took, 1),
+                "algbw_gbps": round(algbw, 4),
+                "busbw_gbps": None if busbw is None else round(busbw, 4),
+            }
+        )
+    return out
 
 
 def log_excerpts(steps: Sequence[Mapping[str, Any]], store: LogStore) -> dict[str, Any]:

@@ -93,6 +93,11 @@ def env_items(rows: Sequence[Any], names: list[str]) -> list[Item]:
 
 def busbw_line(rows: Sequence[Mapping[str, Any]]) -> str:
     busbw = sorted(v for v in (finite(r.get("busbw_gbps")) for r in rows) if v is not None)
+    algbw = [v for v in (finite(r.get("algbw_gbps")) for r in rows) if v is not None]
+    if not busbw and algbw and any(r.get("one_rank") for r in rows):
+        size = finite(rows[0].get("bytes"))
+        at = f" at {size_text(int(size))}" if size else ""
+        return f"{BUSBW_NA}: no data cross a bus (nccl-tests prints 0); algbw {min(algbw):.3f} GB/s{at}."
     if not busbw:
         return ""
     median = busbw[len(busbw) // 2]
@@ -102,6 +107,38 @@ def busbw_line(rows: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
+BUSBW_NA = "n/a (one rank)"
+
+
+def size_text(nbytes: int) -> str:
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):g} {unit}"
+    return f"{nbytes} B"
+
+
+def sweep_rows(table: Mapping[str, Any]) -> list[list[str]]:
+    """tables.allreduce.sizes as cells: size, time, algbw, busbw (n/a with one rank)."""
+    out = []
+    for p in table.get("sizes") or []:
+        if not isinstance(p, Mapping) or finite(p.get("bytes")) is None:
+            continue
+        took, alg, bus = (finite(p.get(k)) for k in ("time_us", "algbw_gbps", "busbw_gbps"))
+        out.append(
+            [
+                size_text(int(p["bytes"])),
+                NONE if took is None else f"{took:.1f}",
+                NONE if alg is None else f"{alg:.3f}",
+                BUSBW_NA if bus is None and table.get("busbw_note") else
+                NONE if bus is None else f"{bus:.3f}",
+            ]
+        )
+    return out
+
+
+SWEEP_HEAD = ("size", "time µs", "algbw GB/s", "busbw GB/s")
+
+
 def rank_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Allreduce ranks with the share of the link's speed filled in where it is known."""
     rows = []
@@ -109,6 +146,7 @@ def rank_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(raw, Mapping):
             continue
         row = dict(raw)
+        row["one_rank"] = bool(table.get("busbw_note")) and row.get("busbw_gbps") is None
         busbw, link = finite(row.get("busbw_gbps")), finite(row.get("link_gbps"))
         if row.get("link_fraction") is None and busbw is not None and link:
             row["link_fraction"] = busbw * 8 / link
@@ -410,6 +448,10 @@ def _allreduce(ar: Mapping[str, Any]) -> list[str]:
     ranks = table(head, [_rank_cells(r) for r in rows])
     if len(rows) > MD_RANK_ROWS:
         ranks = details(f"All {len(rows)} ranks", ranks)
+    sweep = sweep_rows(ar)
+    if sweep:
+        ranks += ["", "Sweep (the slowest rank per size, as nccl-tests reports it):", ""]
+        ranks += table(SWEEP_HEAD, sweep)
     return [*out, busbw_line(rows), "", *ranks]
 
 
@@ -420,7 +462,11 @@ def _rank_cells(row: Mapping[str, Any]) -> list[str]:
     return [
         esc(fmt_value(row.get("rank"))),
         esc(fmt_value(row.get("node"))),
-        NONE if busbw is None else f"**{busbw:.3f}**" if note else f"{busbw:.3f}",
+        (BUSBW_NA if row.get("one_rank") else NONE)
+        if busbw is None
+        else f"**{busbw:.3f}**"
+        if note
+        else f"{busbw:.3f}",
         NONE if algbw is None else f"{algbw:.3f}",
         f"{frac:.0%} of {link:g} Gb/s" if frac is not None and link else NONE,
         {"straggler": "**🐢 straggler**", "slowest": "slowest"}.get(note, ""),

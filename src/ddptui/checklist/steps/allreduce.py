@@ -22,8 +22,14 @@ FORCED_ENV = {
     "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
 }
 UNSET_ENV = ("NCCL_DEBUG_FILE",)  # NCCL would write its log there instead of stdout
-CPU_SIZES = (4 << 10, 256 << 10, 4 << 20)
-GPU_SIZES = (1 << 20, 16 << 20, 64 << 20, 256 << 20)
+# The sweep, as nccl-tests runs it (all_reduce_perf -b 1M -e 1G -f 4 -w 5 -n 20); the
+# worker drops GPU sizes that do not fit in free memory, and runs the sweep on a group
+# made without TORCH_DISTRIBUTED_DEBUG=DETAIL's per-collective check (init and the
+# verified allreduce keep it).
+GPU_SIZES = tuple(1 << e for e in range(20, 31, 2))  # 1 MiB .. 1 GiB, x4
+GPU_ITERS = ((5, 20),) * len(GPU_SIZES)  # (warm-up, timed) per size
+CPU_SIZES = (256 << 10, 1 << 20, 4 << 20, 16 << 20)  # gloo over TCP: up to 16 MiB
+CPU_ITERS = ((5, 20), (5, 20), (3, 10), (2, 8))  # fewer at large sizes: a few s in all
 EARLY_STOP_GRACE_S = 4.0  # after a node's torchrun failed: time for the others' last words
 
 
@@ -108,7 +114,7 @@ class AllreduceStep(Step):
             "max_s": run.deadline_s + 30,
             "worker": helper_source("_ar_worker.py"),
             "sizes": list(GPU_SIZES if run.backend == "nccl" else CPU_SIZES),
-            "iters": 5,
+            "iters": [list(p) for p in (GPU_ITERS if run.backend == "nccl" else CPU_ITERS)],
         }
 
     async def _launch_and_follow(self, ctx: StepContext, run: ArRun) -> None:
