@@ -1,0 +1,298 @@
+"""Post-mortem of log lines: classify candidates with the signature knowledge base, name
+the root cause, keep bounded evidence and a per-rank timeline.  Core layer.
+
+`diagnose_lines(lines, source)` is the entry point for text held in memory (the job view,
+the corpus); `diagnose_streams` merges the candidate streams of many files in time order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+from ddptui.diagnosis.model import Finding
+from ddptui.diagnosis.signatures import Match, classify_line, root_cause
+from ddptui.logs.lineinfo import ELASTIC_LOCAL, NCCL_INIT_RANK
+from ddptui.logs.scan import Candidate, from_lines
+
+EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
+TIMELINE_HEAD: Final = 12  # events kept per rank from the start ...
+TIMELINE_TAIL: Final = 8  # ... and from the end
+_SEVERITY_ORDER: Final = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class LogHit:
+    """One classified line."""
+
+    order: int  # position in the merged stream (time order)
+    t: float | None
+    source: str
+    lineno: int
+    rank: int | None
+    local_rank: int | None
+    pid: int | None
+    text: str
+    match: Match
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.lineno}"
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    t: float | None
+    source: str
+    lineno: int
+    severity: str  # error | warning | info
+    label: str  # the signature's title, or what a context line says ("NCCL init rank 0")
+    id: str | None  # signature id, None for a context line
+
+
+@dataclass
+class RankTimeline:
+    """The events of one rank (or one unranked source), bounded: the first TIMELINE_HEAD
+    and the last TIMELINE_TAIL, with how many were left out between."""
+
+    key: str
+    head: list[TimelineEvent] = field(default_factory=list)
+    tail: deque[TimelineEvent] = field(default_factory=lambda: deque(maxlen=TIMELINE_TAIL))
+    dropped: int = 0
+
+    def add(self, ev: TimelineEvent) -> None:
+        if len(self.head) < TIMELINE_HEAD:
+            self.head.append(ev)
+            return
+        if len(self.tail) == TIMELINE_TAIL:
+            self.dropped += 1
+        self.tail.append(ev)
+
+    @property
+    def events(self) -> list[TimelineEvent]:
+        return [*self.head, *self.tail]
+
+
+@dataclass(frozen=True)
+class LogDiagnosis:
+    """What the lines say: the root cause (`first`), every finding most important first,
+    the kept evidence and a timeline per rank."""
+
+    source: str
+    first: Finding | None
+    findings: tuple[Finding, ...]
+    hits: tuple[LogHit, ...]
+    timelines: tuple[RankTimeline, ...]
+    lines_read: int = 0
+    bytes_read: int = 0
+    problems: tuple[str, ...] = ()  # inputs that could not be read, said plainly
+
+    @property
+    def failed(self) -> bool:
+        """A cause of severity error was found."""
+        return self.first is not None and self.first.severity == "error"
+
+
+def _rank_key(rank: int | None, local: int | None, source: str, many: bool) -> str:
+    if rank is not None:
+        return f"rank {rank}"
+    if local is not None:
+        return f"local rank {local}" + (f" ({source})" if many else "")
+    return source
+
+
+class Diagnoser:
+    """Consumes candidates in time order; `result()` builds the LogDiagnosis."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.order = 0
+        self.per_id: dict[str, list[LogHit]] = {}
+        self.counts: dict[str, int] = {}
+        self.ranks_of: dict[str, set[int]] = {}
+        self.sources_of: dict[str, set[str]] = {}
+        self.pid_rank: dict[tuple[str, int], int] = {}
+        self.pid_local: dict[tuple[str, int], int] = {}
+        self.events: list[tuple[int | None, int | None, int | None, str, TimelineEvent]] = []
+        self.sources: set[str] = set()
+        self.lines_read = 0
+        self.bytes_read = 0
+        self.problems: list[str] = []
+
+    def feed(self, cand: Candidate) -> None:
+        self.order += 1
+        self.sources.add(cand.source)
+        head = cand.head
+        self._learn_pids(cand)
+        rank = head.rank
+        if rank is None and head.pid is not None:
+            rank = self.pid_rank.get((cand.source, head.pid))
+        local = head.local_rank
+        if local is None and head.pid is not None:
+            local = self.pid_local.get((cand.source, head.pid))
+        m = classify_line(cand.text, cand.sigs) if cand.sigs else None
+        if m is None:
+            return
+        sig = m.signature
+        hit = LogHit(self.order, cand.t, cand.source, cand.lineno, rank, local, head.pid, cand.text, m)
+        self.counts[sig.id] = self.counts.get(sig.id, 0) + 1
+        kept = self.per_id.setdefault(sig.id, [])
+        if len(kept) < EVIDENCE_PER_ID:
+            kept.append(hit)
+        if rank is not None:
+            self.ranks_of.setdefault(sig.id, set()).add(rank)
+        self.sources_of.setdefault(sig.id, set()).add(cand.source)
+        if not (sig.secondary and sig.severity == "info"):
+            ev = TimelineEvent(cand.t, cand.source, cand.lineno, sig.severity, sig.title, sig.id)
+            self._event(rank, local, head.pid, cand.source, ev)
+
+    def _learn_pids(self, cand: Candidate) -> None:
+        text = cand.text
+        if " nranks " in text:
+            m = NCCL_INIT_RANK.search(text)
+            if m is not None:
+                pid, rank = int(m["pid"]), int(m["rank"])
+                self.pid_rank[(cand.source, pid)] = rank
+                what = "Init COMPLETE" if "Init COMPLETE" in text else "Init START"
+                if "Init" in text:
+                    label = f"NCCL {what} (rank {rank})"
+                    ev = TimelineEvent(cand.t, cand.source, cand.lineno, "info", label, None)
+                    self._event(rank, None, pid, cand.source, ev)
+        if "local_rank: " in text:
+            m = ELASTIC_LOCAL.search(text)
+            if m is not None:
+                self.pid_local[(cand.source, int(m["pid"]))] = int(m["local"])
+
+    def _event(
+        self, rank: int | None, local: int | None, pid: int | None, source: str, ev: TimelineEvent
+    ) -> None:
+        if len(self.events) < 20_000:  # bounded; grouped per rank in result()
+            self.events.append((rank, local, pid, source, ev))
+
+    def result(self) -> LogDiagnosis:
+        firsts = [(hits[0].order, hits[0].source, hits[0].match) for hits in self.per_id.values()]
+        root = root_cause(sorted(firsts, key=lambda x: x[0]))
+        first_hits = {hits[0].match.signature.id: hits[0] for hits in self.per_id.values()}
+        findings = [self._finding(sid) for sid in self.per_id]
+        root_id = root[2].signature.id if root and root[2].signature.severity != "info" else None
+
+        def importance(f: Finding) -> tuple[int, int, int, int]:
+            h = first_hits[f.id]
+            sig = h.match.signature
+            return (
+                0 if f.id == root_id else 1,
+                _SEVERITY_ORDER[sig.severity],
+                1 if sig.secondary else 0,
+                h.order,
+            )
+
+        findings.sort(key=importance)
+        first = findings[0] if findings and findings[0].id == root_id else None
+        hits = sorted((h for hs in self.per_id.values() for h in hs), key=lambda h: h.order)
+        return LogDiagnosis(
+            source=self.source,
+            first=first,
+            findings=tuple(findings),
+            hits=tuple(hits),
+            timelines=self._timelines(),
+            lines_read=self.lines_read,
+            bytes_read=self.bytes_read,
+            problems=tuple(self.problems),
+        )
+
+    def _finding(self, sid: str) -> Finding:
+        hits = self.per_id[sid]
+        h = hits[0]
+        sig = h.match.signature
+        count = self.counts[sid]
+        ranks = sorted(self.ranks_of.get(sid, ()))
+        sources = sorted(self.sources_of.get(sid, ()))
+        where = h.where
+        said = f"{sig.title}: {where}"
+        if ranks:
+            said += f", rank{'s' if len(ranks) > 1 else ''} " + ", ".join(map(str, ranks[:8]))
+        if count > 1:
+            said += f" ({count} lines)"
+        rank = h.rank if h.rank is not None else (h.local_rank if len(self.sources) == 1 else None)
+        return Finding(
+            sid,
+            sig.severity,  # type: ignore[arg-type]
+            tuple(sources),
+            said,
+            h.match.cause_text(),
+            h.match.fix_text(),
+            tuple(f"{x.where}: {x.text.strip()[:400]}" for x in hits),
+            rank,
+            None,
+            tuple(x.where for x in hits),
+        )
+
+    def _timelines(self) -> tuple[RankTimeline, ...]:
+        many = len(self.sources) > 1
+        out: dict[str, RankTimeline] = {}
+        for said_rank, said_local, pid, source, ev in self.events:
+            rank, local = said_rank, said_local
+            if pid is not None:  # NCCL's pid, resolved with what the whole log told
+                rank = rank if rank is not None else self.pid_rank.get((source, pid))
+                local = local if local is not None else self.pid_local.get((source, pid))
+            key = _rank_key(rank, local, source, many)
+            out.setdefault(key, RankTimeline(key)).add(ev)
+
+        def sort_key(tl: RankTimeline) -> tuple[int, int, str]:
+            parts = tl.key.split()
+            if parts[0] == "rank":
+                return (0, int(parts[1]), tl.key)
+            if parts[0] == "local":
+                return (1, int(parts[2]), tl.key)
+            return (2, 0, tl.key)
+
+        return tuple(sorted(out.values(), key=sort_key))
+
+
+def merged(streams: Iterable[Iterator[Candidate]]) -> Iterator[Candidate]:
+    """k-way merge of per-source candidate streams by time (a line without a time keeps
+    its place after the previous line of its source); one pending line per source."""
+
+    def keyed(index: int, stream: Iterator[Candidate]) -> Iterator[tuple[float, int, int, Candidate]]:
+        last = float("-inf")
+        for c in stream:
+            if c.t is not None and c.t > last:
+                last = c.t  # never backwards within a source: its order is kept
+            yield (last, index, c.lineno, c)
+
+    for item in heapq.merge(*(keyed(i, s) for i, s in enumerate(streams))):
+        yield item[3]
+
+
+def diagnose_candidates(stream: Iterable[Candidate], source: str) -> Diagnoser:
+    d = Diagnoser(source)
+    for cand in stream:
+        d.feed(cand)
+    return d
+
+
+def diagnose_lines(lines: Iterable[str], source: str = "<lines>") -> LogDiagnosis:
+    """Classify lines held in memory (one source, in its order)."""
+    counted = _Counted(lines)
+    d = diagnose_candidates(from_lines(counted, source), source)
+    d.lines_read, d.bytes_read = counted.lines, counted.chars
+    return d.result()
+
+
+class _Counted:
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._lines = lines
+        self.lines = 0
+        self.chars = 0
+
+    def __iter__(self) -> Iterator[str]:
+        items = [self._lines] if isinstance(self._lines, str) else self._lines
+        for item in items:
+            # One element may hold several lines (a pasted excerpt, a read() of a pipe).
+            for line in item.splitlines() if "\n" in item else (item,):
+                self.lines += 1
+                self.chars += len(line) + 1
+                yield line

@@ -1,0 +1,102 @@
+"""What the head of one log line says: its time, the rank that printed it, NCCL's pid.
+Core layer, stdlib only.
+
+Formats (all seen in real output, see tests/fixtures/gpu-h100/):
+  [2026-11-23 07:38:35] vm:846:846 [0] bootstrap.cc:114 NCCL WARN ...   NCCL 2.26+
+  vm:846:846 [0] NCCL INFO ...                                           NCCL (pid 846)
+  [I1123 07:38:31.551532465 TCPStore.cpp:271] ...                         glog (c10d)
+  E1123 07:38:35.816000 821 torch/distributed/elastic/...                 torch's Python glog
+  [2026-11-23 08:06:32,981] torch.distributed.run: [WARNING] ...          torchrun logging
+  2026-11-23 08:06:32,981 - INFO - ...  /  2026-11-23T08:06:32.981Z ...   Python logging, ISO
+and launcher prefixes before any of them: [rank3]: (global rank), [default0]: (torchrun's
+role + local rank), [r3] / [l1] (ddptui's own tags).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Final
+
+# Launcher prefixes, possibly stacked ("[default1]:[rank1]: Traceback ...").
+_PREFIX: Final = re.compile(
+    r"\s*\[(?:rank(?P<rank>\d+)|r(?P<r>\d+)|l(?P<l>\d+)|(?P<role>[A-Za-z_][\w-]*?)(?P<local>\d+))\]:?\s?"
+)
+_ISO: Final = re.compile(
+    r"\[?(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+    r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-]\d\d:?\d\d)?\]?"
+)
+_GLOG: Final = re.compile(
+    r"\[?(?P<lvl>[IWEF])(?P<mo>\d\d)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+    r"(?:\.(?P<frac>\d{1,9}))?\s"
+)
+_NCCL_PID: Final = re.compile(r"(?:^|\s)[A-Za-z0-9_.-]+:(?P<pid>\d+):\d+\s+\[\d+\]\s")
+# Lines that tell a pid's rank: NCCL's Init lines, torchrun's per-worker failure line.
+NCCL_INIT_RANK: Final = re.compile(
+    r"[A-Za-z0-9_.-]+:(?P<pid>\d+):\d+\s+\[\d+\].*?\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks"
+)
+ELASTIC_LOCAL: Final = re.compile(r"local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
+
+
+@dataclass(frozen=True)
+class LineHead:
+    """What a line's head says; None where it does not say."""
+
+    t: float | None  # seconds since the epoch (naive times read as UTC)
+    rank: int | None  # global rank ([rankN]:, [rN])
+    local_rank: int | None  # [default0]:, [l1]
+    pid: int | None  # the NCCL prefix's pid
+    body: str  # the line after the launcher prefixes
+
+
+def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float | None:
+    try:
+        base = datetime(y, mo, d, h, mi, s, tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+    return base + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def parse_time(text: str, year: int) -> tuple[float | None, int | None]:
+    """(epoch seconds, the year the line states) of a timestamp at the start of `text`;
+    glog lines carry no year, `year` stands in."""
+    head = text[:64]
+    m = _ISO.match(head)
+    if m is not None:
+        y = int(m["y"])
+        t = _epoch(y, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), m["frac"])
+        tz = m["tz"]
+        if t is not None and tz and tz != "Z":
+            sign = 1 if tz[0] == "+" else -1
+            digits = tz[1:].replace(":", "")
+            t -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+        return t, y
+    m = _GLOG.match(head)
+    if m is not None:
+        t = _epoch(year, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), m["frac"])
+        return t, None
+    return None, None
+
+
+def parse_head(text: str, year: int) -> tuple[LineHead, int | None]:
+    """The line's head, and the year it states (for later glog lines of the same file)."""
+    rank = local = None
+    pos = 0
+    for _ in range(3):
+        m = _PREFIX.match(text, pos)
+        if m is None or m.end() == pos:
+            break
+        if m["rank"] is not None or m["r"] is not None:
+            rank = int(m["rank"] or m["r"])
+        elif m["l"] is not None or m["local"] is not None:
+            local = int(m["l"] or m["local"])
+        pos = m.end()
+    body = text[pos:] if pos else text
+    t, stated_year = parse_time(body, year)
+    pid = None
+    if "NCCL" in body:
+        pm = _NCCL_PID.search(body[:120])
+        if pm is not None:
+            pid = int(pm["pid"])
+    return LineHead(t, rank, local, pid, body), stated_year

@@ -1,0 +1,167 @@
+"""From raw lines to candidate lines: the ones a signature may match, with their time,
+rank and the cause torch printed after ``Last error:``.  Core layer, stdlib only.
+
+Two feeds share the logic: `from_lines` (an iterable of str, used by callers that hold a
+few thousand lines) and `from_chunks` (bytes read in megabyte chunks from a file, the
+path a 1 GB log takes).  The chunk feed skips a line that cannot match with one
+dictionary look-up: its verdict is cached under the line with every digit replaced by 0
+(timestamps, pids and step counters differ, the words do not), and triggers hold no
+digits, so two lines with one key have one verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Final
+
+from ddptui.diagnosis.signatures import MAX_LINE, Signature
+from ddptui.logs.lineinfo import LineHead, parse_head, parse_time
+from ddptui.logs.prefilter import Prefilter, default_prefilter
+
+LAST_ERROR: Final = "Last error:"
+_DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+CACHE_LIMIT: Final = 50_000  # verdicts kept (~8 MB); cleared when full
+LOOKBACK: Final = 40  # lines searched upwards for the time of a line without one
+_MAY_START_WITH_TIME: Final = frozenset("[0123456789IWEF")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One line worth classifying, in its source's order."""
+
+    source: str
+    lineno: int
+    text: str  # the line ("Last error: <cause>" when joined)
+    head: LineHead
+    t: float | None  # its own time, or the last one its source printed before it
+    sigs: tuple[Signature, ...]  # the signatures it may match (empty: context only)
+
+
+def _this_year() -> int:
+    return datetime.now(timezone.utc).year
+
+
+class _Cursor:
+    """Per-source state: the year glog lines lack, the last time seen."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.year = _this_year()
+        self.last_t: float | None = None
+
+    def candidate(
+        self, lineno: int, text: str, sigs: tuple[Signature, ...], before: Iterable[str] = ()
+    ) -> Candidate:
+        head, year = parse_head(text, self.year)
+        if year is not None:
+            self.year = year
+        t = head.t
+        if t is None:
+            for prev in before:  # nearest earlier line with a time (chunk feed only)
+                t, _ = parse_time(parse_head(prev, self.year)[0].body, self.year)
+                if t is not None:
+                    break
+        if t is None:
+            t = self.last_t
+        else:
+            self.last_t = t
+        return Candidate(self.source, lineno, text, head, t, sigs)
+
+
+def _sigs_for(pf: Prefilter, text: str) -> tuple[Signature, ...] | None:
+    """Signatures `text` may match, () for a context-only line, None for neither."""
+    sigs = pf.candidates(text)
+    if sigs:
+        return sigs
+    if pf.scan_text.search(text) is not None:
+        return ()
+    return None
+
+
+def from_lines(
+    lines: Iterable[str], source: str, pf: Prefilter | None = None
+) -> Iterator[Candidate]:
+    """Candidates from str lines (line numbers from 1)."""
+    pf = pf or default_prefilter()
+    cur = _Cursor(source)
+    pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.rstrip("\r\n")
+        if pending is not None:
+            joined = f"{pending[1]} {line.strip()}"
+            sigs = _sigs_for(pf, joined)
+            yield cur.candidate(pending[0], joined, sigs or ())
+            pending = None
+            continue
+        if line.rstrip().endswith(LAST_ERROR):
+            pending = (lineno, line.rstrip())
+            continue
+        sigs = _sigs_for(pf, line)
+        if sigs is None:
+            if line[:1] in _MAY_START_WITH_TIME:  # keep the time current for what follows
+                t, year = parse_time(parse_head(line, cur.year)[0].body, cur.year)
+                cur.last_t = t if t is not None else cur.last_t
+                cur.year = year or cur.year
+            continue
+        yield cur.candidate(lineno, line, sigs)
+    if pending is not None:
+        yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
+
+
+def decode(raw: bytes, encoding: str) -> str:
+    return raw.decode(encoding, errors="replace")
+
+
+def _chunk_lines(chunks: Iterable[bytes]) -> Iterator[list[bytes]]:
+    """The complete lines of each chunk (the last, unterminated line at the end)."""
+    carry = b""
+    for chunk in chunks:
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            continue
+        carry = data[cut + 1 :]
+        yield data[:cut].split(b"\n")
+    if carry:
+        yield [carry]
+
+
+def from_chunks(
+    chunks: Iterable[bytes], source: str, encoding: str = "utf-8", pf: Prefilter | None = None
+) -> Iterator[Candidate]:
+    """Candidates from a byte stream read in chunks (any boundaries)."""
+    pf = pf or default_prefilter()
+    scan = pf.scan.search
+    cur = _Cursor(source)
+    cache: dict[bytes, bool] = {}
+    lineno = 0
+    pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
+    for lines in _chunk_lines(chunks):
+        for i, raw in enumerate(lines):
+            lineno += 1
+            if pending is not None:
+                joined = f"{pending[1]} {decode(raw, encoding).strip()}"
+                yield cur.candidate(pending[0], joined, _sigs_for(pf, joined) or ())
+                pending = None
+                continue
+            key = raw.translate(_DIGITS_TO_ZERO)
+            hit = cache.get(key)
+            if hit is None:
+                if len(cache) >= CACHE_LIMIT:
+                    cache.clear()
+                hit = cache[key] = scan(raw, 0, MAX_LINE) is not None
+            if not hit:
+                continue
+            text = decode(raw, encoding).rstrip("\r")
+            if text.rstrip().endswith(LAST_ERROR):
+                pending = (lineno, text.rstrip())
+                continue
+            sigs = _sigs_for(pf, text)
+            if sigs is not None:
+                before = (decode(b, encoding) for b in reversed(lines[max(0, i - LOOKBACK) : i]))
+                yield cur.candidate(lineno, text, sigs, before)
+    if pending is not None:
+        yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
