@@ -1,7 +1,8 @@
 """Launch-environment audit across nodes: pure rules over what the env probe saw.
 
-Core layer: stdlib and ddptui.diagnosis only (knowledge in envkb, inputs and
-helpers in envfacts, interface rules in envrules_net). Values arrive already
+Core layer: stdlib and ddptui.diagnosis only (rule parameters in envkb, finding text in
+kb/checklist.yaml and signatures.yaml, inputs and helpers in envfacts, interface rules
+in envrules_net). Values arrive already
 redacted on the node ("<redacted:HASH>", probes/env.py); they are compared as
 opaque strings and shown only in that form. Rules follow
 reference/failure-signatures.md section 4 and its ENV-* / BOOT-* entries.
@@ -12,7 +13,6 @@ from __future__ import annotations
 __all__ = [
     "EXPECTED_TO_DIFFER",
     "GIB",
-    "KB",
     "EnvFacts",
     "audit_env",
     "env_diff",
@@ -41,7 +41,6 @@ from ddptui.diagnosis.envkb import (
     DEPRECATED,
     EXPECTED_TO_DIFFER,
     GIB,
-    KB,
     NCCL_MUST_MATCH,
     NCCL_PER_NODE,
     PET_VARS,
@@ -76,9 +75,11 @@ def _master_finding(
         "ENV-MASTER-MISMATCH",
         [f.name for f in bad],
         f"{var} {how} the config's {expected}{maybe}",
-        f"Unset {var} (or set it to {expected}) {_where(bad[0], var)}.",
         [_kv(f, var) for f in nodes] + [f"config: master {job.master_addr}:{job.master_port}"],
         severity="error" if definite else "warning",
+        var=var,
+        expected=expected,
+        place=_where(bad[0], var),
     )
 
 
@@ -104,8 +105,9 @@ def _rule_master_loopback(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
                 [f.name for f in nodes],
                 f"master.addr {job.master_addr} in "
                 f"the config is loopback on a {job.nnodes}-node job",
-                "Set master.addr in the config to rank 0's routable IP (not 127.0.0.1/localhost).",
                 [f"config: master {job.master_addr}:{job.master_port}"],
+                var="master.addr",
+                place="in the config",
             )
         ]
     bad = [f for f in nodes if is_loopback(_set(f, "MASTER_ADDR") or "x")]
@@ -115,9 +117,9 @@ def _rule_master_loopback(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
                 "ENV-MASTER-LOOPBACK",
                 [f.name for f in bad],
                 f"MASTER_ADDR={bad[0].env['MASTER_ADDR']} is loopback on a {job.nnodes}-node job",
-                f"Unset MASTER_ADDR "
-                f"{_where(bad[0], 'MASTER_ADDR')}, or set it to {job.master_addr}.",
                 [_kv(f, "MASTER_ADDR") for f in nodes],
+                var="MASTER_ADDR",
+                place=_where(bad[0], "MASTER_ADDR"),
             )
         ]
         if bad
@@ -150,11 +152,8 @@ def _rule_node_rank(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
                     _make(
                         "ENV-DUPRANK",
                         [f.name],
-                        f"{var}={f.env[var]} {problems[0]}",
-                        f"Unset {var} {_where(f, var)} (torchrun gets --node-rank), or set it "
-                        f"to {f.rank}.",
+                        f"{var}={f.env[var]} {'; '.join(problems)}",
                         [_kv(g, var) for g in nodes],
-                        more=f"Here {var}={f.env[var]} {'; '.join(problems)}.",
                     )
                 )
     return out
@@ -182,8 +181,6 @@ def _rule_rank(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
             "ENV-DUPRANK",
             bad,
             f"RANK {what}",
-            f"Unset RANK {_where(_by(nodes, bad[0]), 'RANK')}; torchrun sets "
-            "it per process (RANK = NODE_RANK * nproc_per_node + LOCAL_RANK).",
             [_kv(f, "RANK") for f in nodes],
         )
         for bad, what in groups
@@ -207,8 +204,8 @@ def _rule_world_size(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
             "ENV-WORLDSIZE",
             bad,
             f"WORLD_SIZE {why}",
-            f"Unset WORLD_SIZE {_where(_by(nodes, bad[0]), 'WORLD_SIZE')}; torchrun computes it.",
             [_kv(f, "WORLD_SIZE") for f in nodes],
+            place=_where(_by(nodes, bad[0]), "WORLD_SIZE"),
         )
     ]
 
@@ -222,23 +219,17 @@ def _diff(
     nodes: list[EnvFacts],
     *,
     critical: bool = False,
-    more: str = "",
     also: str = "",
 ) -> Finding:
-    if critical:
-        more = (
-            "This one must match: a protocol, algorithm, buffer or transport mismatch "
-            "gives 'Message truncated' or a hang."
-        )
+    # A variable that must match (NCCL_MUST_MATCH) makes the difference an error.
     return _make(
         "ENV-NCCL-DIFF",
         _outliers(values),
         f"{var} differs from the other nodes",
-        f"Set {var} to one value under the top-level `env:` in the config, and remove per-node "
-        "or login-shell copies.",
         [_kv(f, var) if var in f.env or also not in f.env else _kv(f, also) for f in nodes],
-        more=more,
         severity="error" if critical else None,
+        var=var,
+        detail=f"Here {also} counts where {var} is unset." if also else "",
     )
 
 
@@ -254,16 +245,7 @@ def _rule_nccl_diff(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
         values = {f.name: f.env.get(var, f.env.get(old)) for f in nodes}
         if len(set(values.values())) > 1:
             out.append(
-                _diff(
-                    var,
-                    values,
-                    nodes,
-                    also=old,
-                    more=(
-                        f"Not fatal: nodes would handle a failed collective differently. {old} counts "
-                        f"where {var} is unset."
-                    ),
-                )
+                _diff(var, values, nodes, also=old)
             )
     return out
 
@@ -288,8 +270,9 @@ def _rule_deprecated(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
                     "ENV-DEPRECATED",
                     [f.name for f in holders],
                     f"{old} is deprecated; use {new}",
-                    f"Rename {old} to {new} {_where(holders[0], old)}.",
                     ev,
+                    old=old,
+                    new=new,
                 )
             )
     return out
@@ -303,8 +286,8 @@ def _rule_comm_id(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
                 "BOOT-COMMID",
                 [f.name for f in holders],
                 "NCCL_COMM_ID is set",
-                f"Unset NCCL_COMM_ID {_where(holders[0], 'NCCL_COMM_ID')}.",
                 [_kv(f, "NCCL_COMM_ID") for f in holders],
+                severity="warning",  # set, not yet fatal: a warning until a log line shows it
             )
         ]
         if holders
@@ -360,8 +343,6 @@ def _rule_ordinal(f: EnvFacts, job: _Job) -> Finding | None:
             "ENV-ORDINAL",
             [f.name],
             f"CUDA_VISIBLE_DEVICES{problem}",
-            "Lower nproc_per_node in the config, or expose more GPUs: fix "
-            f"CUDA_VISIBLE_DEVICES {_where(f, 'CUDA_VISIBLE_DEVICES')}.",
             [_kv(f, "CUDA_VISIBLE_DEVICES") + f"; GPUs found: {gpus}"],
         )
     )
@@ -376,9 +357,8 @@ def _rule_shm(f: EnvFacts, job: _Job) -> Finding | None:
         "SHM-SIZE",
         [f.name],
         f"/dev/shm is only {mib} MiB (under 1 GiB)",  # noqa: S108 - a fact, not a temp file
-        "docker: --shm-size=1g (or --ipc=host); k8s: mount an emptyDir {medium: Memory} at "
-        "/dev/shm; or set NCCL_SHM_DISABLE=1 (slower).",
         [f"{f.name}: /dev/shm size {f.shm_bytes} bytes ({mib} MiB)"],
+        severity="warning",  # small, not yet failed: a warning until a log line shows it
     )
 
 
@@ -407,9 +387,10 @@ def _rule_pet(f: EnvFacts, job: _Job) -> Finding | None:
         "ENV-PET-OVERRIDE",
         [f.name],
         f"{bad[0]}={f.env[bad[0]]} disagrees with the config ({want[bad[0]]})",
-        f"Unset {' '.join(bad)} {_where(f, bad[0])}.",
         [_kv(f, v) for v in bad],
-        more="The config says: " + ", ".join(f"{v}={want[v]}" for v in bad) + ".",
+        variables=" ".join(bad),
+        place=_where(f, bad[0]),
+        config=", ".join(f"{v}={want[v]}" for v in bad),
     )
 
 

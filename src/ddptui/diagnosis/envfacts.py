@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddptui.diagnosis.envkb import KB, REDACTED_PREFIX, SOURCE_WORDS
-from ddptui.diagnosis.model import Finding, Severity, finding, odd_nodes
+from ddptui.diagnosis.envkb import REDACTED_PREFIX, SOURCE_WORDS
+from ddptui.diagnosis.kb import kb_finding
+from ddptui.diagnosis.model import Finding, Severity, odd_nodes
 from ddptui.diagnosis.netmatch import _is_up
 
 
@@ -78,23 +79,15 @@ def _make(
     id_: str,
     nodes: list[str],
     text: str,
-    fix: str,
     evidence: Iterable[str],
     *,
-    more: str = "",
     severity: Severity | None = None,
+    **facts: object,
 ) -> Finding:
-    """A finding whose summary is '<nodes>: <text>' and whose cause comes from KB."""
-    sev, cause = KB[id_]
-    return finding(
-        id_,
-        severity or sev,
-        nodes,
-        f"{_names(nodes)}: {text}",
-        f"{cause} {more}".strip(),
-        fix,
-        list(evidence),
-    )
+    """A finding whose summary is '<nodes>: <text>'; its cause and fix are the knowledge
+    base's entry for id_, filled with facts."""
+    summary = f"{_names(nodes)}: {text}"
+    return kb_finding(id_, nodes, summary, list(evidence), severity=severity, facts=facts)
 
 
 def _per_node(check: Callable[[EnvFacts, _Job], Finding | None]) -> Rule:

@@ -70,27 +70,32 @@ def _ifname_verdict(f: EnvFacts, spec: str, job: _Job) -> tuple[str, str] | None
     return _pick_verdict(f, picks[0], job)
 
 
+def _route_line(f: EnvFacts, job: _Job) -> list[str]:
+    """The node's route to the master, as evidence (it names the interface to use)."""
+    if f.route is None:
+        return []
+    r = f.route
+    return [
+        f"{f.name}: route to {job.master_addr}: dev {r.get('dev')} "
+        f"src {r.get('src')} via {r.get('via') or '-'}"
+    ]
+
+
 @_per_node
 def _rule_ifname(f: EnvFacts, job: _Job) -> Finding | None:
     spec = _set(f, "NCCL_SOCKET_IFNAME")
     verdict = _ifname_verdict(f, spec, job) if spec is not None else None
     if verdict is None:
         return None
-    ev = [f"{_kv(f, 'NCCL_SOCKET_IFNAME')}; {_ifaces_line(f)}"]
-    if f.route is not None:
-        r = f.route
-        ev.append(
-            f"{f.name}: route to {job.master_addr}: dev {r.get('dev')} "
-            f"src {r.get('src')} via {r.get('via') or '-'}"
-        )
+    ev = [f"{_kv(f, 'NCCL_SOCKET_IFNAME')}; {_ifaces_line(f)}", *_route_line(f, job)]
     return _make(
         verdict[0],
         [f.name],
         f"NCCL_SOCKET_IFNAME={spec} {verdict[1]}",
-        f'Set NCCL_SOCKET_IFNAME: "={_suggest_iface(f)}" {_where(f, "NCCL_SOCKET_IFNAME")} '
-        f"(check `ip -o addr` on {f.name}); if names differ between nodes, list them all "
-        "(e.g. =eth0,ens5: the leading '=' applies to every name).",
         ev,
+        suggest=_suggest_iface(f),
+        place=_where(f, "NCCL_SOCKET_IFNAME"),
+        node=f.name,
     )
 
 
@@ -122,10 +127,9 @@ def _rule_gloo_syntax(f: EnvFacts, job: _Job) -> Finding | None:
     return _make(
         "ENV-GLOO-SYNTAX",
         [f.name],
-        f"GLOO_SOCKET_IFNAME={value}: {problems[0]}",
-        f'Set GLOO_SOCKET_IFNAME: "{_suggest_iface(f)}" {_where(f, "GLOO_SOCKET_IFNAME")}.',
-        [f"{_kv(f, 'GLOO_SOCKET_IFNAME')}; {_ifaces_line(f)}"],
-        more=f"Here: {'; '.join(problems)}.",
+        f"GLOO_SOCKET_IFNAME={value}: {'; '.join(problems)}",
+        [f"{_kv(f, 'GLOO_SOCKET_IFNAME')}; {_ifaces_line(f)}", *_route_line(f, job)],
+        iface=str(value),
     )
 
 
@@ -141,7 +145,6 @@ def _rule_gloo_count(nodes: list[EnvFacts], job: _Job) -> list[Finding]:
             "ENV-GLOO-COUNT",
             _outliers(counts),
             "GLOO_SOCKET_IFNAME lists a different number of interfaces than on other nodes",
-            "Give GLOO_SOCKET_IFNAME the same number of names on every node.",
             [f"{_kv(f, 'GLOO_SOCKET_IFNAME')} -> {counts[f.name]} device(s)" for f in nodes],
         )
     ]

@@ -23,6 +23,9 @@ _KEYS: Final = frozenset({*_REQUIRED, "topic"})
 _ID: Final = re.compile(r"^[A-Z0-9]+(?:-[A-Z0-9]+)*$")
 # {name} placeholders, as in signatures.yaml; braces around anything else stay text.
 PLACEHOLDER: Final = re.compile(r"\{(\w+)\}")
+# kb_finding's own parameters that no template can use ({id}, {nodes}, {rank} and
+# {where} may: they are filled from the finding's own id, nodes, rank and where).
+RESERVED: Final = frozenset({"summary", "evidence", "severity", "lines", "facts"})
 
 
 class KbError(ValueError):
@@ -54,6 +57,12 @@ def _text(where: str, entry: Mapping[str, Any], key: str) -> str:
     if value.count("{") != value.count("}"):
         # "{name" or "name}": a placeholder that would be printed as text.
         raise KbError(f"{where}: {key} has unbalanced braces; write placeholders as {{name}}")
+    reserved = sorted(set(PLACEHOLDER.findall(value)) & RESERVED)
+    if reserved:
+        raise KbError(
+            f"{where}: {key} uses {{{reserved[0]}}}, a name kb_finding() keeps for itself; "
+            "rename the placeholder"
+        )
     return value
 
 
@@ -174,19 +183,28 @@ def kb_finding(
     rank: int | None = None,
     where: str | None = None,
     lines: Iterable[str] = (),
-    **facts: object,
+    facts: Mapping[str, object] | None = None,
+    **named: object,
 ) -> Finding:
     """A Finding for `id`: cause and fix from its entry with {placeholders} filled from
-    `facts` (a missing one reads <name>), severity the entry's unless given."""
+    `facts` and the keyword arguments, {id}, {nodes}, {rank} and {where} from those
+    arguments (a missing one reads <name>),
+    severity the entry's unless given."""
     entry = kb_entry(id)
-    values = {k: str(v) for k, v in facts.items()}
+    node_names = tuple(nodes)
+    values = {k: str(v) for k, v in {**(facts or {}), **named}.items()}
+    values |= {"id": id, "nodes": ", ".join(node_names)}
+    if rank is not None:
+        values["rank"] = str(rank)
+    if where is not None:
+        values["where"] = where
     return Finding(
         id,
         severity or entry.severity,
-        tuple(nodes),
+        node_names,
         summary,
-        fill(entry.cause, values),
-        fill(entry.fix, values),
+        fill(entry.cause, values).strip(),  # an empty trailing {detail} leaves no space
+        fill(entry.fix, values).strip(),
         tuple(evidence),
         rank,
         where,
