@@ -313,8 +313,60 @@ def test_pids_sees_what_an_ssh_session_leaves(testbed: Testbed) -> None:
     client.kill()
     client.wait()
     assert tb.wait_quiet(0, timeout=1) == sleeper  # the session's sshd is gone, sleep is not
-    tb.exec(0, ["kill", str(sleeper[0])])
+    tb.exec(0, ["kill", str(tb.node_pid(sleeper[0]))])  # the node's own number for it
     assert tb.wait_quiet(0) == []
+
+
+def node_procs(tb: Testbed, i: int) -> dict[int, str]:
+    """What node i's own /proc lists, read over ssh as a user would: {pid: cmdline}."""
+    out = ssh(
+        tb,
+        i,
+        "for d in /proc/[0-9]*; do printf '%s ' \"${d#/proc/}\"; "
+        "tr '\\0' ' ' < \"$d/cmdline\" 2>/dev/null; echo; done",
+    )
+    assert out.returncode == 0, out.stderr
+    procs = {}
+    for line in out.stdout.splitlines():
+        pid, _, cmd = line.partition(" ")
+        procs[int(pid)] = cmd.strip()
+    return procs
+
+
+def test_each_node_sees_only_its_own_processes(testbed: Testbed) -> None:
+    """A real machine's /proc lists its own processes: node0 cannot see what runs on
+    node1, and each node's sshd is its pid 1."""
+    tb = testbed
+    marker = "sleep 4242.5"
+    started = ssh(tb, 1, f"{marker} >/dev/null 2>&1 & echo $!")
+    node1_pid = int(started.stdout)
+    on1, on0 = node_procs(tb, 1), node_procs(tb, 0)
+    assert on1[node1_pid] == marker
+    assert marker not in on0.values()
+    assert "sshd" in on0[1], on0[1]
+    assert len(on0) < 10, on0  # the node's sshd and this session, not the login node's
+    # The testbed's pids are the login node's numbers; node_pid/root_pid translate.
+    root = tb.root_pid(1, node1_pid)
+    assert root is not None and root in tb.pids(1) and root not in tb.pids(0)
+    assert root != node1_pid and tb.node_pid(root) == node1_pid
+    assert Path(f"/proc/{root}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", b"4242.5"]
+    assert tb.exec(0, ["kill", str(node1_pid)], check=False).returncode != 0  # not node0's
+    tb.exec(1, ["kill", str(node1_pid)])
+    assert tb.wait_quiet(1) == []
+
+
+def test_neighbour_tables_start_cold(make_testbed: MakeTestbed) -> None:
+    """As on a fresh cluster, a node has not resolved its peers' addresses yet."""
+    tb = make_testbed(3)
+
+    def neighbours(i: int) -> set[str]:
+        out = tb.exec(i, ["ip", "-4", "neigh", "show", "dev", "eth0"]).stdout
+        return {line.split()[0] for line in out.splitlines() if "FAILED" not in line}
+
+    peers = {n.ip for n in tb.nodes}
+    assert neighbours(0) & peers == set()
+    assert connect_from(tb, 0, tb.nodes[1].ip, 22) == "connected"
+    assert tb.nodes[1].ip in neighbours(0)  # resolving on demand fills the table
 
 
 def test_down_leaves_nothing(make_testbed: MakeTestbed) -> None:

@@ -3,9 +3,12 @@
 Node i is a Linux network namespace whose ``eth0`` (``{subnet}.{i+1}/24``) sits on a
 veth pair; the host side is enslaved to a bridge in the root namespace, which holds
 ``{subnet}.254`` (the "login node" the tests and ddptui run from).  Each node runs its
-own OpenSSH sshd inside private UTS and mount namespaces, so it has its own hostname,
-its own ``/etc/hosts`` and a masked ``/root/.bashrc``.  The filesystem is otherwise
-shared: the test interpreter (``Testbed.python``) exists on every node.
+own OpenSSH sshd inside private UTS, mount and PID namespaces, so it has its own
+hostname, its own ``/etc/hosts``, a masked ``/root/.bashrc`` and its own ``/proc``: a node
+sees only its own processes (its sshd is pid 1 there), as a real machine does.  The
+filesystem is otherwise shared: the test interpreter (``Testbed.python``) exists on every
+node.  Pids in this module's API are pids of the root namespace (the login node's view);
+``node_pid()``/``root_pid()`` translate.  Neighbour (ARP) tables between nodes start cold.
 
 See /work/shared/reference/testbed-notes.md for the traps this module works around.
 Needs root, iproute2, util-linux (nsenter, unshare), OpenSSH server and client.
@@ -75,7 +78,7 @@ class Node:
     hostname: str  # UTS hostname inside the node, e.g. "ddpt-node0"
     ns: str  # network namespace name
     ip: str
-    sshd_pid: int
+    sshd_pid: int  # root-namespace pid of the node's sshd (pid 1 inside the node)
 
 
 def unavailable_reason() -> str | None:
@@ -116,7 +119,7 @@ def run(
     return proc
 
 
-def is_alive(pid: int) -> bool:
+def is_alive(pid: int | str) -> bool:
     """Exists and is not a zombie (a killed, unreaped process still has a /proc entry)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -124,6 +127,27 @@ def is_alive(pid: int) -> bool:
         return False
     state = stat.rpartition(")")[2].split()[0]  # comm may contain spaces and ')'
     return state not in ("Z", "X")
+
+
+NsId = tuple[int, int]  # (st_dev, st_ino) of a namespace file: its identity
+
+
+def ns_id(pid: int | str, kind: str) -> NsId | None:
+    """Identity of process pid's `kind` namespace ("net", "pid"), None if it is gone."""
+    try:
+        st = Path(f"/proc/{pid}/ns/{kind}").stat()
+    except OSError:  # gone, or a kernel thread without namespaces
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def ns_members(kind: str, targets: set[NsId]) -> list[int]:
+    """Live pids (root-namespace numbers) whose `kind` namespace is one of `targets`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and ns_id(entry.name, kind) in targets and is_alive(entry.name):
+            pids.append(int(entry.name))
+    return sorted(pids)
 
 
 def netns_pids(ns: str) -> list[int]:
@@ -135,18 +159,35 @@ def netns_pids(ns: str) -> list[int]:
         ns_stat = (NETNS_DIR / ns).stat()
     except FileNotFoundError:
         return []
-    target = (ns_stat.st_dev, ns_stat.st_ino)
-    pids = []
+    return ns_members("net", {(ns_stat.st_dev, ns_stat.st_ino)})
+
+
+def child_pids(parents: set[int]) -> list[int]:
+    """Live pids whose parent is in `parents` (this kernel has no /proc/PID/task/*/children)."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            st = (entry / "ns" / "net").stat()
-        except OSError:  # gone, or a kernel thread without namespaces
+            stat = (entry / "stat").read_text()
+        except OSError:
             continue
-        if (st.st_dev, st.st_ino) == target and is_alive(int(entry.name)):
-            pids.append(int(entry.name))
-    return sorted(pids)
+        fields = stat.rpartition(")")[2].split()
+        if int(fields[1]) in parents and fields[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def nspid_chain(pid: int) -> list[int]:
+    """The pid's number in each PID namespace, outermost (root) first ([] if gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return []
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            return [int(x) for x in line.split()[1:]]
+    return []
 
 
 def describe_pid(pid: int) -> str:
@@ -169,6 +210,13 @@ def kill_and_wait(pids: Sequence[int], timeout: float = 5) -> list[int]:
         time.sleep(0.01)
         left = [p for p in left if is_alive(p)]
     return left
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _names(directory: Path) -> list[str]:
@@ -277,7 +325,8 @@ class Testbed:
         self.nodes: list[Node] = []
         self._env: dict[int, dict[str, str]] = {i: dict((env or {}).get(i, {})) for i in range(n)}
         self._initial_hosts = dict(hosts or {})
-        self._sshd: dict[int, subprocess.Popen[bytes]] = {}
+        self._sshd: dict[int, subprocess.Popen[bytes]] = {}  # the nodes' unshare launchers
+        self._pidns: dict[int, NsId | None] = {}
         self._holders: list[subprocess.Popen[str]] = []
         self._lock_fds: list[int] = []
         self._is_up = False
@@ -442,7 +491,14 @@ class Testbed:
     def _purge(self) -> None:
         """Kill every process in this prefix's namespaces, delete its links and namespaces."""
         namespaces = [name for name in _names(NETNS_DIR) if self._owns_ns(name)]
-        survivors = kill_and_wait([p for ns in namespaces for p in netns_pids(ns)])
+        in_netns = [p for ns in namespaces for p in netns_pids(ns)]
+        # ...and everything in those nodes' PID namespaces (the launchers sit in the root
+        # one: never that).  SIGKILL of a node's sshd (its pid 1) would take its namespace
+        # down anyway; killing all by pid also covers a node whose pid 1 is already gone.
+        root_pidns = ns_id("self", "pid")
+        node_pidns = {ns_id(p, "pid") for p in in_netns} - {root_pidns, None}
+        members = ns_members("pid", {x for x in node_pidns if x is not None})
+        survivors = kill_and_wait(sorted(set(in_netns) | set(members)))
         for proc in self._sshd.values():  # reap ours so they do not stay zombies
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
@@ -567,9 +623,11 @@ class Testbed:
         return " && ".join(steps)
 
     def _start_sshds(self) -> None:
-        # `ip netns exec`, `unshare` (no --fork) and `sh -c '... && exec sshd'` all exec
-        # in place, and -D keeps sshd in the foreground: Popen.pid IS sshd's pid, and we
-        # reap it ourselves (no zombie, no pid file race).
+        # `ip netns exec` execs `unshare`, which forks the node's pid 1: `sh -c '... &&
+        # exec sshd -D'` (foreground), with a fresh /proc mounted in the node's mount
+        # namespace.  Popen.pid is the unshare launcher (root PID namespace; we reap it);
+        # sshd's own pid is found once it listens.  --kill-child: if the launcher dies,
+        # sshd gets SIGKILL, and with it (as pid 1) every process of the node.
         self.nodes = []
         for i in range(self.n):
             argv = [
@@ -582,6 +640,10 @@ class Testbed:
                 "--mount",
                 "--propagation",
                 "private",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
                 "sh",
                 "-c",
                 self._node_script(i),
@@ -601,7 +663,7 @@ class Testbed:
                     hostname=f"{self.prefix}-node{i}",
                     ns=self._ns(i),
                     ip=self._ip(i),
-                    sshd_pid=self._sshd[i].pid,
+                    sshd_pid=0,  # known once it listens (_wait_listening)
                 )
             )
 
@@ -617,10 +679,14 @@ class Testbed:
                 raise TestbedError(f"sshd did not listen on nodes {sorted(pending)} in {timeout}s")
             if pending:
                 time.sleep(0.005)
-        for node in self.nodes:  # guard the "Popen.pid is sshd" assumption
-            exe = str(Path(f"/proc/{node.sshd_pid}/exe").readlink())
-            if exe != SSHD:
+        launchers = {self._sshd[i].pid: i for i in range(self.n)}
+        for pid in child_pids(set(launchers)):
+            self.nodes[launchers[_ppid(pid)]].sshd_pid = pid
+        for node in self.nodes:  # guard "the launcher's only child is sshd, pid 1 inside"
+            exe = str(Path(f"/proc/{node.sshd_pid}/exe").readlink()) if node.sshd_pid else "?"
+            if exe != SSHD or nspid_chain(node.sshd_pid)[-1:] != [1]:
                 raise TestbedError(f"pid {node.sshd_pid} of {node.name} is {exe}, not {SSHD}")
+        self._pidns = {n.index: ns_id(n.sshd_pid, "pid") for n in self.nodes}
 
     def _check_sshd_running(self, i: int) -> None:
         proc = self._sshd[i]
@@ -634,9 +700,12 @@ class Testbed:
             raise TestbedError(f"sshd of node{i} exited with {proc.returncode}{logs}")
 
     def _stop_sshds(self) -> None:
-        for proc in self._sshd.values():
-            if proc.poll() is None:
-                proc.terminate()
+        # SIGTERM to sshd itself: the unshare launcher blocks SIGTERM.  When sshd (pid 1
+        # of its node) exits, the kernel kills the rest of the node.
+        for node in self.nodes:
+            if node.sshd_pid and node.index in self._sshd and self._sshd[node.index].poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(node.sshd_pid, signal.SIGTERM)
         for proc in self._sshd.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=2)  # _purge() SIGKILLs whatever is still there
@@ -658,13 +727,17 @@ class Testbed:
             raise TestbedError("testbed is not up")
 
     def nsenter_argv(self, i: int, argv: Sequence[str], *, cwd: str | None = None) -> list[str]:
-        """argv that runs inside node i's network, UTS and mount namespaces."""
+        """argv that runs inside node i's network, UTS, mount and PID namespaces.
+
+        nsenter forks to enter the PID namespace; the command gets SIGKILL when that
+        nsenter dies, so killing the returned Popen still stops the command.
+        """
         self._require_up()
-        enter = ["nsenter", "-t", str(self.nodes[i].sshd_pid), "-n", "-u", "-m"]
+        enter = ["nsenter", "-t", str(self.nodes[i].sshd_pid), "-n", "-u", "-m", "-p"]
         # Entering a mount namespace resets the cwd to "/": keep the caller's (the
         # filesystem is shared, so it exists in the node too).
         enter.append(f"--wd={cwd or Path.cwd()}")
-        return [*enter, "--", *argv]
+        return [*enter, "--", "setpriv", "--pdeathsig", "KILL", "--", *argv]
 
     def exec(
         self,
@@ -682,14 +755,47 @@ class Testbed:
         return run(self.nsenter_argv(i, argv), check=check, timeout=timeout, input=input)
 
     def pids(self, i: int) -> list[int]:
-        """Live processes in node i, except its sshd listener and hold_port() listeners.
+        """Live processes in node i (root-namespace pids), except the testbed's own: its
+        sshd listener, its launcher and hold_port() listeners.
 
-        Per-connection sshd children of an open session are included: they are real
-        leftovers until the session closes.
+        A process is in node i when it is in the node's PID namespace (all that ssh
+        starts) or its network namespace.  Per-connection sshd children of an open
+        session are included: they are real leftovers until the session closes.
         """
         self._require_up()
-        ours = {self.nodes[i].sshd_pid} | {p.pid for p in self._holders if p.poll() is None}
-        return [p for p in netns_pids(self._ns(i)) if p not in ours]
+        holders = {p.pid for p in self._holders if p.poll() is None}
+        ours = {self.nodes[i].sshd_pid, self._sshd[i].pid} | holders
+        ours |= set(child_pids(holders)) if holders else set()
+        try:
+            st = (NETNS_DIR / self._ns(i)).stat()
+        except FileNotFoundError:
+            return []
+        netns, pidns = (st.st_dev, st.st_ino), self._pidns.get(i)
+        inside = []
+        for entry in Path("/proc").iterdir():  # one pass: wait_quiet() polls this
+            name = entry.name
+            if (
+                name.isdigit()
+                and int(name) not in ours
+                and (ns_id(name, "net") == netns or ns_id(name, "pid") == pidns)
+                and is_alive(name)
+            ):
+                inside.append(int(name))
+        return sorted(inside)
+
+    def node_pid(self, pid: int) -> int | None:
+        """The number a node's own /proc shows for root-namespace `pid` (None if gone)."""
+        chain = nspid_chain(pid)
+        return chain[-1] if chain else None
+
+    def root_pid(self, i: int, node_pid: int) -> int | None:
+        """The root-namespace pid of the process node i knows as `node_pid`, or None."""
+        self._require_up()
+        pidns = self._pidns.get(i)
+        for pid in ns_members("pid", {pidns} if pidns else set()):
+            if nspid_chain(pid)[-1:] == [node_pid]:
+                return pid
+        return None
 
     def wait_quiet(self, i: int, timeout: float = 10) -> list[int]:
         """Poll pids(i) until it is empty or timeout; return what is left."""
@@ -784,6 +890,15 @@ class Testbed:
             _, err = proc.communicate()
             raise TestbedError(f"hold_port({i}, {port}, {addr!r}) failed: {err.strip()}")
         return proc
+
+    def holder_pid(self, proc: subprocess.Popen[str]) -> int:
+        """The pid node i's own /proc shows for the listener of a hold_port() result
+        (proc.pid is the nsenter that started it, in the login node's namespace)."""
+        children = child_pids({proc.pid})
+        node_pid = self.node_pid(children[0]) if children else None
+        if node_pid is None:
+            raise TestbedError(f"hold_port listener of pid {proc.pid} is gone")
+        return node_pid
 
     def set_env(self, i: int, env: dict[str, str]) -> None:
         """Replace node i's SetEnv environment.  New ssh sessions see it; open ones keep
