@@ -47,6 +47,7 @@ class Nvml:
         self.mod = None
         self.handles = []
         self.note = None
+        self.mem_api = None  # "v2" or "v1" once memory was read (see memory())
         try:
             import pynvml
         except ImportError:
@@ -95,12 +96,31 @@ class Nvml:
                 return self.call(name, *args)
         return None
 
+    def memory(self, handle):
+        """Memory info as nvidia-smi counts it: NVML's v2 struct, whose `used` leaves out
+        what the driver reserves (v1 counts it as used: 480 MiB on an H100 with nothing
+        running). v1 where the binding (no `nvmlMemory_v2`, no `version` argument) or the
+        driver (no nvmlDeviceGetMemoryInfo_v2) lacks v2; self.mem_api says which."""
+        v2 = getattr(self.mod, "nvmlMemory_v2", None)
+        if v2 is not None and self.mem_api != "v1":
+            try:
+                mem = self.mod.nvmlDeviceGetMemoryInfo(handle, version=v2)
+            except self._errors:
+                mem = None
+            if mem is not None:
+                self.mem_api = "v2"
+                return mem
+        mem = self.call("nvmlDeviceGetMemoryInfo", handle)
+        if mem is not None:
+            self.mem_api = "v1"
+        return mem
+
     def sample(self):
         """One tick: about 8 NVML calls per GPU, handles cached since nvmlInit."""
         out = []
         for index, h in self.handles:
             util = self.call("nvmlDeviceGetUtilizationRates", h)
-            mem = self.call("nvmlDeviceGetMemoryInfo", h)
+            mem = self.memory(h)
             power_mw = _num(self.call("nvmlDeviceGetPowerUsage", h))
             mask = self.first(
                 (
@@ -325,6 +345,7 @@ def hello(interval, nvml, host, nics, ports, ib_root):
         gpus=len(nvml.handles),
         gpu_names=[_text(nvml.call("nvmlDeviceGetName", h)) for _, h in nvml.handles],
         gpu_source="nvml" if nvml.handles else "none",
+        gpu_mem_api=nvml.mem_api,
         note=nvml.note,
         nics=sorted(nics),
         nic_kinds=dict((n, _link_kind(n, None)) for n in sorted(nics)),
@@ -347,6 +368,8 @@ def main():
     ports = ib_ports(ib_root)
     nic_prev = read_netdev()
     ib_prev = read_ib(ports)
+    for _, h in nvml.handles[:1]:
+        nvml.memory(h)  # which NVML memory API answers, for the hello record
     hello(interval, nvml, host, nic_prev, ports, ib_root)
     start = time.monotonic()
     prev_read = start
