@@ -50,51 +50,60 @@ def _literal_runs(items: Iterable[tuple[Any, Any]]) -> list[str]:
     return runs
 
 
-def _required(items: Sequence[tuple[Any, Any]]) -> list[str] | None:
-    """Strings of which a match of this sequence contains at least one (any-of), or None
+Needle = tuple[str, bool]  # (literal, case-insensitive)
+
+
+def _required(items: Sequence[tuple[Any, Any]], ci: bool = False) -> list[Needle] | None:
+    """Literals of which a match of this sequence contains at least one (any-of), or None
     when no literal is required.  Picks the best requirement of the sequence's parts."""
-    options: list[list[str]] = [[r] for r in _literal_runs(items)]
+    options: list[list[Needle]] = [[(r, ci)] for r in _literal_runs(items)]
     for op, av in items:
-        sub: list[str] | None = None
+        sub: list[Needle] | None = None
         if op is sre_parse.SUBPATTERN:
-            sub = _required(list(av[-1]))
+            add, remove = av[1], av[2]
+            sub_ci = (ci or bool(add & re.IGNORECASE)) and not remove & re.IGNORECASE
+            sub = _required(list(av[-1]), sub_ci)
         elif op is sre_parse.BRANCH:
-            alts = [_required(list(b)) for b in av[1]]
+            alts = [_required(list(b), ci) for b in av[1]]
             if all(a is not None for a in alts):
                 sub = [n for a in alts if a is not None for n in a]
         elif op in (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT) and av[0] >= 1:
-            sub = _required(list(av[2]))
+            sub = _required(list(av[2]), ci)
         if sub:
             options.append(sub)
-    options = [o for o in options if o and min(len(n) for n in o) >= MIN_NEEDLE]
+    options = [o for o in options if o and min(len(n) for n, _ in o) >= MIN_NEEDLE]
     if not options:
         return None
-    return max(options, key=lambda o: (min(len(n) for n in o), -len(o)))
+    return max(options, key=lambda o: (min(len(n) for n, _ in o), -len(o)))
 
 
-def needles(sig: Signature) -> list[str] | None:
-    """Literal strings one of which every line this signature matches contains; None when
-    the regex requires none we can use (that signature then sees every line)."""
-    if sig.regex.flags & re.IGNORECASE:
-        return None
+def needles(sig: Signature) -> list[Needle] | None:
+    """(literal, case-insensitive) pairs one of which every line this signature matches
+    contains; None when the regex requires none we can use (that signature then sees
+    every line)."""
     try:
-        parsed = sre_parse.parse(sig.regex.pattern)
+        parsed = sre_parse.parse(sig.regex.pattern, sig.regex.flags)
     except Exception:  # noqa: BLE001 - an exotic pattern just goes without a prefilter
         return None
-    return _required(list(parsed))
+    return _required(list(parsed), bool(sig.regex.flags & re.IGNORECASE))
 
 
 WINDOW: Final = 8
 
 
-def _window(needle: str, freq: Mapping[str, float]) -> str:
-    """The WINDOW-long piece of `needle` that starts on its rarest character: the scan
-    regex only stops where such a first character stands."""
-    if len(needle) <= WINDOW:
-        return needle
-    starts = range(len(needle) - WINDOW + 1)
-    best = min(starts, key=lambda i: (freq.get(needle[i], 0.0), i))
-    return needle[best : best + WINDOW]
+def _window(needle: str, freq: Mapping[str, float]) -> str | None:
+    """A digit-free piece of `needle`, at most WINDOW long, starting on its rarest
+    character: the scan regex only stops where such a first character stands, and the
+    line cache (digits replaced by 0) stays exact.  None when no piece is long enough."""
+    pieces = [p for p in re.split(r"\d+", needle) if len(p) >= 3]
+    if not pieces:
+        return None
+    piece = max(pieces, key=len)
+    if len(piece) <= WINDOW:
+        return piece
+    starts = range(len(piece) - WINDOW + 1)
+    best = min(starts, key=lambda i: (freq.get(piece[i], 0.0), i))
+    return piece[best : best + WINDOW]
 
 
 def _trie_pattern(words: Iterable[str]) -> str:
@@ -117,60 +126,90 @@ def _trie_pattern(words: Iterable[str]) -> str:
 
 
 @dataclass(frozen=True)
-class Prefilter:
-    """The scan regex and, per trigger window, the signatures a line holding it may match."""
+class _Side:
+    """Triggers matched as written, or (case-insensitive needles) on lowercased text."""
 
-    scan: re.Pattern[bytes]  # finds triggers in raw bytes
-    scan_text: re.Pattern[str]  # every trigger on one line, overlapping ones too
+    scan: re.Pattern[bytes] | None
+    scan_text: re.Pattern[str] | None  # every trigger on a line, overlapping ones too
     by_trigger: dict[str, tuple[Signature, ...]]
+
+
+def _side(by_trigger: dict[str, list[Signature]], sigs: Sequence[Signature]) -> _Side:
+    if not by_trigger:
+        return _Side(None, None, {})
+    pattern = _trie_pattern(by_trigger)
+    # The trie stops at the shortest trigger of a shared prefix: map what the regex
+    # returns to every trigger starting with it.
+    merged: dict[str, tuple[Signature, ...]] = {}
+    for t in by_trigger:
+        m = re.match(pattern, t)
+        found = m.group() if m is not None else t
+        members = {id(x) for k, ss in by_trigger.items() if k.startswith(found) for x in ss}
+        merged[found] = tuple(x for x in sigs if id(x) in members)
+    return _Side(re.compile(pattern.encode("utf-8")), re.compile(f"(?=({pattern}))"), merged)
+
+
+@dataclass(frozen=True)
+class Prefilter:
+    """The scan regexes and, per trigger, the signatures a line holding it may match."""
+
+    exact: _Side
+    folded: _Side
     unfiltered: tuple[Signature, ...]  # signatures with no usable needle: every line
     signatures: tuple[Signature, ...]
 
+    def hit(self, raw: bytes) -> bool:
+        """Whether the raw line holds any trigger (it may match a signature)."""
+        head = raw[:MAX_LINE]
+        if self.exact.scan is not None and self.exact.scan.search(head) is not None:
+            return True
+        if self.folded.scan is not None and self.folded.scan.search(head.lower()) is not None:
+            return True
+        return bool(self.unfiltered)
+
     def candidates(self, line: str) -> tuple[Signature, ...] | None:
-        """The signatures that may match `line` in file order, or None when none can
-        (also None for a line that only holds a context trigger)."""
-        hit = set(self.scan_text.findall(line[:MAX_LINE]))
-        keep = {id(s) for t in hit for s in self.by_trigger.get(t, ())}
-        keep.update(id(s) for s in self.unfiltered)
+        """The signatures that may match `line` in file order, () for a line that only
+        holds a context trigger, None when it holds nothing."""
+        head = line[:MAX_LINE]
+        hits: set[str] = set()
+        keep: set[int] = set()
+        for side, text in ((self.exact, head), (self.folded, head.lower())):
+            if side.scan_text is not None:
+                for t in side.scan_text.findall(text):
+                    hits.add(t)
+                    keep.update(id(x) for x in side.by_trigger.get(t, ()))
+        keep.update(id(x) for x in self.unfiltered)
         if not keep:
-            return None
-        return tuple(s for s in self.signatures if id(s) in keep)
+            return () if hits else None
+        return tuple(x for x in self.signatures if id(x) in keep)
+
+
+def _char_freq(sample: str) -> dict[str, float]:
+    counts: dict[str, int] = {}
+    for ch in sample:
+        counts[ch] = counts.get(ch, 0) + 1
+    return {ch: n / len(sample) for ch, n in counts.items()}
 
 
 def build_prefilter(sigs: Sequence[Signature], sample: str | None = None) -> Prefilter:
     if sample is None:
         sample = SAMPLE_FILE.read_text(encoding="utf-8")
-    counts: dict[str, int] = {}
-    for ch in sample:
-        counts[ch] = counts.get(ch, 0) + 1
-    freq = {ch: n / len(sample) for ch, n in counts.items()}
-    by_trigger: dict[str, list[Signature]] = {}
+    freq = _char_freq(sample)
+    exact: dict[str, list[Signature]] = {t: [] for t in CONTEXT_TRIGGERS}
+    folded: dict[str, list[Signature]] = {}
     unfiltered = []
     for sig in sigs:
         found = needles(sig)
-        if found is None:
+        windows = [(_window(n, freq), ci) for n, ci in found or ()]
+        if not windows or any(w is None for w, _ in windows):
             unfiltered.append(sig)
             continue
-        for n in found:
-            bucket = by_trigger.setdefault(_window(n, freq), [])
+        for w, ci in windows:
+            assert w is not None
+            bucket = folded.setdefault(w.lower(), []) if ci else exact.setdefault(w, [])
             if sig not in bucket:
                 bucket.append(sig)
-    for t in CONTEXT_TRIGGERS:
-        by_trigger.setdefault(t, [])
-    pattern = _trie_pattern(by_trigger)
-    # The trie stops at the shortest trigger of a shared prefix; map what the regex
-    # returns to every trigger starting with it.
-    merged: dict[str, tuple[Signature, ...]] = {}
-    for found_text in {re.match(pattern, t).group() for t in by_trigger}:  # type: ignore[union-attr]
-        members = {id(s) for t, ss in by_trigger.items() if t.startswith(found_text) for s in ss}
-        merged[found_text] = tuple(s for s in sigs if id(s) in members)
-    return Prefilter(
-        scan=re.compile(pattern.encode("utf-8")),
-        scan_text=re.compile(f"(?=({pattern}))"),  # overlapping: every trigger on a line
-        by_trigger=merged,
-        unfiltered=tuple(unfiltered),
-        signatures=tuple(sigs),
-    )
+    return Prefilter(_side(exact, sigs), _side(folded, sigs), tuple(unfiltered), tuple(sigs))
 
 
 @functools.lru_cache(maxsize=1)

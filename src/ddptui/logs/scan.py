@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Final
 
-from ddptui.diagnosis.signatures import MAX_LINE, Signature
+from ddptui.diagnosis.signatures import Signature
 from ddptui.logs.lineinfo import LineHead, parse_head, parse_time
 from ddptui.logs.prefilter import Prefilter, default_prefilter
 
@@ -72,12 +72,7 @@ class _Cursor:
 
 def _sigs_for(pf: Prefilter, text: str) -> tuple[Signature, ...] | None:
     """Signatures `text` may match, () for a context-only line, None for neither."""
-    sigs = pf.candidates(text)
-    if sigs:
-        return sigs
-    if pf.scan_text.search(text) is not None:
-        return ()
-    return None
+    return pf.candidates(text)
 
 
 def from_lines(
@@ -134,7 +129,7 @@ def from_chunks(
 ) -> Iterator[Candidate]:
     """Candidates from a byte stream read in chunks (any boundaries)."""
     pf = pf or default_prefilter()
-    scan = pf.scan.search
+    scan = pf.hit
     cur = _Cursor(source)
     cache: dict[bytes, bool] = {}
     lineno = 0
@@ -152,7 +147,7 @@ def from_chunks(
             if hit is None:
                 if len(cache) >= CACHE_LIMIT:
                     cache.clear()
-                hit = cache[key] = scan(raw, 0, MAX_LINE) is not None
+                hit = cache[key] = scan(raw)
             if not hit:
                 continue
             text = decode(raw, encoding).rstrip("\r")
