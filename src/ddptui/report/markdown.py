@@ -97,7 +97,7 @@ def busbw_line(rows: Sequence[Mapping[str, Any]]) -> str:
     if not busbw and algbw and any(r.get("one_rank") for r in rows):
         size = finite(rows[0].get("bytes"))
         at = f" at {size_text(int(size))}" if size else ""
-        return f"{BUSBW_NA}: no data cross a bus (nccl-tests prints 0); algbw {min(algbw):.3f} GB/s{at}."
+        return f"busbw {BUSBW_NA}: no data cross a bus (nccl-tests prints 0); algbw {min(algbw):.3f} GB/s{at}."
     if not busbw:
         return ""
     median = busbw[len(busbw) // 2]
@@ -450,7 +450,7 @@ def _allreduce(ar: Mapping[str, Any]) -> list[str]:
         ranks = details(f"All {len(rows)} ranks", ranks)
     sweep = sweep_rows(ar)
     if sweep:
-        ranks += ["", "Sweep (the slowest rank per size, as nccl-tests reports it):", ""]
+        ranks += ["Sweep (the slowest rank per size, as nccl-tests reports it):", ""]
         ranks += table(SWEEP_HEAD, sweep)
     return [*out, busbw_line(rows), "", *ranks]
 
