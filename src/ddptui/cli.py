@@ -344,3 +344,16 @@ def _internal_error(exc: BaseException | None = None) -> int:
         click.echo(f"  {type(exc).__name__}: {exc}", err=True)
         click.echo("  set DDPTUI_DEBUG=1 to see the traceback, and please report it.", err=True)
     return EXIT_INTERNAL
+
+
+from ddptui.cli_job import job as _job_command  # noqa: E402 - registered after main exists
+
+main.add_command(_job_command)
+
+from ddptui.cli_lint import lint as _lint_command  # noqa: E402 - registered after main exists
+
+main.add_command(_lint_command)
+
+from ddptui.cli_diagnose import diagnose as _diagnose_command  # noqa: E402 - after main
+
+main.add_command(_diagnose_command)

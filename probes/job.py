@@ -1,0 +1,740 @@
+# Job probe: find the user's own torchrun job on this node and look at it without
+# touching it: which processes, which ranks, how busy, what they print, where they
+# are (py-spy, non-blocking), what NCCL's RAS service and torch's flight recorder say.
+#
+# Read-only by design: the job is never signalled, paused (py-spy runs with
+# --nonblocking unless PARAMS["allow_pause"]) or written to; the one exception is
+# PARAMS["trigger_dump"], which writes to the job's flight-recorder pipe when the user
+# asked for it. Pipes and terminals among the job's fds are never opened (reading one
+# would steal the job's data): only regular files are read. Secrets are redacted here,
+# before anything is written (probes/_redact.py).
+#
+# PARAMS: {"user": name or None, "match": regex or None, "salt": hex, "window_s": float,
+#   "pyspy": path or None, "stacks": bool, "native": bool, "allow_pause": bool,
+#   "log_globs": [glob], "fallback_logs": [path] (read only when no job runs here),
+#   "log_lines": int, "ras": bool, "fr": bool, "trigger_dump": bool}
+# stdlib only; must run on Python 3.8+.
+import base64
+import glob
+import pwd
+import re
+import socket
+import stat as statmod
+import threading
+import time
+
+AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+# A ddptui probe's interpreter (transport STAGE0): its torchrun is ddptui's, not the user's.
+DDPTUI_STAGE0 = "exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
+RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE")
+JOB_KEYS = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "WORLD_SIZE")
+TAIL_BYTES = 512 * 1024
+FR_MAX_BYTES = 2 * 1024 * 1024
+MAX_LOG_FILES = 16
+CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def _read(path, limit=1 << 20):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
+
+
+def proc_stat(pid):
+    """state, ppid, session, cpu ticks, threads, start ticks, rss bytes; None when gone."""
+    raw = _read("/proc/%d/stat" % pid)
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", "replace")
+    f = text[text.rfind(")") + 2 :].split()
+    return {
+        "state": f[0],
+        "ppid": int(f[1]),
+        "session": int(f[3]),
+        "ticks": int(f[11]) + int(f[12]),
+        "threads": int(f[17]),
+        "start": int(f[19]),
+        "rss": int(f[21]) * PAGE,
+    }
+
+
+def cmdline(pid):
+    raw = _read("/proc/%d/cmdline" % pid)
+    if not raw:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")]
+
+
+def environ(pid):
+    """(env dict, None) or (None, why not)."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            raw = fh.read(4 << 20)
+    except PermissionError:
+        return None, "permission denied (another user's process)"
+    except OSError as exc:
+        return None, str(exc)
+    env = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, v = item.split(b"=", 1)
+            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return env, None
+
+
+def boot_time():
+    for line in (read_text("/proc/stat", "") or "").splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1])
+    return 0
+
+
+def status_field(pid, name):
+    for line in (read_text("/proc/%d/status" % pid, "") or "").splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].split()
+    return []
+
+
+def is_agent(argv):
+    """torchrun, `python -m torch.distributed.run` or the old launcher."""
+    for i, arg in enumerate(argv[:4]):
+        if os.path.basename(arg) == "torchrun":
+            return True
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1] in AGENT_MODULES:
+            return True
+    return False
+
+
+def process_table():
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        st = proc_stat(pid)
+        if st is None:
+            continue
+        try:
+            st["uid"] = os.stat("/proc/%d" % pid).st_uid
+        except OSError:
+            continue
+        table[pid] = st
+    return table
+
+
+def descendants(table, root):
+    children = {}
+    for pid, st in table.items():
+        children.setdefault(st["ppid"], []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def ancestors(table, pid):
+    seen = []
+    while pid in table and pid not in seen and pid > 1:
+        seen.append(pid)
+        pid = table[pid]["ppid"]
+    return seen[1:]
+
+
+def fd_target(pid, fd):
+    """What fd N of pid is: {"kind": file|pipe|socket|tty|other, "path", "size", "mtime"}."""
+    link = "/proc/%d/fd/%d" % (pid, fd)
+    try:
+        target = os.readlink(link)
+    except OSError as exc:
+        return {"kind": "unknown", "path": None, "error": exc.strerror or str(exc)}
+    out = {"kind": "other", "path": target}
+    if target.startswith("pipe:"):
+        out["kind"] = "pipe"
+    elif target.startswith("socket:"):
+        out["kind"] = "socket"
+    elif target.startswith(("/dev/pts", "/dev/tty")) or target == "/dev/console":
+        out["kind"] = "tty"
+    elif target == "/dev/null":
+        out["kind"] = "null"
+    else:
+        try:
+            st = os.stat(link)  # through the magic link: works across mount namespaces
+        except OSError:
+            return out
+        if statmod.S_ISREG(st.st_mode):
+            out.update(
+                kind="file", size=st.st_size, mtime=st.st_mtime, inode=[st.st_dev, st.st_ino]
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def find_jobs(table, uid, pattern):
+    """Every torchrun tree of uid (matching pattern when given), newest first."""
+    me = os.getpid()
+    jobs = []
+    for pid, st in table.items():
+        if st["uid"] != uid or pid == me:
+            continue
+        argv = cmdline(pid)
+        if not is_agent(argv):
+            continue
+        # An agent started by another agent's tree (a nested launcher) is part of that job.
+        if any(is_agent(cmdline(a)) for a in ancestors(table, pid)):
+            continue
+        if any(DDPTUI_STAGE0 in " ".join(cmdline(a)) for a in ancestors(table, pid)):
+            continue  # ddptui's own allreduce probe
+        text = " ".join(argv)
+        if pattern is not None and not pattern.search(text):
+            continue
+        jobs.append({"pid": pid, "argv": argv, "start": st["start"]})
+    jobs.sort(key=lambda j: j["start"], reverse=True)
+    return jobs
+
+
+def workers_of(table, agent):
+    """The rank processes: the topmost descendants that carry RANK in their environment
+    (DataLoader workers below them inherit it and are not ranks)."""
+    envs = {pid: environ(pid)[0] for pid in descendants(table, agent)}
+    out = []
+    for pid, env in envs.items():
+        if env is None or "RANK" not in env:
+            continue
+        if any("RANK" in (envs.get(p) or {}) for p in ancestors(table, pid)):
+            continue
+        out.append((pid, env))
+    return out
+
+
+def job_key(env):
+    return "|".join("%s=%s" % (k, env.get(k, "")) for k in JOB_KEYS)
+
+
+# --------------------------------------------------------------------------- py-spy
+
+
+def find_pyspy(agent_argv, env):
+    given = PARAMS.get("pyspy")
+    if given:
+        return given if os.access(given, os.X_OK) else None
+    dirs = []
+    if agent_argv and os.path.isabs(agent_argv[0]):
+        dirs.append(os.path.dirname(agent_argv[0]))
+    dirs += (env or {}).get("PATH", "").split(":")
+    dirs += [os.path.dirname(sys.executable), *os.environ.get("PATH", "").split(":")]
+    home = (env or {}).get("HOME") or os.path.expanduser("~")
+    dirs.append(os.path.join(home, ".local", "bin"))
+    for d in dirs:
+        path = os.path.join(d, "py-spy")
+        if d and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def ptrace_facts():
+    scope = read_text("/proc/sys/kernel/yama/ptrace_scope")
+    cap = status_field(os.getpid(), "CapEff")
+    has_cap = bool(int(cap[0], 16) & (1 << 19)) if cap else None
+    return {
+        "ptrace_scope": int(scope) if scope and scope.isdigit() else None,
+        "cap_sys_ptrace": has_cap,
+    }
+
+
+def dump_stacks(pyspy, pids, native, blocking, timeout):
+    """py-spy dump on every pid at once; {pid: (rc, stdout, stderr, seconds)}."""
+    procs = {}
+    started = time.monotonic()
+    for pid in pids:
+        argv = [pyspy, "dump", "--pid", str(pid)]
+        if not blocking:
+            argv.append("--nonblocking")
+        if native:
+            argv.append("--native")
+        try:
+            procs[pid] = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        except OSError as exc:
+            procs[pid] = exc
+    out = {}
+    for pid, proc in procs.items():
+        if isinstance(proc, OSError):
+            out[pid] = (None, "", str(proc), 0.0)
+            continue
+        left = max(0.1, timeout - (time.monotonic() - started))
+        try:
+            so, se = proc.communicate(timeout=left)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            so, se = proc.communicate()
+            rc, se = None, b"py-spy did not answer within %.0f s" % timeout
+        out[pid] = (
+            rc,
+            so.decode("utf-8", "replace"),
+            se.decode("utf-8", "replace"),
+            round(time.monotonic() - started, 2),
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- NCCL RAS
+
+
+def ras_addr(env):
+    raw = (env or {}).get("NCCL_RAS_ADDR") or "localhost:28028"
+    host, _, port = raw.rpartition(":")
+    return (host.strip("[]") or "localhost", int(port) if port.isdigit() else 28028)
+
+
+def ras_ask(addr, lines, timeout=3.0):
+    sock = socket.create_connection(addr, timeout=timeout)
+    try:
+        sock.sendall("".join(line + "\n" for line in lines).encode())
+        sock.shutdown(socket.SHUT_WR)
+        buf = b""
+        deadline = time.monotonic() + timeout
+        while len(buf) < 256 * 1024 and time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        return buf.decode("utf-8", "replace")
+    finally:
+        sock.close()
+
+
+def ras_sample(addr):
+    """JSON where the server speaks it, else the text form; {"addr", "replies" | "error"}."""
+    out = {"addr": "%s:%d" % addr, "replies": []}
+    try:
+        reply = ras_ask(addr, ["CLIENT PROTOCOL 2", "SET FORMAT json", "STATUS"])
+        out["replies"].append({"sent": "CLIENT PROTOCOL 2; SET FORMAT json; STATUS", "text": reply})
+        if "{" not in reply:
+            reply = ras_ask(addr, ["CLIENT PROTOCOL 2", "VERBOSE STATUS"])
+            out["replies"].append({"sent": "CLIENT PROTOCOL 2; VERBOSE STATUS", "text": reply})
+    except OSError as exc:
+        out["error"] = exc.strerror or str(exc) or type(exc).__name__
+    return out
+
+
+def uses_nccl(pid):
+    raw = _read("/proc/%d/maps" % pid, 16 << 20)
+    return raw is not None and b"libnccl" in raw
+
+
+# --------------------------------------------------------------------------- flight recorder
+
+
+def fr_prefix(env):
+    prefix = env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    if prefix:
+        return prefix
+    home = env.get("HOME") or os.path.expanduser("~")
+    return os.path.join(home, ".cache", "torch", "comm_lib_trace_rank_")
+
+
+def fr_enabled(env):
+    for key in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        value = env.get(key, "")
+        if value.isdigit() and int(value) > 0:
+            return True
+    return False
+
+
+def trigger_dump(env, ranks):
+    """Ask torch to dump its flight recorder now: a write to the job's debug pipe."""
+    prefix = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
+    results = []
+    for rank in ranks:
+        path = "%s%d.pipe" % (prefix, rank)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            try:
+                os.write(fd, b"1\n")
+            finally:
+                os.close(fd)
+            results.append({"rank": rank, "pipe": path, "ok": True})
+        except OSError as exc:
+            results.append({"rank": rank, "pipe": path, "ok": False, "error": exc.strerror})
+    return results
+
+
+def read_fr(prefix, rank, since):
+    path = "%s%d" % (prefix, rank)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {"rank": rank, "path": path, "found": False}
+    rec = {"rank": rank, "path": path, "found": True, "size": st.st_size, "mtime": st.st_mtime}
+    rec["stale"] = st.st_mtime < since
+    if st.st_size > FR_MAX_BYTES:
+        rec["error"] = "larger than %d bytes; not copied" % FR_MAX_BYTES
+        return rec
+    raw = _read(path, FR_MAX_BYTES)
+    rec["data_b64"] = base64.b64encode(raw or b"").decode("ascii")
+    return rec
+
+
+# --------------------------------------------------------------------------- NVML
+
+
+def gpu_usage(pids):
+    """{pid: {"gpu", "mem_bytes", "sm_pct"}} from NVML, matched by host pid; plus a note."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}, "pynvml (nvidia-ml-py) is not installed for this python"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - NVML raises its own error classes
+        return {}, "NVML unavailable: %s" % exc
+    nested = len(status_field(os.getpid(), "NSpid")) > 1
+    found = {}
+    try:
+        since = int((time.time() - 5) * 1e6)
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            util = {}
+            try:
+                for s in pynvml.nvmlDeviceGetProcessUtilization(handle, since):
+                    util[s.pid] = s.smUtil
+            except Exception:  # noqa: BLE001, S110 - per-process utilisation is optional
+                pass
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if p.pid in pids:
+                    found[p.pid] = {
+                        "gpu": index,
+                        "mem_bytes": p.usedGpuMemory,
+                        "sm_pct": util.get(p.pid),
+                    }
+    except Exception as exc:  # noqa: BLE001
+        return found, "NVML error: %s" % exc
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001, S110
+            pass
+    note = None
+    if nested and not found:
+        note = "this shell runs in a PID namespace: NVML's host pids cannot be matched to the job's"
+    return found, note
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def tail_lines(path, known, salt, limit):
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - TAIL_BYTES))
+            raw = fh.read(TAIL_BYTES)
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    lines = raw.decode("utf-8", "replace").splitlines()
+    if size > TAIL_BYTES and lines:
+        lines = lines[1:]  # the first one is cut
+    return [truncate(redact_text(line, known, salt)) for line in lines[-limit:]], None
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main():
+    salt = str(PARAMS.get("salt") or "") or os.urandom(16).hex()
+    user = PARAMS.get("user")
+    try:
+        uid = pwd.getpwnam(user).pw_uid if user else os.getuid()
+    except KeyError:
+        fail("there is no user %r on this node" % user)
+    pattern = None
+    if PARAMS.get("match"):
+        try:
+            pattern = re.compile(PARAMS["match"])
+        except re.error as exc:
+            fail("--match is not a valid regular expression here: %s" % exc)
+    window = float(PARAMS.get("window_s", 2.0))
+    btime = boot_time()
+    table = process_table()
+    jobs = find_jobs(table, uid, pattern)
+    emit(
+        "host",
+        hostname=socket.gethostname(),
+        uid=uid,
+        user=user or pwd.getpwuid(uid).pw_name,
+        me_uid=os.getuid(),
+        pid_ns_nested=len(status_field(os.getpid(), "NSpid")) > 1,
+        **ptrace_facts(),
+    )
+    cands = []
+    for job in jobs:
+        workers = workers_of(table, job["pid"])
+        env0 = workers[0][1] if workers else {}
+        cands.append(
+            {
+                "pid": job["pid"],
+                "cmd": redact_text(" ".join(job["argv"]), [], salt)[:400],
+                "started": btime + job["start"] / CLK,
+                "ranks": sorted(int(e.get("RANK", -1)) for _, e in workers),
+                "key": redact_text(job_key(env0), [], salt) if workers else "",
+                "workers": workers,
+                "argv": job["argv"],
+            }
+        )
+    hidden = ("workers", "argv")
+    emit("candidates", items=[{k: v for k, v in c.items() if k not in hidden} for c in cands])
+    chosen = cands[0] if cands else None
+    log_files = {}
+    globs = list(PARAMS.get("log_globs") or [])
+    if chosen is None:  # no live job here: read where it wrote last time, if known
+        globs += list(PARAMS.get("fallback_logs") or [])
+    for pattern_glob in globs:
+        for path in sorted(glob.glob(os.path.expanduser(pattern_glob)))[:MAX_LOG_FILES]:
+            if os.path.isfile(path):
+                log_files.setdefault(path, set())
+    known = []
+    if chosen is not None:
+        known = observe(chosen, table, btime, salt, window, log_files)
+    read_logs(log_files, known, salt)
+    emit("done", found=chosen is not None)
+
+
+def observe(job, table, btime, salt, window, log_files):
+    """Everything about the chosen job; returns the secret values to scrub logs with."""
+    agent_env, env_why = environ(job["pid"])
+    agent_env = agent_env or {}
+    known = secret_values(agent_env)
+    for _, env in job["workers"]:
+        known = sorted(set(known) | set(secret_values(env)), key=len, reverse=True)
+    emit_agent(job, table, btime, salt, known, agent_env, env_why, log_files)
+    workers = job["workers"]
+    pids = [pid for pid, _ in workers]
+    first = {pid: (proc_stat(pid), {fd: fd_target(pid, fd) for fd in (1, 2)}) for pid in pids}
+    t0 = time.monotonic()
+    pyspy = find_pyspy(job["argv"], agent_env)
+    want_stacks = bool(PARAMS.get("stacks", True) and pyspy is not None and pids)
+    ras = RasWatcher(workers, agent_env)
+    ras.sample()
+    samples = {}
+    if want_stacks:
+        samples[1] = dump_stacks(pyspy, pids, PARAMS.get("native"), False, 8.0)
+    time.sleep(max(0.0, window - (time.monotonic() - t0)))
+    ras.sample()
+    if want_stacks:
+        samples[2] = dump_stacks(pyspy, pids, PARAMS.get("native"), False, 8.0)
+        retry = [p for p in pids if samples[2][p][0] != 0 and samples[1][p][0] != 0]
+        if retry and PARAMS.get("allow_pause"):
+            samples[3] = dump_stacks(pyspy, retry, PARAMS.get("native"), True, 8.0)
+    elapsed = time.monotonic() - t0
+    gpu, gpu_note = gpu_usage(set(pids))
+    for pid, env in workers:
+        emit_rank(pid, env, first[pid], elapsed, gpu.get(pid), btime, salt, known, log_files)
+    emit("gpu", note=gpu_note, matched=len(gpu), devices=os.path.exists("/dev/nvidiactl"))
+    if pids and pyspy is None:
+        emit(
+            "stacks_unavailable",
+            reason="py-spy is not installed on this node (looked next to the job's python, "
+            "on its PATH and in ~/.local/bin)",
+        )
+    elif pids and not want_stacks:
+        emit("stacks_unavailable", reason="stacks were not asked for (--no-stacks)")
+    for sample, result in sorted(samples.items()):
+        for pid, (rc, so, se, secs) in result.items():
+            emit(
+                "stack",
+                pid=pid,
+                sample=sample,
+                rc=rc,
+                text=redact_text(so, known, salt)[:200000],
+                error=redact_text(se.strip(), known, salt)[-2000:],
+                seconds=secs,
+                blocking=sample == 3,
+                pyspy=pyspy,
+            )
+    ras.finish()
+    if PARAMS.get("fr", True) and workers:
+        flight_recorder(job, workers)
+    return known
+
+
+def emit_agent(job, table, btime, salt, known, agent_env, env_why, log_files):
+    agent = job["pid"]
+    safe_env, redacted = redact_env(agent_env, salt)
+    st = table.get(agent) or {}
+    fds = {str(fd): fd_target(agent, fd) for fd in (1, 2)}
+    emit(
+        "agent",
+        pid=agent,
+        cmd=redact_text(" ".join(job["argv"]), known, salt),
+        state=st.get("state"),
+        started=btime + st.get("start", 0) / CLK,
+        env=safe_env,
+        env_error=env_why,
+        redacted=redacted,
+        fds=fds,
+        interfaces=interfaces(),
+        shm_bytes=shm_bytes(),
+    )
+    for fd, target in fds.items():
+        if target.get("kind") == "file":
+            log_files.setdefault("/proc/%d/fd/%s" % (agent, fd), set()).add(agent)
+
+
+def emit_rank(pid, env, first, elapsed, gpu, btime, salt, known, log_files):
+    """One rank: how it moved between the first look and now."""
+    a, fds_a = first
+    b = proc_stat(pid)
+    now = time.time()
+    out = {}
+    for fd in (1, 2):
+        before, after = fds_a[fd], fd_target(pid, fd)
+        info = dict(after)
+        if after.get("kind") == "file":
+            info["grew"] = after.get("size", 0) - before.get("size", 0)
+            info["age_s"] = round(now - after.get("mtime", now), 1)
+            log_files.setdefault("/proc/%d/fd/%d" % (pid, fd), set()).add(pid)
+        out[str(fd)] = info
+    cpu = None
+    if a and b:
+        cpu = round(100.0 * (b["ticks"] - a["ticks"]) / CLK / max(elapsed, 0.01), 1)
+    wanted = {
+        k: v
+        for k, v in env.items()
+        if k in RANK_KEYS + JOB_KEYS or k.startswith(("NCCL_", "TORCH_", "CUDA_"))
+    }
+    emit(
+        "rank",
+        pid=pid,
+        rank=_int(env.get("RANK")),
+        local_rank=_int(env.get("LOCAL_RANK")),
+        world_size=_int(env.get("WORLD_SIZE")),
+        group_rank=_int(env.get("GROUP_RANK")),
+        state=b["state"] if b else "gone",
+        cpu_pct=cpu,
+        rss_bytes=(b or {}).get("rss"),
+        threads=(b or {}).get("threads"),
+        started=btime + (a or {}).get("start", 0) / CLK,
+        wchan=read_text("/proc/%d/wchan" % pid),
+        cmd=redact_text(" ".join(cmdline(pid)), known, salt)[:400],
+        out=out,
+        env=redact_env(wanted, salt)[0],
+        gpu=gpu,
+        nspid=status_field(pid, "NSpid"),
+    )
+
+
+class RasWatcher:
+    """Asks the job's NCCL RAS socket in a thread, so the stacks are read meanwhile."""
+
+    def __init__(self, workers, agent_env):
+        pids = [pid for pid, _ in workers]
+        self.on = bool(
+            PARAMS.get("ras", True)
+            and pids
+            and agent_env.get("NCCL_RAS_ENABLE", "1") != "0"
+            and uses_nccl(pids[0])
+        )
+        self.addr = ras_addr(workers[0][1]) if workers else None
+        self.results = []
+        self.thread = None
+
+    def sample(self):
+        if not self.on:
+            return
+        if self.thread is not None:
+            self.thread.join(6)
+        self.thread = threading.Thread(target=lambda: self.results.append(ras_sample(self.addr)))
+        self.thread.daemon = True
+        self.thread.start()
+
+    def finish(self):
+        if self.thread is not None:
+            self.thread.join(6)
+        for i, r in enumerate(self.results):
+            emit("ras", sample=i + 1, **r)
+
+
+def flight_recorder(job, workers):
+    env0 = workers[0][1]
+    ranks = [r for r in (_int(e.get("RANK")) for _, e in workers) if r is not None]
+    triggered = None
+    if PARAMS.get("trigger_dump") and env0.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
+        triggered = trigger_dump(env0, ranks)
+        time.sleep(3.0)
+    prefix = fr_prefix(env0)
+    if fr_enabled(env0) or triggered or any(os.path.exists(prefix + str(r)) for r in ranks):
+        for rank in ranks:
+            emit("fr", triggered=triggered, **read_fr(prefix, rank, job["started"]))
+    emit(
+        "fr_config",
+        enabled=fr_enabled(env0),
+        prefix=prefix,
+        pipe=env0.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
+        triggered=triggered,
+    )
+
+
+def read_logs(files, known, salt):
+    seen = set()
+    limit = int(PARAMS.get("log_lines", 1500))
+    for path, pids in sorted(files.items()):
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            emit("log", path=path, error=exc.strerror or str(exc), pids=sorted(pids))
+            continue
+        if not statmod.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        shown = path
+        if path.startswith("/proc/"):
+            try:
+                shown = os.readlink(path)
+            except OSError:
+                pass
+        lines, err = tail_lines(path, known, salt, limit)
+        writers = sorted({p for other, ps in files.items() for p in ps if _same(other, st)})
+        emit(
+            "log",
+            path=shown,
+            size=st.st_size,
+            mtime=st.st_mtime,
+            age_s=round(time.time() - st.st_mtime, 1),
+            pids=writers,
+            lines=lines or [],
+            error=err,
+        )
+
+
+def _same(path, st):
+    try:
+        other = os.stat(path)
+    except OSError:
+        return False
+    return (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+if __name__ == "__main__":
+    main()

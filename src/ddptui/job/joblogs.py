@@ -1,0 +1,172 @@
+"""The job's own output (stdout/stderr files read on the nodes): per-rank timelines, the
+exception each rank died of, torchrun's "Root Cause" summary, and the knowledge base's
+reading of the lines (the same classification as `ddptui diagnose`). Pure core."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ddptui.diagnosis.model import Finding
+from ddptui.job.model import LogFile
+
+# "[rank3]:", "[default3]:" (torchrun --tee / log prefixes), "[rank3]:[E1123 ...".
+_PREFIX = re.compile(r"^\[(?:rank|default)(?P<n>\d+)\]:\s?")
+_DEFAULT = re.compile(r"^\[default(?P<n>\d+)\]:")
+_TRACEBACK = "Traceback (most recent call last):"
+_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_EXC = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(?P<msg>.*))?$"
+)
+_ROOT_CAUSE = "Root Cause (first observed failure):"
+_RC_FIELD = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<v>.*)$")
+_RC_RANK = re.compile(r"(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
+_RC_EXIT = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)")
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How one rank ended, as its output tells it."""
+
+    node: str
+    rank: int | None
+    exc_type: str
+    message: str
+    where: str | None  # "train.py:12 in step": the innermost frame of the traceback
+    line: str  # the exception line as printed
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """torchrun's summary of the first failed worker."""
+
+    node: str
+    rank: int | None
+    local_rank: int | None
+    exitcode: int | None
+    pid: int | None
+    host: str | None
+    traceback: str | None
+
+
+def strip_prefix(line: str) -> tuple[int | None, str, bool]:
+    """(number in the [rankN]/[defaultN] prefix, the line without it, whether it was a
+    local [defaultN] number)."""
+    m = _PREFIX.match(line)
+    if not m:
+        return None, line, False
+    return int(m["n"]), line[m.end() :], _DEFAULT.match(line) is not None
+
+
+def exits(log: LogFile, ranks_here: Sequence[int], local_to_global: dict[int, int]) -> list[Exit]:
+    """The last exception of every traceback in a file, attributed to a rank: by its
+    line prefix, else the node's only rank."""
+    found: dict[int | None, Exit] = {}
+    frames: dict[int | None, str | None] = {}
+    in_tb: set[int | None] = set()
+    only = ranks_here[0] if len(ranks_here) == 1 else None
+    for raw in log.lines:
+        n, line, local = strip_prefix(raw)
+        rank = (local_to_global.get(n) if local else n) if n is not None else only
+        text = line.rstrip()
+        if text.startswith(_TRACEBACK):
+            in_tb.add(rank)
+            frames[rank] = None
+            continue
+        if rank not in in_tb:
+            continue
+        if m := _FILE.match(text):
+            frames[rank] = f"{m['file'].rsplit('/', 1)[-1]}:{m['line']} in {m['func']}"
+            continue
+        if (m := _EXC.match(text.strip())) and not text.startswith(" "):
+            found[rank] = Exit(
+                log.node, rank, m["type"], (m["msg"] or "").strip(), frames.get(rank), text.strip()
+            )
+            in_tb.discard(rank)
+    return list(found.values())
+
+
+def root_causes(log: LogFile) -> list[RootCause]:
+    """Every `Root Cause (first observed failure)` block torchrun printed in the file."""
+    out = []
+    lines = list(log.lines)
+    for i, line in enumerate(lines):
+        if _ROOT_CAUSE not in line:
+            continue
+        fields: dict[str, str] = {}
+        for nxt in lines[i + 1 : i + 12]:
+            if m := _RC_FIELD.match(nxt):
+                fields[m["k"]] = m["v"].strip()
+            elif nxt.startswith("====="):
+                break
+        rm = _RC_RANK.search(fields.get("rank", ""))
+        em = _RC_EXIT.search(fields.get("exitcode", ""))
+        out.append(
+            RootCause(
+                log.node,
+                int(rm["rank"]) if rm else None,
+                int(rm["local"]) if rm else None,
+                int(em["code"]) if em else None,
+                int(em["pid"]) if em else None,
+                fields.get("host"),
+                fields.get("traceback"),
+            )
+        )
+    return out
+
+
+def classify(lines: Iterable[str], source: str) -> tuple[Finding | None, tuple[Finding, ...]]:
+    """The knowledge base's reading of these lines: (root cause, every finding)."""
+    try:
+        from ddptui.logs.diagnose import diagnose_lines  # the diagnose command's machinery
+    except ImportError:  # an older tree without ddptui.logs: the signature KB directly
+        return _classify_signatures(list(lines), source)
+    result = diagnose_lines(lines, source=source)
+    return result.first, tuple(result.findings)
+
+
+def _classify_signatures(
+    lines: list[str], source: str
+) -> tuple[Finding | None, tuple[Finding, ...]]:
+    from ddptui.diagnosis.model import finding
+    from ddptui.diagnosis.signatures import classify_lines, root_cause
+
+    matches = classify_lines((float(i), source, strip_prefix(ln)[1]) for i, ln in enumerate(lines))
+    out = []
+    seen: set[str] = set()
+    for _, _, m in matches:
+        if m.signature.id in seen:
+            continue
+        seen.add(m.signature.id)
+        sev = (
+            m.signature.severity if m.signature.severity in ("error", "warning", "info") else "info"
+        )
+        out.append(
+            finding(
+                m.signature.id,
+                sev,  # type: ignore[arg-type]
+                [source.split(":", 1)[0]],
+                m.signature.title,
+                m.cause_text(),
+                m.fix_text(),
+                [m.line[:300]],
+            )
+        )
+    root = root_cause(matches)
+    first = next((f for f in out if root and f.id == root[2].signature.id), None)
+    return first, tuple(out)
+
+
+def rank_lines(
+    log: LogFile, rank: int, ranks_here: Sequence[int], local_to_global: dict[int, int]
+) -> list[str]:
+    """The lines of this file that belong to `rank` (its prefix; unprefixed lines belong
+    to every rank writing there, i.e. to the node's ranks)."""
+    out = []
+    for raw in log.lines:
+        n, line, local = strip_prefix(raw)
+        owner = (local_to_global.get(n) if local else n) if n is not None else None
+        if owner is None or owner == rank:
+            out.append(line)
+    return out if rank in ranks_here or not ranks_here else []
