@@ -11,9 +11,7 @@ if TYPE_CHECKING:
     from ddptui.config import ClusterConfig
 
 # The subcommands of ddptui.cli.main (a test keeps the two in step).
-COMMANDS = frozenset(
-    {"open", "check", "validate", "schema", "report", "replay", "job", "lint", "diagnose"}
-)
+COMMANDS = frozenset({"open", "check", "validate", "schema", "report", "replay", "job"})
 
 
 def wants_tui(argv: list[str]) -> bool:
