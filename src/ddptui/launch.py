@@ -11,7 +11,9 @@ if TYPE_CHECKING:
     from ddptui.config import ClusterConfig
 
 # The subcommands of ddptui.cli.main (a test keeps the two in step).
-COMMANDS = frozenset({"open", "check", "validate", "schema", "report", "replay", "job"})
+COMMANDS = frozenset(
+    {"open", "check", "validate", "schema", "report", "replay", "job", "lint", "diagnose"}
+)
 
 
 def wants_tui(argv: list[str]) -> bool:

@@ -210,13 +210,19 @@ class Diagnoser:
         count = self.counts[sid]
         ranks = sorted(self.ranks_of.get(sid, ()))
         sources = sorted(self.sources_of.get(sid, ()))
-        where = h.where
-        said = f"{sig.title}: {where}"
-        if ranks:
-            said += f", rank{'s' if len(ranks) > 1 else ''} " + ", ".join(map(str, ranks[:8]))
+        rank, local = h.rank, h.local_rank
+        if h.pid is not None:  # what the whole log told about NCCL's pid
+            rank = rank if rank is not None else self.pid_rank.get((h.source, h.pid))
+            local = local if local is not None else self.pid_local.get((h.source, h.pid))
+        if rank is None and len(self.sources) == 1:
+            rank = local  # one file: its local ranks are the only ranks there are
+        said = f"{sig.title}: {h.where}"
+        if len(ranks) > 1:
+            said += ", ranks " + ", ".join(map(str, ranks[:8])) + (" …" if len(ranks) > 8 else "")
+        elif rank is not None:
+            said += f", rank {rank}"
         if count > 1:
             said += f" ({count} lines)"
-        rank = h.rank if h.rank is not None else (h.local_rank if len(self.sources) == 1 else None)
         return Finding(
             sid,
             sig.severity,  # type: ignore[arg-type]

@@ -1,0 +1,81 @@
+"""Diagnose many inputs at once: each becomes a stream of candidate lines, the streams
+are merged in time order (k-way, one pending line per input) and classified.  Core layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Final
+
+from ddptui.logs.diagnose import Diagnoser, LogDiagnosis, merged
+from ddptui.logs.reader import InputError, ReadStats, open_path, open_stream
+from ddptui.logs.scan import from_chunks
+
+MAX_INPUTS: Final = 1024  # open files at once during the merge
+STDIN: Final = "-"
+
+
+class Inputs:
+    """The inputs of one diagnosis: opened lazily, problems collected, not raised."""
+
+    def __init__(self) -> None:
+        self.streams: list[tuple[Iterator[bytes], ReadStats]] = []
+        self.problems: list[str] = []
+
+    def add_path(self, path: str, stdin: BinaryIO | None = None) -> None:
+        try:
+            if path == STDIN:
+                if stdin is None:
+                    raise InputError("-: no standard input to read")
+                self.streams.append(open_stream(stdin, "<stdin>"))
+            else:
+                self.streams.append(open_path(path))
+        except InputError as exc:
+            self.problems.append(str(exc))
+
+    def add_stream(
+        self, stream: BinaryIO, label: str, closer: Callable[[], None] | None = None
+    ) -> None:
+        try:
+            self.streams.append(open_stream(stream, label, closer))
+        except InputError as exc:
+            if closer is not None:
+                closer()
+            self.problems.append(str(exc))
+
+    def add_chunks(self, chunks: Iterable[bytes], label: str) -> ReadStats:
+        """Chunks already decoded to UTF-8 text elsewhere (read on a node)."""
+        stats = ReadStats(label)
+
+        def counted() -> Iterator[bytes]:
+            for c in chunks:
+                stats.bytes_read += len(c)
+                stats.lines += c.count(b"\n")
+                yield c
+
+        self.streams.append((counted(), stats))
+        return stats
+
+
+def diagnose_inputs(inputs: Inputs, label: str) -> LogDiagnosis:
+    """Merge and classify every opened input."""
+    if len(inputs.streams) > MAX_INPUTS:
+        raise InputError(
+            f"{len(inputs.streams)} inputs: at most {MAX_INPUTS} at once; diagnose fewer files"
+        )
+    d = Diagnoser(label)
+    streams = [from_chunks(chunks, stats.label, stats.encoding) for chunks, stats in inputs.streams]
+    for cand in merged(streams):
+        d.feed(cand)
+    d.bytes_read = sum(stats.bytes_read for _, stats in inputs.streams)
+    d.lines_read = sum(stats.lines for _, stats in inputs.streams)
+    d.problems = [*inputs.problems, *(p for _, s in inputs.streams for p in s.problems)]
+    return d.result()
+
+
+def diagnose_paths(paths: Sequence[str], stdin: BinaryIO | None = None) -> LogDiagnosis:
+    """Local files (plain or gzip) and "-" for standard input."""
+    inputs = Inputs()
+    for p in paths:
+        inputs.add_path(p, stdin)
+    return diagnose_inputs(inputs, ", ".join(paths) if len(paths) <= 3 else f"{len(paths)} files")

@@ -1,0 +1,130 @@
+"""A LogDiagnosis as the report document `check` writes (CONTRACT.md): one step, id
+"logs", whose nodes are the inputs; `first_failure.step` is "logs".  Core layer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Final
+
+from ddptui import __version__
+from ddptui.diagnosis.model import Finding, NodeResult, StepResult, node_status_from, step_status
+from ddptui.logs.diagnose import LogDiagnosis, RankTimeline
+
+STEP_ID: Final = "logs"
+STEP_TITLE: Final = "Log diagnosis"
+SCHEMA_VERSION: Final = 1
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """One input as the report lists it: its label, where it was read, its size."""
+
+    label: str
+    host: str = "local"  # "local", or the configured node it was read on
+    bytes: int = 0
+    lines: int = 0
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z"
+    )
+
+
+def timeline_doc(tl: RankTimeline) -> dict[str, Any]:
+    return {
+        "key": tl.key,
+        "dropped": tl.dropped,
+        "events": [
+            {
+                "t": iso(e.t),
+                "where": f"{e.source}:{e.lineno}",
+                "severity": e.severity,
+                "label": e.label,
+                "id": e.id,
+            }
+            for e in tl.events
+        ],
+    }
+
+
+def step_result(diag: LogDiagnosis, inputs: Sequence[InputInfo], seconds: float) -> StepResult:
+    """The diagnosis as a checklist-shaped step result."""
+    nodes: dict[str, NodeResult] = {}
+    for info in inputs:
+        mine = [f for f in diag.findings if info.label in f.nodes]
+        status = node_status_from(diag.findings, info.label)
+        worst = next((f for f in mine if f.severity == status_severity(status)), None)
+        summary = f"{info.lines} lines"
+        if worst is not None:
+            summary += f"; {worst.summary}"
+        elif not mine:
+            summary += "; nothing known found"
+        nodes[info.label] = NodeResult(status, summary, {"bytes": info.bytes, "lines": info.lines})
+    findings = diag.findings
+    status = step_status(nodes, findings) if nodes else ("fail" if diag.failed else "pass")
+    if status == "fail" and not diag.failed:
+        status = "warn"  # a finding named an input but none is the cause: not a failure
+    data = {
+        "lines": diag.lines_read,
+        "bytes": diag.bytes_read,
+        "inputs": [vars(i) for i in inputs],
+        "timelines": [timeline_doc(tl) for tl in diag.timelines],
+        "problems": list(diag.problems),
+    }
+    return StepResult(STEP_ID, STEP_TITLE, status, seconds, nodes, findings, data)
+
+
+def status_severity(status: str) -> str:
+    return {"fail": "error", "warn": "warning"}.get(status, "info")
+
+
+def first_failure(first: Finding | None) -> dict[str, Any] | None:
+    if first is None or first.severity != "error":
+        return None
+    out: dict[str, Any] = {
+        "step": STEP_ID,
+        "nodes": list(first.nodes),
+        "finding": first.id,
+        "summary": first.summary,
+        "fix": first.fix,
+    }
+    if first.rank is not None:
+        out["rank"] = first.rank
+    if first.where:
+        out["where"] = first.where
+    return out
+
+
+def build_log_report(
+    diag: LogDiagnosis,
+    inputs: Sequence[InputInfo],
+    *,
+    config: str | None,
+    started_at: str,
+    finished_at: str,
+    seconds: float,
+) -> dict[str, Any]:
+    step = step_result(diag, inputs, seconds)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "ddptui_version": __version__,
+        "command": "diagnose",
+        "config": config,
+        "cluster": "log diagnosis",
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "nodes": [
+            {"name": i.label, "host": i.host, "rank": n} for n, i in enumerate(inputs)
+        ],
+        "steps": [step.to_dict()],
+        "first_failure": first_failure(diag.first),
+        "verdict": step.status,
+        "timings": {"total_s": round(seconds, 3), "steps": {STEP_ID: step.duration_s}},
+        "logs": {},
+        "metrics": None,
+    }
