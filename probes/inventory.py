@@ -160,6 +160,21 @@ def os_name():
     return m.group(1) if m else platform.system()
 
 
+def identity():
+    """Which machine and which network stack this is: two config entries with the same
+    boot id and network namespace are one host (loopback reaches both); containers or
+    namespaces on one host share the boot id but not the namespace."""
+    try:
+        netns = os.readlink("/proc/self/ns/net")  # "net:[4026531840]"
+    except OSError:
+        netns = None
+    return {
+        "machine_id": (read_text("/etc/machine-id", "") or "").strip() or None,
+        "boot_id": (read_text("/proc/sys/kernel/random/boot_id", "") or "").strip() or None,
+        "netns": netns,
+    }
+
+
 def mem_total():
     for line in (read_text("/proc/meminfo", "") or "").splitlines():
         if line.startswith("MemTotal:"):
@@ -179,6 +194,7 @@ facts = {
     "shm_bytes": shm_bytes(),
     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
 }
+facts.update(identity())
 facts.update(torch_facts())
 gpu = gpu_facts()
 facts["gpu_source"] = gpu["source"]

@@ -17,6 +17,7 @@ from ddptui.diagnosis.model import (
     finding,
     node_status_from,
 )
+from ddptui.diagnosis.ranking import rank_findings
 from ddptui.transport.base import ProbeOutput
 
 if TYPE_CHECKING:
@@ -174,6 +175,8 @@ def analyze(
         findings += _failure_findings(ctx, run, matches, root)
     bw_table, bw_findings = _bandwidth(ctx, run)
     findings += bw_findings
+    # Loopback on one host is no fault; a real cause leads its consequences (ranking.yaml).
+    findings = rank_findings(findings, ctx.topology())
 
     per_node: dict[str, tuple[Status, str, dict[str, Any]]] = {}
     for t in ctx.targets:

@@ -13,6 +13,7 @@ from ddptui.checklist.facts import InventoryFacts, Route
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.logstore import LogStore
 from ddptui.diagnosis.model import Finding, NodeResult, StepResult, step_status
+from ddptui.diagnosis.ranking import Topology
 from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeOutput, Transport
 
 NodeCallback = Callable[[str, str, NodeResult], None]  # (step id, node name, result)
@@ -47,6 +48,16 @@ class StepContext:
         if result is None or node not in result.nodes or not result.nodes[node].data:
             return None
         return InventoryFacts.from_data(result.nodes[node].data)
+
+    def topology(self) -> Topology:
+        """Which configured nodes are one host (from the inventory's boot id and network
+        namespace, else the config): ranking uses it to judge loopback findings."""
+        rows = []
+        for t in self.targets:
+            inv = self.inventory(t.name)
+            boot, netns = (inv.boot_id, inv.netns) if inv is not None else (None, None)
+            rows.append((t.name, t.host, t.port, boot, netns))
+        return Topology.from_nodes(rows)
 
     def route(self, node: str) -> Route | None:
         """How the node reaches MASTER_ADDR (the ping step), when known."""

@@ -58,6 +58,7 @@ class InventoryFacts:
     ib_ports: tuple[IbPort, ...]
     machine_id: str | None
     boot_id: str | None
+    netns: str | None  # "net:[4026531840]": which network stack (loopback is per stack)
     torch: str | None
     nccl: str | None
 
@@ -79,6 +80,7 @@ class InventoryFacts:
             ),
             machine_id=_str(data.get("machine_id")),
             boot_id=_str(data.get("boot_id")),
+            netns=_str(data.get("netns")),
             torch=_str(data.get("torch")),
             nccl=_str(data.get("nccl")),
         )

@@ -143,12 +143,11 @@ class StepResult:
 
     @property
     def primary(self) -> Finding | None:
-        """The most specific finding behind a failure: the first error, else the first warning."""
-        for sev in ("error", "warning"):
-            for f in self.findings:
-                if f.severity == sev:
-                    return f
-        return None
+        """The most specific finding behind a failure: the first error, else the first
+        warning, after a real cause is put before its consequences (ranking.yaml)."""
+        from ddptui.diagnosis.ranking import primary
+
+        return primary(self.findings)
 
 
 def bandwidth_outliers(busbw: Sequence[float]) -> tuple[float, list[int], int]:

@@ -7,6 +7,7 @@ from typing import Any
 from ddptui.checklist.base import Step, StepContext
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.model import Finding, NodeResult, majority_value, odd_nodes
+from ddptui.diagnosis.ranking import Topology
 
 # (fact key, finding id, label); severity and why it matters are in kb/checklist.yaml.
 SKEW_RULES: tuple[tuple[str, str, str], ...] = (
@@ -53,6 +54,7 @@ class InventoryStep(Step):
                     )
                 )
         findings += skew_findings(facts)
+        findings += same_machine_findings(ctx, facts)
         table = skew_table(facts)
         self.judge_nodes(ctx, nodes, findings)
         return findings, {"skew": table}
@@ -69,6 +71,32 @@ def _summary(data: dict[str, Any]) -> str:
     torch = data.get("torch") or "no torch"
     cuda = f"+cuda{data['torch_cuda']}" if data.get("torch_cuda") else ""
     return f"{data.get('hostname')}: python {data.get('python')}, torch {torch}{cuda}, {gpu}"
+
+
+def same_machine_findings(ctx: StepContext, facts: dict[str, dict[str, Any]]) -> list[Finding]:
+    """Config entries that reach one host and network stack (same boot id and network
+    namespace): usually a mistake, expected when every node is `host: local`."""
+    targets = [t for t in ctx.targets if t.name in facts]
+    topo = Topology.from_nodes(
+        (t.name, t.host, t.port, facts[t.name].get("boot_id"), facts[t.name].get("netns"))
+        for t in targets
+    )
+    demo = all(t.host == "local" for t in ctx.targets)
+    return [
+        kb_finding(
+            "INV-SAME-MACHINE",
+            group,
+            f"{', '.join(group)} are the same machine"
+            + (" (expected: every node is `host: local`)" if demo else ""),
+            [
+                f"{n}: host {facts[n].get('hostname')}, machine-id {facts[n].get('machine_id')}, "
+                f"boot-id {facts[n].get('boot_id')}, network namespace {facts[n].get('netns')}"
+                for n in group
+            ],
+            severity="info" if demo else None,
+        )
+        for group in topo.same_host_groups()
+    ]
 
 
 def skew_table(facts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
