@@ -1,6 +1,6 @@
 """Ranking that knows the topology (ranking.yaml): loopback is no fault when every node
 is one host, and a real cause leads its consequences. The acceptance case is a real
-H100 session (tests/fixtures/reports/gpu-h100-check-2nodes-1gpu.json, copied unedited
+H100 session (tests/fixtures/gpu-h100/check-2nodes-1gpu.json, copied unedited
 from the shared GPU captures): two `host: local` nodes on one GPU, where ddptui had
 made AR-BOOT-LOOPBACK the first failure instead of the duplicate GPU."""
 
@@ -25,7 +25,7 @@ from ddptui.diagnosis.ranking import (
 from ddptui.report.json_report import first_failure
 from ddptui.report.load import results_from_report
 
-H100_TWO_NODES = Path(__file__).parent / "fixtures" / "reports" / "gpu-h100-check-2nodes-1gpu.json"
+H100_TWO_NODES = Path(__file__).parent / "fixtures" / "gpu-h100" / "check-2nodes-1gpu.json"
 
 
 def _report() -> dict[str, Any]:
