@@ -14,7 +14,8 @@ SIGNATURES_FILE: Final = Path(__file__).with_name("signatures.yaml")
 STEPS: Final = frozenset({"port", "env", "allreduce"})
 PHASES: Final = frozenset({"store", "boot", "net", "data", "teardown", "launch"})
 SEVERITIES: Final = frozenset({"error", "warning", "info"})
-# field: the sample is a line from a real user's log (tests/fixtures/corpus/).
+# field: the sample is a line quoted in a public issue thread (a real user's log; most are
+#        in tests/fixtures/corpus/ with their thread).
 SOURCES: Final = frozenset({"testbed", "reference", "gpu", "field"})
 # Lines are matched on their first MAX_LINE characters: every known signature sits near
 # the start, and a runaway line (a tensor dump) must not cost more than a normal one.
