@@ -103,6 +103,30 @@ class Timeouts(_Model):
     """Seconds one checklist step may take on one node."""
     allreduce: float = Field(default=60, gt=0, le=7200)
     """Seconds the whole allreduce step may take."""
+    ddp: float = Field(default=90, gt=0, le=7200)
+    """Seconds the whole ddp step (a few DDP training steps on every rank) may take."""
+
+
+_SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+class DdpSettings(_Model):
+    model_params: int = Field(default=100_000_000, ge=1)
+    """Parameters of YOUR model, for the ddp step's scaling projection: a number or 125M, 7B."""
+    grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    """Gradient precision your job all-reduces: fp32 (4 bytes per parameter) or bf16 (2)."""
+    compute_s: float | None = Field(default=None, gt=0)
+    """Your model's forward+backward seconds per step on one rank, if measured (default: the probe model's, scaled)."""
+
+    @field_validator("model_params", mode="before")
+    @classmethod
+    def _count(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip()[-1:].upper() in _SUFFIX:
+            try:
+                return round(float(v.strip()[:-1]) * _SUFFIX[v.strip()[-1].upper()])
+            except ValueError:
+                raise ValueError("a parameter count like 100000000, 125M or 7B") from None
+        return v
 
 
 class ClusterConfig(_Model):
@@ -122,8 +146,19 @@ class ClusterConfig(_Model):
     """How to connect to the nodes."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """Time limits, in seconds."""
+    ddp: DdpSettings = Field(default_factory=DdpSettings)
+    """The ddp step's scaling projection: your model's size and gradient precision."""
     metrics_interval: float = Field(default=1.0, gt=0, le=60)
     """Seconds between live metric samples from each node."""
+    script: str | None = Field(default=None, min_length=1)
+    """The training job's entry point (a .py file; relative paths are relative to this config file): `ddptui lint --config` audits it for DDP pitfalls before launch."""
+
+    @field_validator("script")
+    @classmethod
+    def _python_script(cls, v: str | None) -> str | None:
+        if v is not None and not v.endswith(".py"):
+            raise ValueError("must be the path of a Python file (ending in .py)")
+        return v
 
     @field_validator("env", mode="before")
     @classmethod
@@ -276,4 +311,13 @@ def load_config(path: str | Path) -> ClusterConfig:
         raise ConfigError([f"{p}: no such file (give the path to your cluster.yaml)"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{p}: cannot read: {exc}"]) from None
-    return parse_config(text, str(p))
+    cfg = parse_config(text, str(p))
+    if cfg.script is None:
+        return cfg
+    script = (p.parent / Path(cfg.script).expanduser()).resolve()
+    if not script.is_file():
+        line = next((i for i, t in enumerate(text.splitlines(), 1) if t.startswith("script:")), 1)
+        raise ConfigError(
+            [f"{p}:{line}:1: script: {script}: no such file (relative to the config file)"]
+        )
+    return cfg.model_copy(update={"script": str(script)})

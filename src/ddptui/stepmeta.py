@@ -4,7 +4,7 @@ the two agree."""
 
 from __future__ import annotations
 
-ORDER: tuple[str, ...] = ("ssh", "inventory", "ping", "port", "env", "allreduce")
+ORDER: tuple[str, ...] = ("ssh", "inventory", "ping", "port", "env", "allreduce", "ddp")
 TITLES: dict[str, str] = {
     "ssh": "SSH reachability",
     "inventory": "Node inventory and version skew",
@@ -12,4 +12,5 @@ TITLES: dict[str, str] = {
     "port": "MASTER_PORT and all-pairs TCP",
     "env": "Launch environment audit",
     "allreduce": "torchrun allreduce (NCCL/gloo)",
+    "ddp": "DDP training steps",
 }

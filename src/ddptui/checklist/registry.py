@@ -5,6 +5,7 @@ from __future__ import annotations
 from ddptui import stepmeta
 from ddptui.checklist.base import Step
 from ddptui.checklist.steps.allreduce import AllreduceStep
+from ddptui.checklist.steps.ddp import DdpStep
 from ddptui.checklist.steps.env import EnvStep
 from ddptui.checklist.steps.inventory import InventoryStep
 from ddptui.checklist.steps.ping import PingStep
@@ -12,7 +13,8 @@ from ddptui.checklist.steps.port import PortStep
 from ddptui.checklist.steps.ssh import SSHStep
 
 STEPS: dict[str, type[Step]] = {
-    cls.id: cls for cls in (SSHStep, InventoryStep, PingStep, PortStep, EnvStep, AllreduceStep)
+    cls.id: cls
+    for cls in (SSHStep, InventoryStep, PingStep, PortStep, EnvStep, AllreduceStep, DdpStep)
 }
 ORDER = stepmeta.ORDER
 TITLES = stepmeta.TITLES

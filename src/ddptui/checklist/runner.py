@@ -107,6 +107,8 @@ class Session:
             )
         if step_id == "allreduce":
             return t.allreduce + STEP_SLACK_S
+        if step_id == "ddp":
+            return t.ddp + STEP_SLACK_S
         return t.step + STEP_SLACK_S
 
     def _timed_out(self, step_id: str, limit: float, took: float) -> StepResult:
