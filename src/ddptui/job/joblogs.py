@@ -20,6 +20,14 @@ _EXC = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(?P<msg>.*))?$"
 )
 _ROOT_CAUSE = "Root Cause (first observed failure):"
+LAUNCHER_EXCEPTIONS = ("ChildFailedError",)
+# Exceptions a rank raises because ANOTHER rank failed: never the first failure.
+SECONDARY = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|DistBackendError|"
+    r"DistNetworkError|DistStoreError|timed out|Timeout|SignalException|"
+    r"communicator was aborted|Watchdog|KeyboardInterrupt|SIGTERM",
+    re.IGNORECASE,
+)
 _RC_FIELD = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<v>.*)$")
 _RC_RANK = re.compile(r"(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
 _RC_EXIT = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)")
@@ -60,9 +68,11 @@ def strip_prefix(line: str) -> tuple[int | None, str, bool]:
 
 
 def exits(log: LogFile, ranks_here: Sequence[int], local_to_global: dict[int, int]) -> list[Exit]:
-    """The last exception of every traceback in a file, attributed to a rank: by its
-    line prefix, else the node's only rank."""
-    found: dict[int | None, Exit] = {}
+    """The exception of every traceback in a file, attributed to a rank by its line prefix,
+    else to the node's only rank; per rank the first one that is not a consequence of
+    another rank's failure (SECONDARY), else its first. torchrun's own traceback
+    (ChildFailedError) is the launcher reporting, not a rank."""
+    per_rank: dict[int | None, list[Exit]] = {}
     frames: dict[int | None, str | None] = {}
     in_tb: set[int | None] = set()
     only = ranks_here[0] if len(ranks_here) == 1 else None
@@ -80,11 +90,29 @@ def exits(log: LogFile, ranks_here: Sequence[int], local_to_global: dict[int, in
             frames[rank] = f"{m['file'].rsplit('/', 1)[-1]}:{m['line']} in {m['func']}"
             continue
         if (m := _EXC.match(text.strip())) and not text.startswith(" "):
-            found[rank] = Exit(
-                log.node, rank, m["type"], (m["msg"] or "").strip(), frames.get(rank), text.strip()
-            )
             in_tb.discard(rank)
-    return list(found.values())
+            if m["type"].endswith(LAUNCHER_EXCEPTIONS):
+                continue
+            per_rank.setdefault(rank, []).append(
+                Exit(
+                    log.node,
+                    rank,
+                    m["type"],
+                    (m["msg"] or "").strip(),
+                    frames.get(rank),
+                    text.strip(),
+                )
+            )
+    out = []
+    for found in per_rank.values():
+        primary = [e for e in found if not is_secondary(e)]
+        out.append((primary or found)[0])
+    return out
+
+
+def is_secondary(e: Exit) -> bool:
+    """Raised because ANOTHER rank failed (closed connections, timeouts, signals)."""
+    return SECONDARY.search(f"{e.exc_type}: {e.message}") is not None
 
 
 def root_causes(log: LogFile) -> list[RootCause]:

@@ -4,7 +4,6 @@ Pure core: the texts live in diagnosis/kb/job.yaml, the code fills in the facts.
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import Literal
 
 from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.diagnosis.model import Finding
-from ddptui.job.joblogs import Exit, classify, exits, rank_lines, root_causes
+from ddptui.job.joblogs import Exit, classify, exits, is_secondary, rank_lines, root_causes
 from ddptui.job.model import NodeView, RankView
 from ddptui.job.stacks import (
     StackGroup,
@@ -27,13 +26,6 @@ State = Literal[
 ]
 
 IDLE_CPU_PCT = 5.0  # below this over the look, a rank did no work of its own
-# Exceptions a rank raises because ANOTHER rank failed: never the first failure.
-SECONDARY = re.compile(
-    r"Connection closed by peer|Connection reset by peer|Broken pipe|DistBackendError|"
-    r"DistNetworkError|DistStoreError|timed out|Timeout|SignalException|ChildFailedError|"
-    r"communicator was aborted|Watchdog|KeyboardInterrupt|SIGTERM",
-    re.IGNORECASE,
-)
 
 
 @dataclass(frozen=True)
@@ -392,7 +384,7 @@ def _crash(
 ) -> Finding | None:
     if not found:
         return None
-    primary = [e for e in found if not SECONDARY.search(f"{e.exc_type}: {e.message}")]
+    primary = [e for e in found if not is_secondary(e)]
     pick = (primary or list(found))[0]
     others = [e for e in found if e is not pick]
     rank = pick.rank

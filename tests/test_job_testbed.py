@@ -1,0 +1,213 @@
+"""`ddptui job` on real gloo jobs started over SSH on the testbed, as users start them:
+a rank that took another code path while the others wait in all_reduce, a rank that
+dies of a CUDA OOM message, a healthy loop. ddptui must name the right rank, node,
+function and cause, never call the healthy job stuck, leave every job process as it
+was (same pids, still running, still progressing) and leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from testbed import Testbed, is_alive, kill_and_wait
+
+pytestmark = pytest.mark.testbed
+
+PY = sys.executable
+TORCHRUN = str(Path(PY).parent / "torchrun")
+VERDICT_LIMIT_S = 15.0
+
+HANG = """\
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(8)
+def evaluate():
+    time.sleep(3600)  # this rank took another code path
+step = 0
+while True:
+    step += 1
+    if rank == 1 and step == 3:
+        evaluate()
+    dist.all_reduce(t)
+    print(f"step {step}", flush=True)
+    time.sleep(0.3)
+"""
+
+LOOP = """\
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(1 << 16)
+step = 0
+while True:
+    step += 1
+    if rank == 2 and os.path.exists("crash-now"):
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity "
+            "of 79.15 GiB of which 141.25 MiB is free."
+        )
+    dist.all_reduce(t)
+    print(f"step {step}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+@pytest.fixture(scope="module")
+def tb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    from conftest import _require_testbed
+
+    _require_testbed()
+    bed = Testbed(3, prefix="jb", subnet="10.93.1", workdir=tmp_path_factory.mktemp("jb"))
+    bed.up()
+    try:
+        yield bed
+    finally:
+        bed.down()
+
+
+def launch(tb: Testbed, workdir: Path, script: str, port: int) -> list[Path]:
+    """torchrun on every node over SSH, detached, output to a file, as users do."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "train.py").write_text(script)
+    logs = []
+    for i in range(tb.n):
+        log = workdir / f"node{i}.log"
+        logs.append(log)
+        cmd = (
+            f"cd {shlex.quote(str(workdir))} || exit 1; GLOO_SOCKET_IFNAME=eth0 HF_TOKEN=hf_"
+            f"{'x' * 34} nohup {shlex.quote(TORCHRUN)} --nnodes 3 --nproc-per-node 1 "
+            f"--node-rank {i} --master-addr {tb.nodes[0].ip} --master-port {port} "
+            f"train.py > {shlex.quote(str(log))} 2>&1 < /dev/null &"
+        )
+        subprocess.run(tb.ssh_argv(i, cmd), check=True, timeout=30, capture_output=True)
+    return logs
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def steps(log: Path) -> int:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return sum(1 for line in text.splitlines() if line.startswith("step "))
+
+
+def snapshot(tb: Testbed) -> dict[int, list[int]]:
+    return {i: tb.pids(i) for i in range(tb.n)}
+
+
+def ddptui_job(tb: Testbed, tmp: Path, *args: str) -> tuple[int, dict[str, Any], str, float]:
+    config = tb.write_config(tmp / "cluster.yaml")
+    out = tmp / f"job-{time.monotonic_ns()}.json"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [PY, "-m", "ddptui", "job", str(config), "--json", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "XDG_STATE_HOME": str(tmp / "state")},
+    )
+    took = time.monotonic() - started
+    report = json.loads(out.read_text()) if out.exists() else {}
+    return proc.returncode, report, proc.stdout + proc.stderr, took
+
+
+def stop_job(tb: Testbed) -> None:
+    for i in range(tb.n):
+        left = kill_and_wait(tb.pids(i))
+        assert not left, f"node{i}: could not stop {left}"
+
+
+def assert_untouched(tb: Testbed, before: dict[int, list[int]]) -> None:
+    """The job's processes are exactly the ones before (none stopped, none added: nothing
+    of ddptui's left), and none is stopped (T) by a tracer."""
+    wait_for(lambda: snapshot(tb) == before, 10, "the nodes to hold only the job again")
+    for pids in before.values():
+        for pid in pids:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+            assert state not in ("T", "t", "Z"), f"pid {pid} is in state {state}"
+
+
+def test_hung_rank_named_with_its_function_and_the_others_in_all_reduce(
+    tb: Testbed, tmp_path: Path
+) -> None:
+    logs = launch(tb, tmp_path / "hang", HANG, 29611)
+    try:
+        wait_for(lambda: all(steps(log) >= 2 for log in logs), 60, "two steps on every node")
+        time.sleep(2.0)  # rank 1 is in evaluate(), the others wait in all_reduce
+        before = snapshot(tb)
+        assert all(before.values()), before
+        rc, report, out, took = ddptui_job(tb, tmp_path)
+        assert rc == 1, out
+        ff = report["first_failure"]
+        assert ff["step"] == "job"
+        assert ff["finding"] == "JOB-HUNG-DIVERGED", out
+        assert ff["rank"] == 1 and ff["nodes"] == ["node1"], ff
+        assert ff["where"] == "train.py:6 in evaluate", ff
+        assert "ranks 0, 2 (node0, node2) wait in `all_reduce` at `train.py:12`" in ff["summary"]
+        assert "rank 1 (node1) is in `evaluate`" in ff["summary"]
+        assert took < VERDICT_LIMIT_S, f"verdict took {took:.1f} s"
+        assert "hf_" + "x" * 34 not in json.dumps(report), "a secret left the node"
+        assert_untouched(tb, before)
+        assert all(is_alive(p) for pids in before.values() for p in pids)
+    finally:
+        stop_job(tb)
+
+
+def test_healthy_job_is_never_stuck_then_crash_names_the_oom_rank(
+    tb: Testbed, tmp_path: Path
+) -> None:
+    work = tmp_path / "loop"
+    logs = launch(tb, work, LOOP, 29612)
+    try:
+        wait_for(lambda: all(steps(log) >= 3 for log in logs), 60, "three steps on every node")
+        before = snapshot(tb)
+        for _ in range(2):
+            rc, report, out, took = ddptui_job(tb, tmp_path)
+            job = report["job"]
+            assert job["state"] == "healthy", out
+            assert rc == 0, out
+            assert report["first_failure"] is None
+            assert not any(f["id"].startswith("JOB-HUNG") for f in report["steps"][0]["findings"])
+            assert sorted(r["rank"] for r in job["ranks"]) == [0, 1, 2]
+            assert took < VERDICT_LIMIT_S, f"verdict took {took:.1f} s"
+        assert_untouched(tb, before)
+        progress = [steps(log) for log in logs]
+        wait_for(
+            lambda: all(steps(log) > n + 2 for log, n in zip(logs, progress, strict=True)),
+            20,
+            "the job to keep progressing after ddptui looked",
+        )
+
+        (work / "crash-now").write_text("")  # rank 2 raises a CUDA OOM and exits
+        wait_for(lambda: not any(snapshot(tb).values()), 60, "the job to end on every node")
+        rc, report, out, _ = ddptui_job(tb, tmp_path)  # no --log: the remembered paths
+        assert rc == 1, out
+        ff = report["first_failure"]
+        assert ff["finding"] == "JOB-CRASHED", out
+        assert ff["rank"] == 2 and ff["nodes"] == ["node2"], ff
+        assert "OutOfMemoryError: CUDA out of memory" in ff["summary"]
+        assert "Connection closed by peer" in ff["summary"] or "then failed" in ff["summary"]
+        assert "Reduce the per-GPU batch size" in ff["fix"]  # RANK-CUDA-OOM's fix
+        assert not any(snapshot(tb).values()), "ddptui left something on a node"
+
+        given = [f"node{i}:{log}" for i, log in enumerate(logs)]
+        rc, report, out, _ = ddptui_job(tb, tmp_path, *(a for g in given for a in ("--log", g)))
+        assert report["first_failure"]["finding"] == "JOB-CRASHED", out
+        assert report["first_failure"]["rank"] == 2
+    finally:
+        stop_job(tb)
