@@ -350,6 +350,10 @@ from ddptui.cli_job import job as _job_command  # noqa: E402 - registered after 
 
 main.add_command(_job_command)
 
+from ddptui.cli_lint import lint as _lint_command  # noqa: E402 - registered after main exists
+
+main.add_command(_lint_command)
+
 from ddptui.cli_diagnose import diagnose as _diagnose_command  # noqa: E402 - after main
 
 main.add_command(_diagnose_command)

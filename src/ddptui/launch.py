@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 # The subcommands of ddptui.cli.main (a test keeps the two in step).
 COMMANDS = frozenset(
-    {"open", "check", "validate", "schema", "report", "replay", "job", "diagnose"}
+    {"open", "check", "validate", "schema", "report", "replay", "job", "lint", "diagnose"}
 )
 
 

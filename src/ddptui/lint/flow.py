@@ -1,0 +1,362 @@
+"""What a script does across ranks: which calls are collectives or DDP sync points,
+which code runs on only some ranks (under `if rank == 0:`, after `if rank != 0:
+return`, in a function only ever called that way), and which loops train."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+from ddptui.lint.script import FuncNode, Script, const, last
+
+COLLECTIVES: Final = frozenset(
+    {
+        "all_reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "broadcast",
+        "broadcast_object_list",
+        "barrier",
+        "monitored_barrier",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "all_to_all",
+        "all_to_all_single",
+        "new_group",
+        "all_reduce_coalesced",
+    }
+)
+# Collectives of the launchers' objects (accelerate.Accelerator, lightning Fabric).
+LAUNCHER_COLLECTIVES: Final = frozenset(
+    {
+        "wait_for_everyone",
+        "gather",
+        "gather_for_metrics",
+        "reduce",
+        "pad_across_processes",
+        "barrier",
+        "all_reduce",
+        "all_gather",
+        "broadcast",
+    }
+)
+LAUNCHERS: Final = frozenset({"Accelerator", "Fabric"})
+WRAPPERS: Final = frozenset({"DistributedDataParallel", "FullyShardedDataParallel"})
+_RANK_IDS: Final = frozenset(
+    {
+        "gpu",
+        "gpu_id",
+        "gpu_idx",
+        "device_id",
+        "local_gpu",
+        "proc_id",
+        "proc_idx",
+        "process_index",
+        "local_process_index",
+        "process_id",
+    }
+)
+_MAIN_FLAG: Final = re.compile(
+    r"^(is_)?(local_|global_|world_)?(main|master|primary|chief|leader)(_process|_proc|_rank"
+    r"|_node|_worker)?$|^(is_)?rank_?(0|zero)(_only)?$|^is_(global|local|world)_(zero|process_zero)$"
+    r"|^is_(local_|world_)?process_zero$"
+)
+_RANK_ENV: Final = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "PMI_RANK",
+    }
+)
+_GET_RANK: Final = frozenset(
+    {"get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank"}
+)
+
+
+def ident(expr: ast.expr) -> str | None:
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return None
+
+
+def is_rank_name(name: str) -> bool:
+    low = name.lower()
+    return ("rank" in low and "world" not in low and "size" not in low) or low in _RANK_IDS
+
+
+def own_nodes(root: ast.AST) -> Iterator[ast.AST]:
+    """Nodes under `root`, not descending into nested functions, lambdas or classes."""
+    stack = list(ast.iter_child_nodes(root))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def calls_in(nodes: Iterable[ast.AST]) -> list[ast.Call]:
+    out = [n for root in nodes for n in [root, *own_nodes(root)] if isinstance(n, ast.Call)]
+    return sorted(out, key=lambda c: (c.lineno, c.col_offset))
+
+
+class Flow:
+    """Rank and synchronisation facts of one script, computed on demand and cached."""
+
+    def __init__(self, script: Script) -> None:
+        self.s = script
+        self._busy: set[FuncNode] = set()  # functions being walked (recursion guard)
+        self._guard_busy: set[FuncNode] = set()
+        self.wrapper_calls = [c for c in script.calls if self._is_wrapper(c)]
+        self.ddp_calls = [
+            c for c in self.wrapper_calls if last(script.call_name(c)) == "DistributedDataParallel"
+        ]
+        names = [script.call_name(c) for c in script.calls]
+        self.inits_group = any(last(n) == "init_process_group" for n in names)
+        self.distributed = bool(
+            self.wrapper_calls or self.inits_group or any(self.collective(c) for c in script.calls)
+        )
+
+    def _is_wrapper(self, call: ast.Call) -> bool:
+        qn = self.s.call_name(call)
+        return last(qn) in WRAPPERS and qn.split(".")[0] == "torch"
+
+    def uses(self, *names: str) -> bool:
+        """Whether the file mentions any of these attribute or function names at all."""
+        return any(
+            isinstance(n, ast.Attribute | ast.Name) and ident(n) in names
+            for n in ast.walk(self.s.tree)
+        )
+
+    # --- values ---------------------------------------------------------------------
+
+    def is_ddp_value(self, expr: ast.expr) -> bool:
+        return any(isinstance(o, ast.Call) and o in self.ddp_calls for o in self.s.origins(expr))
+
+    def is_wrapped_value(self, expr: ast.expr) -> bool:
+        return any(
+            isinstance(o, ast.Call) and o in self.wrapper_calls for o in self.s.origins(expr)
+        )
+
+    def _launcher_value(self, expr: ast.expr) -> bool:
+        return any(
+            isinstance(o, ast.Call) and last(self.s.call_name(o)) in LAUNCHERS
+            for o in self.s.origins(expr)
+        )
+
+    # --- synchronisation points ------------------------------------------------------
+
+    def collective(self, call: ast.Call) -> str | None:
+        """`dist.all_reduce` for a collective call (point-to-point send/recv are not)."""
+        qn = self.s.call_name(call)
+        if qn.startswith("torch.distributed.") and last(qn) in COLLECTIVES:
+            return f"dist.{last(qn)}"
+        f = call.func
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr in LAUNCHER_COLLECTIVES
+            and self._launcher_value(f.value)
+        ):
+            return f"{ast.unparse(f.value)}.{f.attr}"
+        return None
+
+    def is_backward(self, call: ast.Call) -> bool:
+        f = call.func
+        return isinstance(f, ast.Attribute) and f.attr == "backward"
+
+    def direct_sync(self, call: ast.Call) -> str | None:
+        """What makes this call wait for the other ranks, if anything does."""
+        name = self.collective(call)
+        if name:
+            return name
+        if self.wrapper_calls and self.is_wrapped_value(call.func):
+            return f"the DDP forward `{ast.unparse(call.func)}(...)`"
+        if self.is_backward(call) and (self.wrapper_calls or self._launcher_value(call.func)):
+            return f"`{ast.unparse(call.func)}()` (DDP's gradient all-reduce)"
+        return None
+
+    def call_sync(self, call: ast.Call) -> str | None:
+        """direct_sync, or the first sync point inside a same-file function it calls."""
+        here = self.direct_sync(call)
+        if here:
+            return here
+        for func in self.s.callees(call):
+            inner = self.function_sync(func)
+            if inner:
+                return f"{inner} in `{func.name}()`"
+        return None
+
+    @functools.cache  # noqa: B019 - one Flow per lint run
+    def function_sync(self, func: FuncNode) -> str | None:
+        if func in self._busy:
+            return None
+        self._busy.add(func)
+        try:
+            return self.stmts_sync(func.body)
+        finally:
+            self._busy.discard(func)
+
+    def stmts_sync(self, stmts: Iterable[ast.AST]) -> str | None:
+        for call in calls_in(stmts):
+            found = self.call_sync(call)
+            if found:
+                return found
+        return None
+
+    @functools.cache  # noqa: B019
+    def has_backward(self, func: FuncNode) -> bool:
+        return self._stmts_backward(func.body, {func})
+
+    def _stmts_backward(self, stmts: Iterable[ast.AST], seen: set[FuncNode]) -> bool:
+        for call in calls_in(stmts):
+            if self.is_backward(call):
+                return True
+            for f in self.s.callees(call):
+                if f not in seen and self._stmts_backward(f.body, seen | {f}):
+                    return True
+        return False
+
+    def training_loops(self) -> list[ast.For | ast.AsyncFor | ast.While]:
+        """Loops whose body runs a backward pass (directly or through same-file calls)."""
+        return [
+            n
+            for n in ast.walk(self.s.tree)
+            if isinstance(n, ast.For | ast.AsyncFor | ast.While)
+            and self._stmts_backward(n.body, set())
+        ]
+
+    # --- rank-dependent code ----------------------------------------------------------
+
+    def is_rank_expr(self, expr: ast.AST, depth: int = 0) -> bool:
+        """Whether an expression's value differs between ranks because it is the rank."""
+        for n in [expr, *own_nodes(expr)]:
+            if isinstance(n, ast.Name | ast.Attribute) and is_rank_name(ident(n) or ""):
+                return True
+            if isinstance(n, ast.Call) and last(self.s.call_name(n)) in _GET_RANK:
+                return True
+            if isinstance(n, ast.Constant) and n.value in _RANK_ENV and self._in_environ(n):
+                return True
+            if isinstance(n, ast.Name) and depth < 3:
+                for v in self.s.assigned(self.s.scope_of(n), n.id):
+                    if self.is_rank_expr(v, depth + 1):
+                        return True
+        return False
+
+    def _in_environ(self, node: ast.AST) -> bool:
+        parent = self.s.parents.get(node)
+        if isinstance(parent, ast.Subscript | ast.Call):
+            text = ast.unparse(parent)
+            return "environ" in text or "getenv" in text
+        return False
+
+    def is_rank_test(self, test: ast.expr, depth: int = 0) -> bool:  # noqa: PLR0911 - one case per node kind
+        """`rank == 0`, `dist.get_rank() != 0`, `is_main_process()`, `args.local_rank in
+        [-1, 0]`, `self.is_master`... but not `local_rank != -1` (distributed or not)."""
+        if depth > 4:
+            return False
+        if isinstance(test, ast.BoolOp):
+            return any(self.is_rank_test(v, depth + 1) for v in test.values)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self.is_rank_test(test.operand, depth + 1)
+        if isinstance(test, ast.Compare):
+            sides = [test.left, *test.comparators]
+            ranked = [s for s in sides if self.is_rank_expr(s)]
+            if not ranked:
+                return False
+            others = [s for s in sides if s not in ranked]
+            return not others or not all(const(o) in (-1, None) for o in others)
+        if isinstance(test, ast.Name | ast.Attribute):
+            name = ident(test) or ""
+            if _MAIN_FLAG.match(name.lower()):
+                return True
+            if isinstance(test, ast.Name):
+                return any(
+                    self.is_rank_test(v, depth + 1)
+                    for v in self.s.assigned(self.s.scope_of(test), test.id, module_too=True)
+                )
+            return False
+        if isinstance(test, ast.Call):
+            if _MAIN_FLAG.match(last(self.s.call_name(test)).lower()):
+                return True
+            return any(
+                isinstance(r, ast.Return)
+                and r.value is not None
+                and self.is_rank_test(r.value, depth + 1)
+                for f in self.s.callees(test)
+                for r in own_nodes(f)
+            )
+        return False
+
+    def local_guard(self, node: ast.AST) -> ast.AST | None:
+        """The rank test that keeps `node` from running on every rank, within its function:
+        an enclosing `if` on the rank, or an earlier `if rank != 0: return`."""
+        child = node
+        for a in self.s.ancestors(node):
+            if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
+                return None
+            if (
+                isinstance(a, ast.If | ast.IfExp)
+                and child is not a.test
+                and self.is_rank_test(a.test)
+            ):
+                return a
+            for stmts in _stmt_lists(a):
+                if child in stmts:
+                    for earlier in stmts[: stmts.index(child)]:
+                        if (
+                            isinstance(earlier, ast.If)
+                            and _exits(earlier.body)
+                            and self.is_rank_test(earlier.test)
+                        ):
+                            return earlier
+            child = a
+        return None
+
+    @functools.cache  # noqa: B019
+    def func_guarded(self, func: FuncNode) -> bool:
+        """Every call of `func` in the file runs on some ranks only (or it is decorated
+        so: `@rank_zero_only`)."""
+        for d in func.decorator_list:
+            name = ident(d.func if isinstance(d, ast.Call) else d) or ""
+            if _MAIN_FLAG.match(name.lower()) or "rank_zero" in name or "main_process" in name:
+                return True
+        if func in self._guard_busy:
+            return False
+        self._guard_busy.add(func)
+        try:
+            sites = self.s.call_sites(func)
+            return bool(sites) and all(self.guarded(c) for c in sites)
+        finally:
+            self._guard_busy.discard(func)
+
+    def guarded(self, node: ast.AST) -> bool:
+        if self.local_guard(node) is not None:
+            return True
+        owner = self.s.scope_of(node)
+        return isinstance(owner, ast.FunctionDef | ast.AsyncFunctionDef) and self.func_guarded(
+            owner
+        )
+
+
+def _stmt_lists(node: ast.AST) -> list[list[ast.stmt]]:
+    return [
+        v for k in ("body", "orelse", "finalbody") if isinstance(v := getattr(node, k, None), list)
+    ]
+
+
+def _exits(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Return | ast.Continue | ast.Break | ast.Raise)

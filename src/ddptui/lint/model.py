@@ -1,0 +1,91 @@
+"""What the lint produces: findings with file and line, and a run's result."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddptui.diagnosis.model import Severity
+
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a rule saw: the finding id, where, a one-line summary and the facts its
+    knowledge-base text is filled with."""
+
+    id: str
+    line: int
+    summary: str
+    facts: dict[str, object] = field(default_factory=dict)
+    severity: Severity | None = None  # None: the knowledge base's
+
+    @classmethod
+    def at(
+        cls,
+        id: str,
+        node: ast.AST,
+        summary: str,
+        *,
+        severity: Severity | None = None,
+        **facts: object,
+    ) -> Hit:
+        return cls(id, getattr(node, "lineno", 1), summary, facts, severity)
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    id: str
+    severity: Severity
+    file: str
+    line: int
+    title: str
+    summary: str
+    why: str
+    fix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "file": self.file,
+            "line": self.line,
+            "title": self.title,
+            "summary": self.summary,
+            "why": self.why,
+            "fix": self.fix,
+        }
+
+
+class LintInputError(Exception):
+    """A file that cannot be audited (unreadable, not text, not Python); str() says what,
+    where and what to do."""
+
+
+@dataclass(frozen=True)
+class LintResult:
+    files: tuple[str, ...]
+    findings: tuple[LintFinding, ...]
+    problems: tuple[str, ...] = ()  # files that could not be audited, one message each
+
+    @property
+    def errors(self) -> tuple[LintFinding, ...]:
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    @property
+    def exit_code(self) -> int:
+        """CONTRACT: 2 unreadable/unparsable input, 1 an error finding, else 0."""
+        if self.problems:
+            return 2
+        return 1 if self.errors else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "files": list(self.files),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        if self.problems:
+            out["problems"] = list(self.problems)
+        return out

@@ -1,0 +1,206 @@
+"""Rules about the data each rank sees: the sampler, its epoch, shuffle, uneven shards
+(pitfalls 3, 4, 18, 20)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script, const, kwarg, last
+
+_UNWRAP: Final = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "cycle", "track"})
+_EVAL_NAME: Final = re.compile(r"val|test|eval|dev_", re.I)
+_SHARDERS: Final = frozenset({"split_dataset_by_node", "shard"})
+
+
+def is_loader(s: Script, call: ast.AST) -> bool:
+    return isinstance(call, ast.Call) and last(s.call_name(call)) == "DataLoader"
+
+
+def _iterated(s: Script, loop: ast.AST) -> ast.expr | None:
+    if not isinstance(loop, ast.For | ast.AsyncFor):
+        return None
+    it = loop.iter
+    while isinstance(it, ast.Call) and it.args and last(s.call_name(it)) in _UNWRAP:
+        it = it.args[0]
+    return it
+
+
+def training_loaders(s: Script, f: Flow) -> list[ast.Call]:
+    """The DataLoaders that training loops iterate, names followed across functions."""
+    found: list[ast.Call] = []
+    for loop in f.training_loops():
+        it = _iterated(s, loop)
+        if it is None:
+            continue
+        for o in s.origins(it):
+            if isinstance(o, ast.Call) and is_loader(s, o) and o not in found:
+                found.append(o)
+    return found
+
+
+def _has(call: ast.Call, name: str, position: int) -> bool:
+    v = kwarg(call, name, position)
+    return v is not None and const(v) is not None
+
+
+def sharded(s: Script, f: Flow, expr: ast.expr) -> ast.AST | None:
+    """The expression where a dataset is split by rank by hand, if it is."""
+    for o in s.origins(expr):
+        if isinstance(o, ast.Call) and last(s.call_name(o)) == "DistributedSampler":
+            continue
+        if isinstance(o, ast.Call) and last(s.call_name(o)) in _SHARDERS:
+            return o
+        if isinstance(o, ast.Call | ast.Subscript) and f.is_rank_expr(o):
+            return o
+        if isinstance(o, ast.Call) and isinstance(o.func, ast.Name):
+            cls = s.classes.get(o.func.id)
+            if (
+                cls is not None
+                and any("Iterable" in ast.unparse(b) for b in cls.bases)
+                and (f.is_rank_expr(cls))
+            ):
+                return o
+    return None
+
+
+def sampler(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.wrapper_calls or f.uses("prepare"):
+        return
+    loaders = training_loaders(s, f)
+    if not loaders and not f.uses("DistributedSampler") and f.training_loops():
+        loaders = [
+            c
+            for c in s.calls
+            if is_loader(s, c) and not _EVAL_NAME.search(_assigned_name(s, c) or "")
+        ]
+    for loader in loaders:
+        if _has(loader, "sampler", 3) or _has(loader, "batch_sampler", 4):
+            continue
+        data = kwarg(loader, "dataset", 0)
+        if data is not None and sharded(s, f, data) is not None:
+            continue
+        yield Hit.at(
+            "DDP-SAMPLER",
+            loader,
+            (
+                f"`{_assigned_name(s, loader) or 'DataLoader'}` has no DistributedSampler: every "
+                "rank iterates the whole dataset"
+            ),
+            dataset=ast.unparse(data) if data else "dataset",
+            loader=_assigned_name(s, loader) or "loader",
+        )
+
+
+def _assigned_name(s: Script, node: ast.AST) -> str | None:
+    parent = s.parents.get(node)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        return ast.unparse(parent.targets[0])
+    if isinstance(parent, ast.Return):
+        return None
+    return None
+
+
+def set_epoch(s: Script, f: Flow) -> Iterator[Hit]:
+    samplers = [
+        c
+        for c in s.calls
+        if last(s.call_name(c)) == "DistributedSampler"
+        and const(kwarg(c, "shuffle", 3)) is not False
+    ]
+    if not samplers or f.uses("set_epoch"):
+        return
+    loops = f.training_loops()
+    for loop in loops:
+        inner = [m for m in loops if m is not loop and loop in set(s.ancestors(m))]
+        if inner or _calls_training_loop(s, f, loop, set()):
+            yield Hit.at(
+                "DDP-SET-EPOCH",
+                loop,
+                (
+                    "the DistributedSampler's shuffle is never re-seeded: "
+                    f"`sampler.set_epoch(...)` is not called in this loop (sampler at line "
+                    f"{samplers[0].lineno})"
+                ),
+                sampler=_assigned_name(s, samplers[0]) or "sampler",
+                epoch=ast.unparse(loop.target) if isinstance(loop, ast.For) else "epoch",
+            )
+            return
+
+
+def _calls_training_loop(s: Script, f: Flow, root: ast.AST, seen: set[ast.AST]) -> bool:
+    for n in own_nodes(root):
+        if isinstance(n, ast.Call):
+            for fn in s.callees(n):
+                if fn in seen:
+                    continue
+                seen.add(fn)
+                if any(
+                    isinstance(m, ast.For | ast.While) and m in f.training_loops()
+                    for m in own_nodes(fn)
+                ) or _calls_training_loop(s, f, fn, seen):
+                    return True
+    return False
+
+
+def shuffle_sampler(s: Script, f: Flow) -> Iterator[Hit]:
+    for c in s.calls:
+        if (
+            is_loader(s, c)
+            and const(kwarg(c, "shuffle", 2)) is True
+            and (_has(c, "sampler", 3) or _has(c, "batch_sampler", 4))
+        ):
+            yield Hit.at(
+                "DDP-SHUFFLE-SAMPLER",
+                c,
+                (
+                    "DataLoader(shuffle=True, sampler=...): the DataLoader refuses this "
+                    "combination at start"
+                ),
+                loader=_assigned_name(s, c) or "loader",
+            )
+
+
+def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.wrapper_calls or f.uses("join", "Join"):
+        return
+    for loop in f.training_loops():
+        it = _iterated(s, loop)
+        if it is None:
+            continue
+        for o in s.origins(it):
+            if is_loader(s, o):
+                assert isinstance(o, ast.Call)
+                data = kwarg(o, "dataset", 0)
+                shard = sharded(s, f, data) if data is not None else None
+                if (
+                    shard is None
+                    or _has(o, "sampler", 3)
+                    or const(kwarg(o, "drop_last", 8)) is True
+                ):
+                    continue
+                yield _uneven(o, shard, ident(data) if data else None)
+                return
+        shard = sharded(s, f, it)
+        if shard is not None:
+            yield _uneven(shard, shard, ident(it))
+            return
+
+
+def _uneven(at: ast.AST, shard: ast.AST, data: str | None) -> Hit:
+    return Hit.at(
+        "DDP-UNEVEN-BATCH",
+        at,
+        (
+            f"the data is split by rank by hand (`{ast.unparse(shard)[:60]}`, line "
+            f"{getattr(shard, 'lineno', '?')}) and nothing evens out the number of batches"
+        ),
+        dataset=data or "dataset",
+    )
+
+
+RULES = (sampler, set_epoch, shuffle_sampler, uneven_batch)

@@ -1,0 +1,227 @@
+"""Rules about checkpoints and files: the wrapper's state_dict (12), loading before rank
+0 has finished writing (15), every rank writing the same files (16), per-rank shards
+loaded on another world size."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow, calls_in, ident
+from ddptui.lint.model import Hit
+from ddptui.lint.script import FuncNode, Script, const, kwarg, last
+
+_WRITE_MODES: Final = ("w", "a", "x")
+_SHARDED_TYPES: Final = frozenset({"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"})
+
+
+def _torch(s: Script, call: ast.Call, name: str) -> bool:
+    qn = s.call_name(call)
+    return last(qn) == name and qn.startswith("torch") and "distributed" not in qn
+
+
+def _unwrapped(s: Script, expr: ast.expr) -> bool:
+    return any(
+        isinstance(o, ast.Attribute) and o.attr == "module" for o in [expr, *s.origins(expr)]
+    )
+
+
+def _state_dict_receivers(s: Script, expr: ast.expr, depth: int = 0) -> list[ast.expr]:
+    out: list[ast.expr] = []
+    for o in s.origins(expr):
+        for n in ast.walk(o):
+            if (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr == "state_dict"
+            ):
+                out.append(n.func.value)
+            elif isinstance(n, ast.Name) and n is not o and depth < 3:
+                out += _state_dict_receivers(s, n, depth + 1)
+    return out
+
+
+def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.ddp_calls:
+        return
+    for c in s.calls:  # loading back into the wrapper is consistent: nothing to say
+        if (
+            isinstance(c.func, ast.Attribute)
+            and c.func.attr == "load_state_dict"
+            and f.is_ddp_value(c.func.value)
+            and not _unwrapped(s, c.func.value)
+        ):
+            return
+    for c in s.calls:
+        if not _torch(s, c, "save") or not c.args:
+            continue
+        for recv in _state_dict_receivers(s, c.args[0]):
+            if f.is_ddp_value(recv) and not _unwrapped(s, recv):
+                yield Hit.at(
+                    "DDP-SAVE-WRAPPER",
+                    c,
+                    (
+                        f"`{ast.unparse(recv)}.state_dict()` of the DDP wrapper is saved: every key "
+                        "starts with `module.`"
+                    ),
+                    model=ast.unparse(recv),
+                )
+                break
+
+
+def _roots(s: Script) -> list[list[ast.stmt]]:
+    top = [
+        st
+        for st in s.tree.body
+        if not isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
+    funcs = [fn for fns in s.functions.values() for fn in fns if not s.call_sites(fn)]
+    return [top, *[fn.body for fn in funcs]]
+
+
+def _events(
+    s: Script, f: Flow, stmts: list[ast.stmt], guarded: bool, seen: frozenset[FuncNode]
+) -> Iterator[tuple[str, ast.Call, bool]]:
+    for call in calls_in(stmts):
+        g = guarded or f.local_guard(call) is not None
+        if _torch(s, call, "save"):
+            yield "save", call, g
+        elif _torch(s, call, "load"):
+            yield "load", call, g
+        elif f.direct_sync(call):
+            yield "sync", call, g
+        for fn in s.callees(call):
+            if fn not in seen and len(seen) < 8:
+                yield from _events(s, f, fn.body, g, seen | {fn})
+
+
+def _path(call: ast.Call, position: int, *names: str) -> ast.expr | None:
+    for n in names:
+        v = kwarg(call, n)
+        if v is not None:
+            return v
+    return kwarg(call, "\0", position)
+
+
+def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.distributed:
+        return
+    reported: set[int] = set()
+    for root in _roots(s):
+        pending: ast.Call | None = None
+        for kind, call, guarded in _events(s, f, root, False, frozenset()):
+            if kind == "save" and guarded:
+                pending = call
+            elif kind == "sync" and not guarded:
+                pending = None
+            elif kind == "load" and not guarded and pending is not None:
+                saved, loaded = const(_path(pending, 1, "f")), const(_path(call, 0, "f"))
+                if isinstance(saved, str) and isinstance(loaded, str) and saved != loaded:
+                    continue
+                if call.lineno not in reported:
+                    reported.add(call.lineno)
+                    yield Hit.at(
+                        "DDP-CKPT-BARRIER",
+                        call,
+                        (
+                            f"every rank loads a checkpoint here, but only some ranks wrote it "
+                            f"(line {pending.lineno}) and nothing waits for that write to finish"
+                        ),
+                        saved_at=pending.lineno,
+                    )
+                pending = None
+
+
+def _writer(s: Script, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # noqa: PLR0911 - one case per writer
+    """(what, path) for a call that writes a file or starts a logger."""
+    qn = s.call_name(c)
+    name = last(qn)
+    if _torch(s, c, "save"):
+        path = _path(c, 1, "f")
+        if path is not None and any(
+            isinstance(o, ast.Call) and "BytesIO" in s.call_name(o) for o in s.origins(path)
+        ):
+            return None
+        return "torch.save", path
+    if name == "SummaryWriter":
+        return "SummaryWriter", _path(c, 0, "log_dir", "logdir")
+    if qn == "wandb.init":
+        return "wandb.init", None
+    if name == "FileHandler" and "logging" in qn:
+        return "logging.FileHandler", _path(c, 0, "filename")
+    if qn in ("open", "builtins.open"):
+        mode = const(kwarg(c, "mode", 1))
+        if isinstance(mode, str) and mode.startswith(_WRITE_MODES):
+            return "open(..., " + repr(mode) + ")", _path(c, 0, "file")
+    return None
+
+
+def _referenced(s: Script, node: ast.AST) -> bool:
+    owner = s.scope_of(node)
+    if not isinstance(owner, ast.FunctionDef | ast.AsyncFunctionDef):
+        return True
+    if s.call_sites(owner):
+        return True
+    return any(
+        isinstance(n, ast.Name | ast.Attribute)
+        and ident(n) == owner.name
+        and not isinstance(n.ctx, ast.Store)
+        for n in ast.walk(s.tree)
+    )
+
+
+def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.distributed:
+        return
+    for c in s.calls:
+        found = _writer(s, c)
+        if found is None or f.guarded(c) or not _referenced(s, c):
+            continue
+        what, path = found
+        if (path is not None and f.is_rank_expr(path)) or any(
+            f.is_rank_expr(kw.value) for kw in c.keywords
+        ):
+            continue  # one file per rank, on purpose
+        yield Hit.at(
+            "DDP-ALL-RANKS-IO",
+            c,
+            (
+                f"`{what}` runs on every rank: each process writes "
+                + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
+            ),
+            what=what,
+        )
+
+
+def sharded_world(s: Script, f: Flow) -> Iterator[Hit]:
+    sharded_type = any(
+        isinstance(n, ast.Attribute) and n.attr in _SHARDED_TYPES for n in ast.walk(s.tree)
+    )
+    for c in s.calls:
+        if not _torch(s, c, "load"):
+            continue
+        path = _path(c, 0, "f")
+        per_rank = path is not None and f.is_rank_expr(path)
+        if not (per_rank or sharded_type) or _checks_world_size(s, c):
+            continue
+        yield Hit.at(
+            "DDP-SHARDED-WORLD",
+            c,
+            (
+                f"`{ast.unparse(c)[:70]}` loads "
+                + ("this rank's own shard" if per_rank else "a sharded state dict")
+                + ": it only fits the world size that wrote it"
+            ),
+            path=ast.unparse(path) if path is not None else "path",
+        )
+
+
+def _checks_world_size(s: Script, call: ast.Call) -> bool:
+    scope = s.scope_of(call)
+    return any(
+        isinstance(n, ast.Compare) and "world_size" in ast.unparse(n) for n in ast.walk(scope)
+    )
+
+
+RULES = (save_wrapper, ckpt_barrier, all_ranks_io, sharded_world)

@@ -1,0 +1,465 @@
+"""Rules about the model and its set-up: the wrapper, devices, BatchNorm, the loss,
+seeds, NCCL variables, mixed precision (pitfalls 1, 2, 5-8, 10, 11, 17; fp16)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow, ident
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script, const, kwarg, last
+
+_CUDA_N: Final = re.compile(r"^cuda:\d+$")
+_MOVERS: Final = frozenset({"to", "cuda"})
+_BN: Final = re.compile(r"^(Lazy)?BatchNorm[123]d$")
+_BN_ARCHS: Final = re.compile(
+    r"^(resnet|resnext|wide_resnet|densenet|mobilenet|efficientnet|inception_v3|googlenet|regnet"
+    r"|shufflenet|mnasnet|convnext_|vgg\d+_bn)"
+)
+NCCL_TUNING: Final = frozenset(
+    {
+        "NCCL_ALGO",
+        "NCCL_PROTO",
+        "NCCL_BUFFSIZE",
+        "NCCL_NTHREADS",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_MIN_CTAS",
+        "NCCL_MAX_CTAS",
+        "NCCL_P2P_DISABLE",
+        "NCCL_SHM_DISABLE",
+        "NCCL_IB_DISABLE",
+        "NCCL_NET_GDR_LEVEL",
+        "NCCL_NET_GDR_READ",
+        "NCCL_P2P_LEVEL",
+        "NCCL_CROSS_NIC",
+        "NCCL_NSOCKS_PERTHREAD",
+        "NCCL_SOCKET_NTHREADS",
+        "NCCL_IB_QPS_PER_CONNECTION",
+        "NCCL_LL_THRESHOLD",
+        "NCCL_TREE_THRESHOLD",
+        "NCCL_CHUNKSIZE",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_COLLNET_ENABLE",
+        "NCCL_P2P_NET_CHUNKSIZE",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_LAUNCH_MODE",
+        "NCCL_NET_SHARED_BUFFERS",
+    }
+)
+_SEEDS: Final = frozenset({"manual_seed", "manual_seed_all", "seed_everything", "set_seed", "seed"})
+_AUGMENT: Final = re.compile(
+    r"^(Random\w+|RandAugment|AutoAugment|TrivialAugmentWide|AugMix"
+    r"|Dropout\d?d?|dropout\d?d?)$"
+)
+_WEIGHTED_LOSS: Final = frozenset({"CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss"})
+
+
+def receiver(call: ast.Call) -> str | None:
+    return ast.unparse(call.func.value) if isinstance(call.func, ast.Attribute) else None
+
+
+def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
+    """Whether the module `expr` was put on a device before `line` (`.to()`, `.cuda()`,
+    built with `device=`), as far as the file shows."""
+    text = ast.unparse(expr)
+    scope = s.scope_of(expr)
+    for o in s.origins(expr):
+        if (
+            isinstance(o, ast.Call)
+            and o.lineno <= line
+            and (
+                (isinstance(o.func, ast.Attribute) and o.func.attr in _MOVERS)
+                or kwarg(o, "device") is not None
+            )
+        ):
+            return True
+    return any(
+        c.lineno < line
+        and isinstance(c.func, ast.Attribute)
+        and c.func.attr in _MOVERS
+        and receiver(c) == text
+        for c in s.function_calls(scope)
+    )
+
+
+def dataparallel(s: Script, f: Flow) -> Iterator[Hit]:
+    if f.ddp_calls:
+        return  # DataParallel is then the single-process fallback branch
+    for c in s.calls:
+        qn = s.call_name(c)
+        if last(qn) == "DataParallel" and qn.startswith("torch"):
+            yield Hit.at(
+                "DDP-DATAPARALLEL",
+                c,
+                (
+                    "nn.DataParallel in a script that starts a process group: each process trains "
+                    "its own copy and gradients are never synchronised across processes"
+                    if f.inits_group
+                    else "nn.DataParallel: one process drives every GPU of one machine"
+                ),
+                severity="error" if f.inits_group else None,
+                model=_arg0(c),
+            )
+
+
+def _arg0(call: ast.Call) -> str:
+    return ast.unparse(call.args[0]) if call.args else "model"
+
+
+def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
+    for call in f.ddp_calls:
+        if not call.args:
+            continue
+        arg = call.args[0]
+        if moved_before(s, arg, call.lineno):
+            continue
+        parent = s.parents.get(call)
+        names = {ast.unparse(arg)}
+        if isinstance(parent, ast.Assign):
+            names |= {ast.unparse(t) for t in parent.targets}
+        later = [
+            c
+            for c in s.function_calls(s.scope_of(call))
+            if c.lineno > call.lineno
+            and isinstance(c.func, ast.Attribute)
+            and c.func.attr in _MOVERS
+            and receiver(c) in names
+        ]
+        built_here = any(isinstance(o, ast.Call) and _is_constructor(s, o) for o in s.origins(arg))
+        if later:
+            yield Hit.at(
+                "DDP-WRAP-BEFORE-TO",
+                call,
+                (
+                    f"`{ast.unparse(arg)}` is wrapped in DDP here and moved to its device only "
+                    f"afterwards (line {later[0].lineno})"
+                ),
+                model=ast.unparse(arg),
+            )
+        elif kwarg(call, "device_ids") is not None and built_here:
+            yield Hit.at(
+                "DDP-WRAP-BEFORE-TO",
+                call,
+                (
+                    f"`{ast.unparse(arg)}` is still on the CPU when DDP wraps it with device_ids="
+                    f"{ast.unparse(kwarg(call, 'device_ids') or arg)}"
+                ),
+                model=ast.unparse(arg),
+            )
+
+
+def _is_constructor(s: Script, call: ast.Call) -> bool:
+    name = ident(call.func) or ""
+    return name in s.classes or (name[:1].isupper() and not name.isupper())
+
+
+def hardcoded_device(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.distributed or _sets_visible_devices(s):
+        return
+    seen: set[int] = set()
+    for node in ast.walk(s.tree):
+        what = _hardcoded(s, f, node)
+        if what and node.lineno not in seen:  # type: ignore[attr-defined]
+            seen.add(node.lineno)  # type: ignore[attr-defined]
+            yield Hit.at(
+                "DDP-HARDCODED-DEVICE", node, f"{what}: every rank uses the same GPU", seen=what
+            )
+
+
+def _hardcoded(s: Script, f: Flow, node: ast.AST) -> str | None:  # noqa: PLR0911 - one case per API
+    if isinstance(node, ast.Assign) and _cuda_n(node.value):
+        return f"`{ast.unparse(node)}`"
+    if not isinstance(node, ast.Call):
+        return None
+    qn = s.call_name(node)
+    a0 = node.args[0] if node.args else None
+    text = f"`{ast.unparse(node)}`"
+    if (
+        last(qn) == "device"
+        and qn.startswith("torch")
+        and a0 is not None
+        and (
+            _cuda_n(a0)
+            or (const(a0) == "cuda" and len(node.args) > 1 and isinstance(const(node.args[1]), int))
+        )
+    ):
+        return text
+    if (
+        last(qn) in ("set_device", "set_device_index")
+        and a0 is not None
+        and (_cuda_n(a0) or _int(a0))
+    ):
+        return text
+    if (
+        isinstance(node.func, ast.Attribute)
+        and node.func.attr in _MOVERS
+        and a0 is not None
+        and (_cuda_n(a0) or _int(a0))
+    ):
+        return text
+    for kw in node.keywords:
+        if kw.arg == "device" and _cuda_n(kw.value):
+            return text
+    if node in f.ddp_calls:
+        ids = kwarg(node, "device_ids")
+        if isinstance(ids, ast.List | ast.Tuple) and any(_int(e) for e in ids.elts):
+            return f"`device_ids={ast.unparse(ids)}`"
+        out = kwarg(node, "output_device")
+        if out is not None and _int(out):
+            return f"`output_device={ast.unparse(out)}`"
+    return None
+
+
+def _cuda_n(e: ast.expr | None) -> bool:
+    v = const(e)
+    return isinstance(v, str) and bool(_CUDA_N.match(v))
+
+
+def _int(e: ast.expr) -> bool:
+    v = const(e)
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _sets_visible_devices(s: Script) -> bool:
+    return any(
+        isinstance(n, ast.Constant)
+        and n.value == "CUDA_VISIBLE_DEVICES"
+        and isinstance(s.parents.get(n), ast.Subscript)
+        and isinstance(s.parents.get(s.parents[n]), ast.Assign)
+        for n in ast.walk(s.tree)
+    )
+
+
+def find_unused(s: Script, f: Flow) -> Iterator[Hit]:
+    for call in f.ddp_calls:
+        if const(kwarg(call, "find_unused_parameters")) is True:
+            yield Hit.at("DDP-FIND-UNUSED", call, "DDP(..., find_unused_parameters=True)")
+
+
+def nccl_tuning(s: Script, f: Flow) -> Iterator[Hit]:
+    for node in ast.walk(s.tree):
+        keys: list[str] = []
+        if isinstance(node, ast.Assign):
+            keys = [
+                str(const(t.slice))
+                for t in node.targets
+                if isinstance(t, ast.Subscript) and "environ" in ast.unparse(t.value)
+            ]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            fn, base = node.func.attr, ast.unparse(node.func.value)
+            if fn in ("setdefault", "putenv") or (fn == "__setitem__" and "environ" in base):
+                keys = [str(const(node.args[0]))] if node.args else []
+            elif fn == "update" and "environ" in base:
+                keys = [kw.arg for kw in node.keywords if kw.arg]
+                for a in node.args:
+                    if isinstance(a, ast.Dict):
+                        keys += [str(const(k)) for k in a.keys if k is not None]
+        for key in keys:
+            if key in NCCL_TUNING:
+                yield Hit.at("DDP-NCCL-TUNING", node, f"the script sets {key} itself", variable=key)
+
+
+def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.ddp_calls or f.uses("convert_sync_batchnorm", "SyncBatchNorm"):
+        return
+    for c in s.calls:
+        qn = s.call_name(c)
+        if (_BN.match(last(qn)) and qn.startswith("torch")) or (
+            "torchvision" in qn and _BN_ARCHS.match(last(qn))
+        ):
+            model = _arg0(f.ddp_calls[0])
+            yield Hit.at(
+                "DDP-BATCHNORM",
+                c,
+                (
+                    f"`{ast.unparse(c.func)}` keeps per-GPU BatchNorm statistics under DDP (no "
+                    "SyncBatchNorm.convert_sync_batchnorm)"
+                ),
+                model=model,
+            )
+            return
+
+
+def loss_device(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.distributed or not _uses_gpu(s):
+        return
+    for c in s.calls:
+        qn = s.call_name(c)
+        name = last(qn)
+        weight = None
+        if name in _WEIGHTED_LOSS and qn.startswith("torch"):
+            weight = kwarg(c, "pos_weight") or kwarg(c, "weight", 0)
+            if weight is None or _on_device(s, weight):
+                continue
+        elif not (name in s.classes and _has_state(s.classes[name]) and "loss" in name.lower()):
+            continue
+        if _criterion_moved(s, c):
+            continue
+        yield Hit.at(
+            "DDP-LOSS-DEVICE",
+            c,
+            (
+                f"`{ast.unparse(c)}` builds a loss whose tensors stay on the CPU"
+                + (f" (weight `{ast.unparse(weight)}`)" if weight is not None else "")
+            ),
+            criterion=_target(s, c) or name,
+        )
+
+
+def _uses_gpu(s: Script) -> bool:
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr == "cuda")
+        or (isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("cuda"))
+        or (isinstance(n, ast.keyword) and n.arg == "device_ids")
+        for n in ast.walk(s.tree)
+    )
+
+
+def _on_device(s: Script, e: ast.expr) -> bool:
+    return any(
+        isinstance(o, ast.Call)
+        and (
+            (isinstance(o.func, ast.Attribute) and o.func.attr in _MOVERS)
+            or kwarg(o, "device") is not None
+        )
+        for o in [e, *s.origins(e)]
+    )
+
+
+def _has_state(cls: ast.ClassDef) -> bool:
+    return any(
+        isinstance(n, ast.Attribute | ast.Name) and ident(n) in ("register_buffer", "Parameter")
+        for n in ast.walk(cls)
+    )
+
+
+def _target(s: Script, c: ast.expr) -> str | None:
+    parent = s.parents.get(c)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        return ast.unparse(parent.targets[0])
+    return None
+
+
+def _criterion_moved(s: Script, c: ast.Call) -> bool:
+    parent = s.parents.get(c)
+    if isinstance(parent, ast.Attribute) and parent.attr in _MOVERS:
+        return True
+    name = _target(s, c)
+    return name is not None and any(
+        isinstance(k.func, ast.Attribute) and k.func.attr in _MOVERS and receiver(k) == name
+        for k in s.calls
+    )
+
+
+def _seed_calls(s: Script) -> list[ast.Call]:
+    return [
+        c
+        for c in s.calls
+        if last(s.call_name(c)) in _SEEDS
+        and (last(s.call_name(c)) != "seed" or "random" in s.call_name(c))
+    ]
+
+
+def seed(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.distributed or _seed_calls(s):
+        return
+    if f.ddp_calls and f.ddp_calls[0].args:
+        arg = f.ddp_calls[0].args[0]
+        built = [o for o in s.origins(arg) if isinstance(o, ast.Call) and _is_constructor(s, o)]
+        at: ast.AST = built[0] if built else f.ddp_calls[0]
+        yield Hit.at(
+            "DDP-SEED",
+            at,
+            (
+                f"no seed is set before `{ast.unparse(arg)}` is built (DDP copies rank 0's "
+                "weights, but everything else random differs per rank and per run)"
+            ),
+            model=ast.unparse(arg),
+        )
+        return
+    grads = [
+        c
+        for c in s.calls
+        if (f.collective(c) or "").endswith("all_reduce") and "grad" in ast.unparse(c)
+    ]
+    if grads and not any((f.collective(c) or "").endswith("broadcast") for c in s.calls):
+        yield Hit.at(
+            "DDP-SEED",
+            grads[0],
+            (
+                "gradients are averaged by hand, but no seed is set and no broadcast makes the "
+                "initial weights equal: every rank trains a different model"
+            ),
+            severity="error",
+            model="model",
+        )
+
+
+def rank_seed(s: Script, f: Flow) -> Iterator[Hit]:
+    seeds = _seed_calls(s)
+    if not f.distributed or not seeds or any(f.is_rank_expr(c) for c in seeds):
+        return
+    if f.uses("worker_init_fn") or not any(_random_op(s.call_name(c)) for c in s.calls):
+        return
+    yield Hit.at(
+        "DDP-RANK-SEED",
+        seeds[0],
+        (
+            f"`{ast.unparse(seeds[0])}` gives every rank the same random stream for dropout "
+            "and augmentation"
+        ),
+        seed=ast.unparse(seeds[0].args[0]) if seeds[0].args else "seed",
+    )
+
+
+def _random_op(qn: str) -> bool:
+    """A random augmentation (torchvision transforms) or dropout (torch)."""
+    name = last(qn)
+    return bool(_AUGMENT.match(name)) and (
+        ("transforms" in qn and not name.startswith(("Dropout", "dropout")))
+        or (qn.startswith("torch") and name.lower().startswith("dropout"))
+    )
+
+
+def autocast_scaler(s: Script, f: Flow) -> Iterator[Hit]:
+    if f.uses("GradScaler", "ShardedGradScaler") or not any(f.is_backward(c) for c in s.calls):
+        return
+    for c in s.calls:
+        qn = s.call_name(c)
+        if (
+            last(qn) != "autocast"
+            or not qn.startswith("torch")
+            or const(kwarg(c, "enabled")) is False
+        ):
+            continue
+        dtype = kwarg(c, "dtype", None if "amp.autocast" in qn and "cuda" in qn else 1)
+        if dtype is not None:
+            fp16 = ident(dtype) in ("float16", "half")
+        else:
+            device = const(kwarg(c, "device_type", 0))
+            fp16 = ".cuda." in qn or device == "cuda"
+        if fp16:
+            yield Hit.at(
+                "DDP-AUTOCAST-SCALER",
+                c,
+                (f"`{ast.unparse(c)}` runs in float16 and no GradScaler scales the loss"),
+            )
+            return
+
+
+RULES = (
+    dataparallel,
+    wrap_before_to,
+    hardcoded_device,
+    find_unused,
+    nccl_tuning,
+    batchnorm,
+    loss_device,
+    seed,
+    rank_seed,
+    autocast_scaler,
+)

@@ -1,0 +1,282 @@
+"""Rules about the moments ranks wait for each other: rank-dependent control flow
+around collectives (the critical one), async collectives never waited for (19) and
+gradient accumulation that all-reduces every micro-batch (9)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script, const, kwarg, last
+
+_NO_GRAD: Final = ("no_grad", "inference_mode")
+_CLOCKS: Final = frozenset({"time", "monotonic", "perf_counter", "time_ns", "process_time"})
+_EXITS: Final = (ast.Break, ast.Continue, ast.Return)
+
+
+def under_no_grad(s: Script, node: ast.AST) -> bool:
+    for a in s.ancestors(node):
+        if isinstance(a, ast.With | ast.AsyncWith) and any(
+            any(w in ast.unparse(i.context_expr) for w in _NO_GRAD) for i in a.items
+        ):
+            return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return any(any(w in ast.unparse(d) for w in _NO_GRAD) for d in a.decorator_list)
+    return False
+
+
+class SyncFlow(Flow):
+    """Flow whose DDP forwards under torch.no_grad() are not sync points (no gradient
+    bucket is prepared; precision first)."""
+
+    def direct_sync(self, call: ast.Call) -> str | None:
+        found = super().direct_sync(call)
+        if found and found.startswith("the DDP forward") and under_no_grad(self.s, call):
+            return None
+        return found
+
+
+def _branch_other(guard: ast.If, node: ast.AST, s: Script) -> list[ast.stmt]:
+    inside_body = any(node is b or b in set(s.ancestors(node)) for b in guard.body)
+    return guard.orelse if inside_body else guard.body
+
+
+def rank_divergence(s: Script, f: Flow) -> Iterator[Hit]:
+    sf = SyncFlow(s)
+    yield from _guarded_syncs(s, sf)
+    yield from _early_exits(s, sf)
+
+
+def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
+    for call in s.calls:
+        guard = f.local_guard(call)
+        if guard is None or kwarg(call, "group") is not None:
+            continue
+        what = f.call_sync(call)
+        if not what:
+            continue
+        if isinstance(guard, ast.If) and guard not in set(s.ancestors(call)):
+            other: list[ast.stmt] = []  # an `if rank != 0: return` before the call
+        elif isinstance(guard, ast.If):
+            other = _branch_other(guard, call, s)
+        else:
+            continue
+        if other and f.stmts_sync(other):
+            continue  # both branches reach a collective (`if rank == 0: send... else: ...`)
+        test = ast.unparse(guard.test)
+        yield Hit.at(
+            "DDP-RANK-DIVERGENCE",
+            call,
+            (
+                f"{what} runs only on the ranks where `{test}` (line {guard.lineno}); the other "
+                "ranks never join it and wait forever"
+            ),
+            condition=test,
+            collective=what,
+        )
+
+
+def _tainted(s: Script, f: Flow, loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
+    """Names whose value differs between ranks inside the loop: the batch (not the
+    enumerate index), and what is computed from it, the model or the clock."""
+    names: set[str] = set()
+    if isinstance(loop, ast.For | ast.AsyncFor):
+        target = loop.target
+        it = loop.iter
+        if (
+            isinstance(it, ast.Call)
+            and last(s.call_name(it)) == "enumerate"
+            and isinstance(target, ast.Tuple)
+            and target.elts
+        ):
+            target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
+        names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    assigns = [
+        n for n in own_nodes(loop) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+    ]
+    for _ in range(4):
+        for a in assigns:
+            if a.value is not None and _depends(s, f, a.value, names):
+                targets = a.targets if isinstance(a, ast.Assign) else [a.target]
+                names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def _depends(s: Script, f: Flow, expr: ast.AST, names: set[str]) -> bool:
+    for n in [expr, *ast.walk(expr)]:
+        if isinstance(n, ast.Name) and n.id in names:
+            return True
+        if isinstance(n, ast.Call) and (
+            last(s.call_name(n)) in _CLOCKS and "time" in s.call_name(n)
+        ):
+            return True
+        if isinstance(n, ast.Call) and f.wrapper_calls and f.is_wrapped_value(n.func):
+            return True
+    return False
+
+
+def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
+    for loop in [n for n in ast.walk(s.tree) if isinstance(n, ast.For | ast.AsyncFor | ast.While)]:
+        if not f.stmts_sync(loop.body):
+            continue
+        tainted: set[str] | None = None
+        for node in own_nodes(loop):
+            if not isinstance(node, ast.If) or _loop_of(s, node) is not loop:
+                continue
+            for exit_ in _exits_in(node.body):
+                skipped = (
+                    _sync_after(s, f, node, loop)
+                    if isinstance(exit_, ast.Continue)
+                    else f.stmts_sync(loop.body)
+                )
+                if not skipped:
+                    continue
+                if f.is_rank_test(node.test):
+                    why = "a rank-dependent condition"
+                else:
+                    if tainted is None:
+                        tainted = _tainted(s, f, loop)
+                    if not _depends(s, f, node.test, tainted):
+                        continue
+                    why = "a condition on this rank's own data, loss or clock"
+                kind = type(exit_).__name__.lower()
+                effect = (
+                    "skips the rest of this iteration"
+                    if kind == "continue"
+                    else f"leaves the loop (line {loop.lineno})"
+                )
+                yield Hit.at(
+                    "DDP-RANK-DIVERGENCE",
+                    exit_,
+                    (
+                        f"`{kind}` under `{ast.unparse(node.test)}` ({why}) {effect} on some "
+                        f"ranks, while the others wait in {skipped}"
+                    ),
+                    condition=ast.unparse(node.test),
+                    collective=skipped,
+                )
+                break
+
+
+def _loop_of(s: Script, node: ast.AST) -> ast.AST | None:
+    for a in s.ancestors(node):
+        if isinstance(
+            a, ast.For | ast.AsyncFor | ast.While | ast.FunctionDef | ast.AsyncFunctionDef
+        ):
+            return a
+    return None
+
+
+def _exits_in(body: list[ast.stmt]) -> list[ast.stmt]:
+    out: list[ast.stmt] = []
+    for st in body:
+        if isinstance(st, _EXITS):
+            out.append(st)
+        elif isinstance(st, ast.If | ast.With | ast.Try):
+            for field in ("body", "orelse", "handlers", "finalbody"):
+                out += _exits_in([x for x in getattr(st, field, []) if isinstance(x, ast.stmt)])
+    return out
+
+
+def _sync_after(s: Script, f: Flow, node: ast.AST, loop: ast.AST) -> str | None:
+    """The first sync point of the rest of this loop iteration after `node`."""
+    child = node
+    for a in s.ancestors(node):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(a, field, None)
+            if isinstance(stmts, list) and child in stmts:
+                found = f.stmts_sync(stmts[stmts.index(child) + 1 :])
+                if found:
+                    return found
+        if a is loop:
+            return None
+        child = a
+    return None
+
+
+def mixed_collectives(s: Script, f: Flow) -> Iterator[Hit]:
+    for call in s.calls:
+        what = f.collective(call)
+        if not what or const(kwarg(call, "async_op")) is not True:
+            continue
+        parent = s.parents.get(call)
+        here = any(_is_wait(c) for c in s.function_calls(s.scope_of(call)))
+        later = not isinstance(parent, ast.Assign) and any(_is_wait(c) for c in s.calls)
+        if isinstance(parent, ast.Expr) or not (here or later):
+            yield Hit.at(
+                "DDP-MIXED-COLLECTIVES",
+                call,
+                (
+                    f"{what}(..., async_op=True): its work handle is "
+                    + ("thrown away" if isinstance(parent, ast.Expr) else "never waited for")
+                    + ", so the tensor is read before the reduction has finished"
+                ),
+                collective=what,
+            )
+
+
+def _is_wait(c: ast.Call) -> bool:
+    return (isinstance(c.func, ast.Attribute) and c.func.attr in ("wait", "get_future")) or (
+        ident(c.func) == "wait_all"
+    )
+
+
+def no_sync(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.ddp_calls or f.uses("no_sync", "require_backward_grad_sync"):
+        return
+    for loop in f.training_loops():
+        steps = [
+            n
+            for n in own_nodes(loop)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "step"
+            and _loop_of(s, n) is loop
+            and _accumulation_guard(s, n, loop)
+        ]
+        if not steps:
+            continue
+        for n in own_nodes(loop):
+            if (
+                isinstance(n, ast.Call)
+                and f.is_backward(n)
+                and _loop_of(s, n) is loop
+                and not any(isinstance(a, ast.If) for a in _between(s, n, loop))
+            ):
+                yield Hit.at(
+                    "DDP-NO-SYNC",
+                    n,
+                    (
+                        f"`{ast.unparse(n)}` all-reduces gradients on every micro-batch, but the "
+                        f"optimizer steps only every few (line {steps[0].lineno})"
+                    ),
+                    model=ast.unparse(f.ddp_calls[0].args[0]) if f.ddp_calls[0].args else "model",
+                )
+                return
+
+
+def _between(s: Script, node: ast.AST, top: ast.AST) -> list[ast.AST]:
+    out = []
+    for a in s.ancestors(node):
+        if a is top:
+            break
+        out.append(a)
+    return out
+
+
+def _accumulation_guard(s: Script, node: ast.AST, loop: ast.AST) -> bool:
+    for a in _between(s, node, loop):
+        if isinstance(a, ast.If) and any(
+            (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod))
+            or "accum" in (ident(n) or "").lower()
+            for n in ast.walk(a.test)
+            if isinstance(n, ast.BinOp | ast.Name | ast.Attribute)
+        ):
+            return True
+    return False
+
+
+RULES = (rank_divergence, mixed_collectives, no_sync)
