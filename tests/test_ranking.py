@@ -194,3 +194,54 @@ def test_a_malformed_ranking_file_is_a_clear_error(text: str, message: str) -> N
 
     with pytest.raises(RankingError, match=message):
         parse_ranking(text, load_kb())
+
+
+# --------------------------------------------------------------------------- INV-SAME-MACHINE
+
+
+def _inventory(boot: str | None, netns: str | None, mid: str = "m1") -> dict[str, Any]:
+    return {"hostname": "h", "machine_id": mid, "boot_id": boot, "netns": netns}
+
+
+def _same_machine(hosts: list[str], facts: dict[str, dict[str, Any]]) -> list[Finding]:
+    from types import SimpleNamespace
+
+    from ddptui.checklist.steps.inventory import same_machine_findings
+    from ddptui.transport.base import NodeTarget
+
+    targets = [NodeTarget(f"node{i}", h, i, "python3") for i, h in enumerate(hosts)]
+    return same_machine_findings(SimpleNamespace(targets=targets), facts)  # type: ignore[arg-type]
+
+
+def test_two_config_entries_on_one_machine_are_named() -> None:
+    facts = {
+        "node0": _inventory("b1", "net:[7]"),
+        "node1": _inventory("b2", "net:[7]"),
+        "node2": _inventory("b1", "net:[7]"),
+    }
+    (found,) = _same_machine(["10.0.0.1", "10.0.0.2", "gpu-a.example"], facts)
+    assert (found.id, found.severity, found.nodes) == (
+        "INV-SAME-MACHINE",
+        "warning",
+        ("node0", "node2"),
+    )
+    assert found.summary == "node0, node2 are the same machine"
+    assert "config mistake" in found.cause and "node0, node2" in found.fix
+    assert "machine-id m1, boot-id b1, network namespace net:[7]" in found.evidence[0]
+
+
+def test_namespaces_on_one_kernel_are_not_the_same_machine() -> None:
+    """The testbed (and containers on one host): one boot id, separate network stacks."""
+    facts = {f"node{i}": _inventory("b1", f"net:[{i}]") for i in range(3)}
+    assert _same_machine(["10.0.0.1", "10.0.0.2", "10.0.0.3"], facts) == []
+
+
+def test_the_local_demo_is_one_machine_by_design() -> None:
+    facts = {f"node{i}": _inventory("b1", "net:[1]") for i in range(2)}
+    (found,) = _same_machine(["local", "local"], facts)
+    assert found.severity == "info" and "expected: every node is `host: local`" in found.summary
+
+
+def test_without_identity_distinct_hosts_are_not_flagged() -> None:
+    facts = {"node0": _inventory(None, None), "node1": _inventory(None, None)}
+    assert _same_machine(["10.0.0.1", "10.0.0.2"], facts) == []
