@@ -110,6 +110,9 @@ TEXT_VALUE = re.compile(r"[^\s\"',;]+")
 # store prints `keys: /default_pg/0//cpu//0/1`, which names the rank that failed. In
 # an environment variable's name they still count (KEY, SESSION are secrets there).
 TEXT_GENERIC_NAMES = frozenset(["key", "keys", "tokens", "session", "sessions", "auth", "private"])
+# c10d names its store keys after what they are for; the number after one says which
+# barrier or rank timed out.
+TEXT_STORE_KEY_PREFIXES = ("store_based_barrier",)
 # HTTP-style credentials: `Authorization: Bearer <token>`, `Basic <base64>`.
 TEXT_BEARER = re.compile(
     r"(?<![A-Za-z0-9])((?:[Bb]earer|BEARER|[Bb]asic|BASIC)[ \t]+)([A-Za-z0-9._~+/=-]{8,})"
@@ -151,6 +154,8 @@ def text_secret_name(name):
     generic word. `key_count:3` and `keys[0]:init/` in c10d's trace lines stay."""
     if name.lower() in TEXT_GENERIC_NAMES or not secret_name(name.upper()):
         return False
+    if name.lower().startswith(TEXT_STORE_KEY_PREFIXES):
+        return False  # a c10d store key's name (`store_based_barrier_key:1`), not a secret
     parts = [p for p in re.split(r"[^a-z0-9]+", name.lower()) if p]
     return bool(parts) and _part_is_secret(parts[-1])
 
