@@ -6,25 +6,86 @@ the thread established) is diagnosed, and the first cause is compared with that 
 Usage:
     .venv/bin/python bench/corpus_report.py            # Markdown table (for the README)
     .venv/bin/python bench/corpus_report.py --misses   # also list every miss
+    # the knowledge base as it was at a git revision (signature root cause, no log
+    # pipeline), on the whole corpus or only on the excerpts added after that revision:
+    .venv/bin/python bench/corpus_report.py --kb-at efac99d
+    .venv/bin/python bench/corpus_report.py --kb-at a6a373a --only-added-after
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "corpus"))
 
-from score import load_corpus, markdown, score  # noqa: E402
+from score import Excerpt, load_corpus, markdown, score  # noqa: E402
+
+
+def _git_show(rev: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def diagnose_with_kb_at(rev: str) -> Callable[[Iterable[str]], str | None]:
+    """First cause by the signature KB file as it was at `rev` (classify_lines and
+    root_cause of today's code over that revision's signatures.yaml)."""
+    from ddptui.diagnosis import signatures as sigmod
+
+    sigs = sigmod.parse_signatures(_git_show(rev, "src/ddptui/diagnosis/signatures.yaml"))
+
+    def first(lines: Iterable[str]) -> str | None:
+        matches = sigmod.classify_lines(
+            ((float(i), "corpus", line) for i, line in enumerate(lines)), sigs
+        )
+        root = sigmod.root_cause(matches)
+        return None if root is None else root[2].signature.id
+
+    return first
+
+
+def corpus_at(rev: str) -> set[str]:
+    """Excerpt ids the corpus had at `rev`."""
+    listing = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", rev, "tests/fixtures/corpus/"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in listing:
+            if path.endswith(".yaml"):
+                Path(tmp, Path(path).name).write_text(_git_show(rev, path), encoding="utf-8")
+        return {e.id for e in load_corpus(Path(tmp))}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--misses", action="store_true", help="list wrong and missing causes")
+    parser.add_argument("--kb-at", metavar="REV", help="use signatures.yaml as of git REV")
+    parser.add_argument(
+        "--only-added-after",
+        action="store_true",
+        help="with --kb-at: only the excerpts added to the corpus after REV",
+    )
     args = parser.parse_args()
-    verdicts = score(load_corpus())
+    excerpts: list[Excerpt] = load_corpus()
+    diagnose = None
+    if args.kb_at:
+        diagnose = diagnose_with_kb_at(args.kb_at)
+        if args.only_added_after:
+            old = corpus_at(args.kb_at)
+            excerpts = [e for e in excerpts if e.id not in old]
+    verdicts = score(excerpts, diagnose)
     print(markdown(verdicts))
     if args.misses:
         print()
