@@ -220,3 +220,61 @@ def test_watchdog_log_root_cause_and_exit() -> None:
         e.exc_type != "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
         for e in exits(log, [0], {})
     )
+
+
+def test_cli_reads_the_shared_dump_and_ras_answers_without_a_cluster(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddptui",
+            "job",
+            "--fr-dump",
+            str(FIX / "flight-recorder-rank_0.pickle"),
+            "--ras-reply",
+            str(FIX / "nccl-ras-during-hang.txt"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "collective #4 (all_reduce) scheduled, last completed #3" in proc.stdout
+    assert "hang.py:12 in <module>" in proc.stdout
+    report = json.loads(out.read_text())
+    ff = report["first_failure"]
+    assert (ff["step"], ff["finding"], ff["where"], ff["rank"]) == (
+        "job",
+        "JOB-FR-TIMEOUT",
+        "hang.py:12 in <module>",
+        0,
+    )
+    ids = [f["id"] for f in report["steps"][0]["findings"]]
+    assert ids == ["JOB-FR-TIMEOUT", "JOB-RAS-OK"]
+    from ddptui.report.schema import load_report
+
+    load_report(out)  # the same report document as `check`
+
+
+def test_cli_refuses_a_file_that_is_no_ras_answer(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "x.txt"
+    bad.write_text("hello\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddptui", "job", "--ras-reply", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "not an NCCL RAS answer" in proc.stderr and "Traceback" not in proc.stderr

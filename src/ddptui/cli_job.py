@@ -29,7 +29,7 @@ STATE_LABEL = {
 
 
 @click.command("job")
-@click.argument("config")
+@click.argument("config", required=False)
 @click.option("--match", metavar="REGEX", help="Pick the job whose torchrun command line matches.")
 @click.option("--json", "json_path", metavar="P", help="Write the JSON report to P ('-' = stdout).")
 @click.option("--markdown", "md_path", metavar="P", help="Write a Markdown report to P.")
@@ -71,8 +71,23 @@ STATE_LABEL = {
     is_flag=True,
     help="Ask torch to write fresh flight recorder dumps (TORCH_NCCL_DEBUG_INFO_PIPE_FILE).",
 )
+@click.option(
+    "--fr-dump",
+    "fr_dumps",
+    multiple=True,
+    metavar="PATH",
+    help="A flight recorder dump on this machine to read too (repeatable; CONFIG may then "
+    "be left out).",
+)
+@click.option(
+    "--ras-reply",
+    "ras_replies",
+    multiple=True,
+    metavar="PATH",
+    help="A saved NCCL RAS answer on this machine to read too (repeatable).",
+)
 def job(
-    config: str,
+    config: str | None,
     match: str | None,
     json_path: str | None,
     md_path: str | None,
@@ -85,6 +100,8 @@ def job(
     allow_pause: bool,
     pyspy: str | None,
     trigger_dump: bool,
+    fr_dumps: tuple[str, ...],
+    ras_replies: tuple[str, ...],
 ) -> None:
     """Look at your own training job on every node (read-only): who is stuck or dead, where, why."""
     from ddptui.cli import _load, _refuse_unwritable
@@ -99,8 +116,19 @@ def job(
             ) from None
     if not 0.5 <= window <= 30:
         raise click.BadParameter("must be between 0.5 and 30 seconds", param_hint="--window")
-    cfg, source = _load(config)
+    from ddptui.job.offline import OfflineInputError, offline_findings
+
+    if config is None and not (fr_dumps or ras_replies):
+        raise click.UsageError("give CONFIG (or files to read with --fr-dump / --ras-reply)")
+    try:
+        offline = offline_findings(fr_dumps, ras_replies)
+    except OfflineInputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--fr-dump/--ras-reply") from None
     _refuse_unwritable([("json", json_path), ("markdown", md_path), ("html", html_path)])
+    out = sys.stderr if json_path == "-" else sys.stdout
+    if config is None:
+        sys.exit(_offline(offline, out, json_path, md_path, html_path))
+    cfg, source = _load(config)
     options = JobOptions(
         match=match,
         window_s=window,
@@ -112,8 +140,7 @@ def job(
         trigger_dump=trigger_dump,
         hang_after_s=hang_after,
     )
-    out = sys.stderr if json_path == "-" else sys.stdout
-    sys.exit(_run(cfg, source, options, out, json_path, md_path, html_path))
+    sys.exit(_run(cfg, source, options, out, json_path, md_path, html_path, offline))
 
 
 def _run(
@@ -124,9 +151,11 @@ def _run(
     json_path: str | None,
     md_path: str | None,
     html_path: str | None,
+    offline: Any = (),
 ) -> int:
-    from ddptui.cli import _internal_error, _write_reports
-    from ddptui.job.report import build_job_report
+    from dataclasses import replace
+
+    from ddptui.cli import _internal_error
 
     click.echo(
         f"ddptui job · {source} · {len(cfg.nodes)} node(s) · looking for "
@@ -143,7 +172,25 @@ def _run(
     if look is None:
         click.echo("interrupted; nothing was left on the nodes", file=out)
         return EXIT_INTERRUPTED
-    report = build_job_report(look, cfg.name, {"addr": cfg.master.addr, "port": cfg.master.port})
+    if offline:
+        look = replace(look, findings=(*look.findings, *offline))
+    master = {"addr": cfg.master.addr, "port": cfg.master.port}
+    return _finish(look, cfg.name, master, out, json_path, md_path, html_path)
+
+
+def _finish(
+    look: Any,
+    name: str | None,
+    master: dict[str, Any],
+    out: TextIO,
+    json_path: str | None,
+    md_path: str | None,
+    html_path: str | None,
+) -> int:
+    from ddptui.cli import _write_reports
+    from ddptui.job.report import build_job_report
+
+    report = build_job_report(look, name, master)
     print_look(look, out)
     try:
         _write_reports(report, json_path, md_path, html_path)
@@ -151,6 +198,24 @@ def _run(
         click.secho(f"ddptui: cannot write the report: {exc}", fg="red", err=True)
         return EXIT_USAGE
     return exit_code(look.state, look.findings)
+
+
+def _offline(
+    findings: Any, out: TextIO, json_path: str | None, md_path: str | None, html_path: str | None
+) -> int:
+    """Only files from this machine: what the dumps and RAS answers say."""
+    from ddptui.checklist.runner import utcnow
+    from ddptui.job.run import JobLook, JobOptions
+    from ddptui.job.verdict import JobVerdict
+
+    order = {"error": 0, "warning": 1, "info": 2}
+    ordered = tuple(sorted(findings, key=lambda f: order[f.severity]))
+    hung = any(f.id in ("JOB-FR-TIMEOUT", "JOB-FR-DIVERGED", "JOB-RAS-PROBLEM") for f in ordered)
+    headline = ordered[0].summary if ordered else "the files hold nothing to judge"
+    now = utcnow()
+    verdict = JobVerdict("hung" if hung else "unknown", headline, (), (), (), None, (), (), ())
+    look = JobLook("<files>", now, now, 0.0, (), (), verdict, ordered, JobOptions())
+    return _finish(look, None, {}, out, json_path, md_path, html_path)
 
 
 def exit_code(state: str, findings: Any) -> int:
@@ -236,6 +301,8 @@ def print_look(look: Any, out: TextIO) -> None:
         if f.severity != "info" or f.id == "JOB-HEALTHY":
             click.echo(f"      why: {f.cause}", file=out)
             click.echo(f"      fix: {f.fix}", file=out)
+            for line in f.evidence[:4]:
+                click.secho(f"      seen: {line[:200]}", dim=True, file=out)
     for note in look.notes:
         click.secho(f"  ({note})", dim=True, file=out)
     click.echo(f"\n  looked in {look.duration_s:.1f} s; the job was not touched", file=out)

@@ -108,6 +108,7 @@ def build_job_report(
     return {
         "schema_version": SCHEMA_VERSION,
         "ddptui_version": __version__,
+        "command": "job",
         "config": look.config_path,
         "cluster": config_name,
         "started_at": look.started_at,

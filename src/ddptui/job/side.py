@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from typing import Any
 
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.envaudit import EnvFacts, audit_env
@@ -234,38 +233,28 @@ def _gpu(views: Sequence[NodeView]) -> list[Finding]:
 
 
 def _ras(views: Sequence[NodeView]) -> list[Finding]:
+    from ddptui.job.offline import ras_findings
+
     out = []
     for v in views:
-        if not v.ras:
+        answers = [
+            (f"{v.node} sample {sample.get('sample')}", status)
+            for sample in v.ras
+            for reply in sample.get("replies") or ()
+            if (status := parse_ras(str(reply.get("text") or ""))) is not None
+        ]
+        if answers:
+            out += ras_findings(answers, [v.node])
             continue
-        problems: list[str] = []
-        unreachable: dict[str, Any] | None = None
-        for sample in v.ras:
-            if sample.get("error"):
-                unreachable = sample
-            for reply in sample.get("replies") or ():
-                status = parse_ras(str(reply.get("text") or ""))
-                if status is not None:
-                    problems += [p for p in status.problems if p not in problems]
-        if problems:
-            out.append(
-                kb_finding(
-                    "JOB-RAS-PROBLEM",
-                    [v.node],
-                    f"NCCL RAS ({v.node}): {problems[0]}",
-                    problems[:6],
-                    node=v.node,
-                    what="; ".join(problems[:3]),
-                )
-            )
-        elif unreachable is not None and len([s for s in v.ras if s.get("error")]) == len(v.ras):
+        failed = [s for s in v.ras if s.get("error")]
+        if failed and len(failed) == len(v.ras):
             out.append(
                 kb_finding(
                     "JOB-RAS-UNREACHABLE",
                     [v.node],
-                    f"{v.node}: NCCL RAS at {unreachable.get('addr')} did not answer",
-                    addr=unreachable.get("addr"),
-                    why=unreachable.get("error"),
+                    f"{v.node}: NCCL RAS at {failed[0].get('addr')} did not answer",
+                    addr=failed[0].get("addr"),
+                    why=failed[0].get("error"),
                 )
             )
     return out
