@@ -247,7 +247,9 @@ class Worker:
         else:
             model = convert_cpu_sync_bn(torch, nn, model)
             sync_bn = "CPU equivalent (batch statistics all-reduced; nn.SyncBatchNorm is GPU-only)"
-        sync_layers = sum(1 for m in model.modules() if isinstance(m, nn.BatchNorm1d))
+        sync_layers = sum(
+            1 for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        )
         model = model.to(self.device)
         self.params = list(model.parameters())
         init_sha = digest(self.params).hexdigest()

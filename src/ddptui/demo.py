@@ -24,6 +24,9 @@ env:
 timeouts:
   step: 20
   allreduce: 60
+  ddp: 90
+# The ddp step trains a small DDP model on both "nodes" and projects DDP's scaling
+# for a model of ddp.model_params (default 100M) from the allreduce step's busbw.
 """
 
 
