@@ -192,7 +192,7 @@ def test_icmp_filtered_is_not_a_failure(testbed: Testbed) -> None:
 
 @pytest.mark.parametrize(
     ("target", "finding_id"),
-    [("DROP", "PORT-TIMEOUT"), ("REJECT", "PORT-REFUSED")],
+    [("DROP", "PORT-TIMEOUT"), ("REJECT", "PORT-MASTER-REFUSED")],
 )
 def test_master_port_blocked(testbed: Testbed, target: str, finding_id: str) -> None:
     testbed.block_port(0, target=target)
@@ -209,11 +209,11 @@ def test_master_port_blocked(testbed: Testbed, target: str, finding_id: str) -> 
 def test_master_port_in_use_names_the_owner(testbed: Testbed) -> None:
     holder = testbed.hold_port(0, 29500)
     run = check(testbed.write_config(), "--steps", "ssh,port")
-    f = run.finding("port", "PORT-INUSE")
+    f = run.finding("port", "PORT-MASTER-INUSE")
     assert f["nodes"] == ["node0"]
     pid = testbed.holder_pid(holder)  # the number node0's own /proc shows
     assert f"pid {pid}" in f["summary"] or str(pid) in json.dumps(f)
-    assert run.first is not None and run.first["finding"] == "PORT-INUSE"
+    assert run.first is not None and run.first["finding"] == "PORT-MASTER-INUSE"
 
 
 def test_blocked_pair_is_named_as_an_edge(testbed: Testbed) -> None:

@@ -46,6 +46,8 @@ SYS_NET: Final = Path("/sys/class/net")  # interfaces of the root namespace (our
 SSH_PORT: Final = 22
 IFNAME_MAX: Final = 15  # kernel limit on interface names (IFNAMSIZ - 1)
 LOCK_DIR: Final = Path(tempfile.gettempdir()) / "ddptui-testbed-locks"
+NEIGH_SYSCTL: Final = Path("/proc/sys/net/ipv4/neigh/default")
+NEIGH_ROOM_FROM: Final = 16  # nodes; smaller testbeds fit the kernel's default limits
 
 # Deep-merge sentinel for config_dict(): an override with this value removes the key.
 DELETE: Final = object()
@@ -268,6 +270,36 @@ def unlocked_root_shadow(shadow: str) -> str | None:
     return None
 
 
+def neighbour_room(n: int) -> dict[str, int]:
+    """Host gc_thresh2/3 that n nodes need when all of them talk to each other.
+
+    Real nodes each have their own neighbour (ARP) table, 1024 entries by default.  The
+    testbed's nodes are namespaces of ONE kernel, whose table and gc_thresh3 count the
+    entries of all namespaces together: 64 nodes in a full mesh hold 64 * 63 entries and
+    the kernel refuses the rest ("neighbour table overflow"), a fault no real 64-node
+    cluster has.  {} when n is small enough for the defaults."""
+    if n < NEIGH_ROOM_FROM:
+        return {}
+    need = (n + 1) ** 2  # every node and the login node, each an entry in every other
+    return {"gc_thresh2": 512 + need, "gc_thresh3": 1024 + 2 * need}
+
+
+def ensure_neighbour_room(n: int) -> None:
+    """Raise (never lower: other testbeds may rely on it) the host's neighbour-table
+    limits to neighbour_room(n), so n nodes behave like n machines.  The tables
+    themselves are untouched: they start cold."""
+    for name, value in neighbour_room(n).items():
+        path = NEIGH_SYSCTL / name
+        try:
+            if int(path.read_text()) < value:
+                path.write_text(f"{value}\n")
+        except (OSError, ValueError) as exc:
+            raise TestbedError(
+                f"a {n}-node testbed needs net.ipv4.neigh.default.{name} >= {value} (its nodes "
+                f"share this kernel's neighbour table) and it could not be set: {exc}"
+            ) from exc
+
+
 def deep_merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of base with overrides merged into nested dicts; DELETE removes a key."""
     out = copy.deepcopy(base)
@@ -302,6 +334,7 @@ class Testbed:
         env: dict[int, dict[str, str]] | None = None,
         hosts: dict[int, str] | None = None,
         bridge: str | None = None,
+        neigh_room: bool = True,
     ) -> None:
         if not 1 <= n <= 253:
             raise ValueError("a testbed has 1..253 nodes")
@@ -330,6 +363,7 @@ class Testbed:
         self._holders: list[subprocess.Popen[str]] = []
         self._lock_fds: list[int] = []
         self._is_up = False
+        self._neigh_room = neigh_room
 
     # -- naming -----------------------------------------------------------------------
 
@@ -382,6 +416,8 @@ class Testbed:
         self.workdir.mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privsep dir
         keygens = self._start_keygens()  # overlaps with the network setup
+        if self._neigh_room:
+            ensure_neighbour_room(self.n)
         self._create_network()
         for proc in keygens:
             if proc.wait(timeout=30) != 0:
