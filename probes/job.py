@@ -545,7 +545,12 @@ def observe(job, table, btime, salt, window, log_files):
     for pid, env in workers:
         emit_rank(pid, env, first[pid], elapsed, gpu.get(pid), btime, salt, known, log_files)
     emit("gpu", note=gpu_note, matched=len(gpu), devices=os.path.exists("/dev/nvidiactl"))
-    if pids and pyspy is None:
+    if pids and pyspy is None and PARAMS.get("pyspy"):
+        emit(
+            "stacks_unavailable",
+            reason="py-spy is not installed at %s on this node (--py-spy)" % PARAMS["pyspy"],
+        )
+    elif pids and pyspy is None:
         emit(
             "stacks_unavailable",
             reason="py-spy is not installed on this node (looked next to the job's python, "

@@ -110,6 +110,19 @@ def snapshot(tb: Testbed) -> dict[int, list[int]]:
     return {i: tb.pids(i) for i in range(tb.n)}
 
 
+def settled(tb: Testbed) -> dict[int, list[int]]:
+    """The nodes' processes once the SSH sessions that started the job have gone."""
+    last = snapshot(tb)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = snapshot(tb)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"the nodes' processes never settled: {last}")
+
+
 def ddptui_job(tb: Testbed, tmp: Path, *args: str) -> tuple[int, dict[str, Any], str, float]:
     config = tb.write_config(tmp / "cluster.yaml")
     out = tmp / f"job-{time.monotonic_ns()}.json"
@@ -149,7 +162,7 @@ def test_hung_rank_named_with_its_function_and_the_others_in_all_reduce(
     try:
         wait_for(lambda: all(steps(log) >= 2 for log in logs), 60, "two steps on every node")
         time.sleep(2.0)  # rank 1 is in evaluate(), the others wait in all_reduce
-        before = snapshot(tb)
+        before = settled(tb)
         assert all(before.values()), before
         rc, report, out, took = ddptui_job(tb, tmp_path)
         assert rc == 1, out
@@ -175,7 +188,7 @@ def test_healthy_job_is_never_stuck_then_crash_names_the_oom_rank(
     logs = launch(tb, work, LOOP, 29612)
     try:
         wait_for(lambda: all(steps(log) >= 3 for log in logs), 60, "three steps on every node")
-        before = snapshot(tb)
+        before = settled(tb)
         for _ in range(2):
             rc, report, out, took = ddptui_job(tb, tmp_path)
             job = report["job"]
@@ -209,5 +222,105 @@ def test_healthy_job_is_never_stuck_then_crash_names_the_oom_rank(
         rc, report, out, _ = ddptui_job(tb, tmp_path, *(a for g in given for a in ("--log", g)))
         assert report["first_failure"]["finding"] == "JOB-CRASHED", out
         assert report["first_failure"]["rank"] == 2
+    finally:
+        stop_job(tb)
+
+
+# A stand-in launcher for the discovery tests: its name makes it a torchrun agent, and
+# its child carries the rank environment torchrun gives a worker (cheaper than torch).
+FAKE_TORCHRUN = """\
+import os, subprocess, sys
+tag, port, rank = sys.argv[2], sys.argv[4], sys.argv[6]
+env = dict(os.environ, RANK=rank, LOCAL_RANK="0", WORLD_SIZE="3", GROUP_RANK=rank,
+           MASTER_ADDR="10.93.1.1", MASTER_PORT=port, TORCHELASTIC_RUN_ID=tag)
+subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(1)"], env=env).wait()
+"""
+SECRET = "hf_" + "s3cr3t" * 6
+
+
+def fake_job(tb: Testbed, work: Path, tag: str, port: int, nodes: list[int]) -> None:
+    launcher = work / "bin" / "torchrun"
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    launcher.write_text(FAKE_TORCHRUN)
+    for i in nodes:
+        cmd = (
+            f"HF_TOKEN={SECRET} nohup {shlex.quote(PY)} {shlex.quote(str(launcher))} --tag {tag} "
+            f"--port {port} --rank {i} --hf-token {SECRET} > /dev/null 2>&1 < /dev/null &"
+        )
+        subprocess.run(tb.ssh_argv(i, cmd), check=True, timeout=30, capture_output=True)
+    wait_for(lambda: all(len(tb.pids(i)) >= 2 for i in nodes), 20, f"job {tag} to start")
+
+
+def test_no_job_found_says_what_it_looked_for(tb: Testbed, tmp_path: Path) -> None:
+    rc, report, out, _ = ddptui_job(tb, tmp_path)
+    assert rc == 2, out
+    ff = report["first_failure"]
+    assert ff["finding"] == "JOB-NOT-FOUND"
+    assert "torchrun" in out and "--log" in ff["fix"]
+    assert "Traceback" not in out
+
+
+def test_two_jobs_ambiguous_until_match_picks_one(tb: Testbed, tmp_path: Path) -> None:
+    try:
+        fake_job(tb, tmp_path, "alpha", 29701, [0, 1, 2])
+        time.sleep(1.1)  # start times are in clock ticks: make "newest" unambiguous
+        fake_job(tb, tmp_path, "beta", 29702, [1])
+        before = settled(tb)
+        rc, report, out, _ = ddptui_job(tb, tmp_path)
+        assert rc == 2, out
+        assert report["first_failure"]["finding"] == "JOB-AMBIGUOUS"
+        cands = report["job"]["candidates"]
+        assert {c["node"] for c in cands} == {"node0", "node1", "node2"}
+        assert sum("beta" in c["cmd"] for c in cands) == 1
+        assert "--match" in report["first_failure"]["fix"]
+
+        rc, report, out, _ = ddptui_job(tb, tmp_path, "--match", "tag alpha")
+        assert report["job"]["state"] != "ambiguous", out
+        assert sorted(r["rank"] for r in report["job"]["ranks"]) == [0, 1, 2]
+        text = json.dumps(report)
+        assert SECRET not in text and SECRET not in out, "a secret left a node"
+        assert "<redacted:" in text
+
+        rc, report, out, _ = ddptui_job(tb, tmp_path, "--match", "tag beta")
+        ids = [f["id"] for f in report["steps"][0]["findings"]]
+        assert report["first_failure"]["finding"] == "JOB-RANKS-MISSING", out
+        assert ids.count("JOB-NODE-NO-JOB") == 2
+        assert_untouched(tb, before)
+    finally:
+        stop_job(tb)
+
+
+def test_unreachable_node_bad_regex_and_missing_pyspy(tb: Testbed, tmp_path: Path) -> None:
+    try:
+        fake_job(tb, tmp_path, "gamma", 29703, [0, 1, 2])
+        rc, report, out, _ = ddptui_job(tb, tmp_path, "--py-spy", "/nonexistent/py-spy")
+        ids = [f["id"] for f in report["steps"][0]["findings"]]
+        assert ids.count("JOB-STACKS-NO-PYSPY") == 3, out
+        assert "/nonexistent/py-spy" in out
+
+        config = tb.config_dict()
+        config["nodes"].append({"host": "10.93.1.99", "name": "ghost", "user": "root"})
+        path = tmp_path / "ghost.yaml"
+        path.write_text(json.dumps(config))
+        proc = subprocess.run(
+            [PY, "-m", "ddptui", "job", str(path), "--json", "-"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")},
+        )
+        report = json.loads(proc.stdout)
+        ghost = [f for f in report["steps"][0]["findings"] if f["id"] == "JOB-NODE-UNREACHABLE"]
+        assert [f["nodes"] for f in ghost] == [["ghost"]], proc.stderr
+        assert sorted(r["rank"] for r in report["job"]["ranks"]) == [0, 1, 2]
+
+        proc = subprocess.run(
+            [PY, "-m", "ddptui", "job", str(path), "--match", "(unclosed"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2 and "--match" in proc.stderr
+        assert "Traceback" not in proc.stderr
     finally:
         stop_job(tb)
