@@ -293,7 +293,7 @@ def test_two_jobs_ambiguous_until_match_picks_one(tb: Testbed, tmp_path: Path) -
 def test_unreachable_node_bad_regex_and_missing_pyspy(tb: Testbed, tmp_path: Path) -> None:
     try:
         fake_job(tb, tmp_path, "gamma", 29703, [0, 1, 2])
-        rc, report, out, _ = ddptui_job(tb, tmp_path, "--py-spy", "/nonexistent/py-spy")
+        _, report, out, _ = ddptui_job(tb, tmp_path, "--py-spy", "/nonexistent/py-spy")
         ids = [f["id"] for f in report["steps"][0]["findings"]]
         assert ids.count("JOB-STACKS-NO-PYSPY") == 3, out
         assert "/nonexistent/py-spy" in out
