@@ -241,16 +241,47 @@ class Flow:
 
     # --- rank-dependent code ----------------------------------------------------------
 
+    def rank_valued(self, expr: ast.AST, depth: int = 0) -> bool:  # noqa: PLR0911 - per kind
+        """Whether an expression IS the rank or is computed from it (`rank`, `args.local_rank`,
+        `dist.get_rank()`, `int(os.environ["RANK"])`, `rank % 8`, `is_master = rank == 0`);
+        a call that merely takes the rank as an argument is not."""
+        if isinstance(expr, ast.Name):
+            if is_rank_name(expr.id):
+                return True
+            return depth < 3 and any(
+                self.rank_valued(v, depth + 1)
+                for v in self.s.assigned(self.s.scope_of(expr), expr.id, module_too=True)
+            )
+        if isinstance(expr, ast.Attribute):
+            return is_rank_name(expr.attr)
+        if isinstance(expr, ast.Call):
+            name = last(self.s.call_name(expr))
+            if name in _GET_RANK:
+                return True
+            if name in ("int", "str", "float", "get", "getenv"):
+                return any(self.rank_valued(a, depth) for a in expr.args)
+            return False
+        if isinstance(expr, ast.Constant):
+            return expr.value in _RANK_ENV and self._in_environ(expr)
+        if isinstance(expr, ast.Subscript):
+            return self.rank_valued(expr.slice, depth) and "environ" in ast.unparse(expr.value)
+        if isinstance(expr, ast.BinOp):
+            return self.rank_valued(expr.left, depth) or self.rank_valued(expr.right, depth)
+        if isinstance(expr, ast.UnaryOp):
+            return self.rank_valued(expr.operand, depth)
+        if isinstance(expr, ast.IfExp):
+            return self.rank_valued(expr.body, depth) or self.rank_valued(expr.orelse, depth)
+        if isinstance(expr, ast.Compare | ast.BoolOp | ast.JoinedStr | ast.FormattedValue):
+            return any(self.rank_valued(c, depth) for c in ast.iter_child_nodes(expr))
+        return False
+
     def is_rank_expr(self, expr: ast.AST, depth: int = 0) -> bool:
-        """Whether an expression's value differs between ranks because it is the rank."""
+        """Whether the rank appears anywhere in an expression (a per-rank path, a rank
+        slice); names are followed to what they were given."""
         for n in [expr, *own_nodes(expr)]:
-            if isinstance(n, ast.Name | ast.Attribute) and is_rank_name(ident(n) or ""):
+            if self.rank_valued(n):
                 return True
-            if isinstance(n, ast.Call) and last(self.s.call_name(n)) in _GET_RANK:
-                return True
-            if isinstance(n, ast.Constant) and n.value in _RANK_ENV and self._in_environ(n):
-                return True
-            if isinstance(n, ast.Name) and depth < 3:
+            if isinstance(n, ast.Name) and depth < 2:
                 for v in self.s.assigned(self.s.scope_of(n), n.id):
                     if self.is_rank_expr(v, depth + 1):
                         return True
@@ -274,7 +305,7 @@ class Flow:
             return self.is_rank_test(test.operand, depth + 1)
         if isinstance(test, ast.Compare):
             sides = [test.left, *test.comparators]
-            ranked = [s for s in sides if self.is_rank_expr(s)]
+            ranked = [s for s in sides if self.rank_valued(s)]
             if not ranked:
                 return False
             others = [s for s in sides if s not in ranked]

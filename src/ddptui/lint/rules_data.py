@@ -14,7 +14,8 @@ from ddptui.lint.script import Script, const, kwarg, last
 
 _UNWRAP: Final = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "cycle", "track"})
 _EVAL_NAME: Final = re.compile(r"val|test|eval|dev_", re.I)
-_SHARDERS: Final = frozenset({"split_dataset_by_node", "shard"})
+_SHARDERS: Final = frozenset({"split_dataset_by_node", "shard", "split_by_node"})
+_SPLITTERS: Final = frozenset({"array_split", "chunk", "tensor_split", "split"})
 
 
 def is_loader(s: Script, call: ast.AST) -> bool:
@@ -49,23 +50,57 @@ def _has(call: ast.Call, name: str, position: int) -> bool:
 
 
 def sharded(s: Script, f: Flow, expr: ast.expr) -> ast.AST | None:
-    """The expression where a dataset is split by rank by hand, if it is."""
+    """The expression where a dataset is split by rank by hand, if it is: a slice or an
+    index by rank (`data[rank::world]`, `np.array_split(x, world)[rank]`), `Subset` with
+    rank-computed indices, `.shard(...)`, `split_dataset_by_node`, or an IterableDataset
+    of this file that reads the rank."""
     for o in s.origins(expr):
-        if isinstance(o, ast.Call) and last(s.call_name(o)) == "DistributedSampler":
+        if isinstance(o, ast.Subscript) and _uneven_pick(s, f, o):
+            return o
+        if not isinstance(o, ast.Call):
             continue
-        if isinstance(o, ast.Call) and last(s.call_name(o)) in _SHARDERS:
+        name = last(s.call_name(o))
+        if name in _SHARDERS:
             return o
-        if isinstance(o, ast.Call | ast.Subscript) and f.is_rank_expr(o):
+        parts = [*o.args, *(k.value for k in o.keywords)]
+        if any(isinstance(p, ast.Subscript) and _uneven_pick(s, f, p) for p in parts):
             return o
-        if isinstance(o, ast.Call) and isinstance(o.func, ast.Name):
-            cls = s.classes.get(o.func.id)
-            if (
-                cls is not None
-                and any("Iterable" in ast.unparse(b) for b in cls.bases)
-                and (f.is_rank_expr(cls))
-            ):
-                return o
+        if name == "Subset" and len(o.args) > 1 and f.is_rank_expr(o.args[1]):
+            return o
+        cls = s.classes.get(name) if isinstance(o.func, ast.Name) else None
+        if (
+            cls is not None
+            and any("Iterable" in ast.unparse(b) for b in cls.bases)
+            and f.is_rank_expr(cls)
+        ):
+            return o
     return None
+
+
+def _uneven_pick(s: Script, f: Flow, sub: ast.Subscript) -> bool:
+    """`x[rank::world]` (strided: sizes differ by one) or `np.array_split(x, n)[rank]`;
+    not a block `x[rank * n:(rank + 1) * n]`, whose shards are equal."""
+    sl = sub.slice
+    if isinstance(sl, ast.Slice):
+        return sl.step is not None and f.is_rank_expr(sl)
+    value = sub.value
+    return (
+        f.is_rank_expr(sl)
+        and isinstance(value, ast.Call)
+        and last(s.call_name(value)) in _SPLITTERS
+    )
+
+
+def split_by_rank(s: Script, f: Flow, expr: ast.expr) -> bool:
+    """Whether the dataset is this rank's part already (evenly or not)."""
+    if sharded(s, f, expr) is not None:
+        return True
+    for o in s.origins(expr):
+        parts = [*o.args, *(k.value for k in o.keywords)] if isinstance(o, ast.Call) else [o]
+        picks = [q for p in parts for q in [p, *s.origins(p)]]
+        if any(isinstance(q, ast.Subscript) and f.is_rank_expr(q.slice) for q in picks):
+            return True
+    return False
 
 
 def sampler(s: Script, f: Flow) -> Iterator[Hit]:
@@ -82,7 +117,7 @@ def sampler(s: Script, f: Flow) -> Iterator[Hit]:
         if _has(loader, "sampler", 3) or _has(loader, "batch_sampler", 4):
             continue
         data = kwarg(loader, "dataset", 0)
-        if data is not None and sharded(s, f, data) is not None:
+        if data is not None and split_by_rank(s, f, data):
             continue
         yield Hit.at(
             "DDP-SAMPLER",

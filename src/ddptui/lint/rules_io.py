@@ -195,12 +195,13 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def sharded_world(s: Script, f: Flow) -> Iterator[Hit]:
-    sharded_type = any(
-        isinstance(n, ast.Attribute) and n.attr in _SHARDED_TYPES for n in ast.walk(s.tree)
-    )
     for c in s.calls:
         if not _torch(s, c, "load"):
             continue
+        sharded_type = any(
+            isinstance(n, ast.Attribute) and n.attr in _SHARDED_TYPES
+            for n in ast.walk(s.scope_of(c))
+        )
         path = _path(c, 0, "f")
         per_rank = path is not None and f.is_rank_expr(path)
         if not (per_rank or sharded_type) or _checks_world_size(s, c):

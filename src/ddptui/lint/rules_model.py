@@ -65,29 +65,37 @@ def receiver(call: ast.Call) -> str | None:
 def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
     """Whether the module `expr` was put on a device before `line` (`.to()`, `.cuda()`,
     built with `device=`), as far as the file shows."""
-    text = ast.unparse(expr)
-    scope = s.scope_of(expr)
+    if any(last(s.call_name(c)) == "set_default_device" for c in s.calls):
+        return True
+    places = [(ast.unparse(expr), s.scope_of(expr), line)]
     for o in s.origins(expr):
-        if (
-            isinstance(o, ast.Call)
-            and o.lineno <= line
-            and (
-                (isinstance(o.func, ast.Attribute) and o.func.attr in _MOVERS)
-                or kwarg(o, "device") is not None
-            )
-        ):
+        if not isinstance(o, ast.Call) or (o.lineno > line and s.scope_of(o) is places[0][1]):
+            continue
+        if (isinstance(o.func, ast.Attribute) and o.func.attr in _MOVERS) or kwarg(
+            o, "device"
+        ) is not None:
             return True
+        if any(
+            isinstance(a, ast.With) and "device" in ast.unparse(a.items[0].context_expr)
+            for a in s.ancestors(o)
+        ):
+            return True  # built under `with torch.device("cuda"):`
+        parent = s.parents.get(o)
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+            here = s.scope_of(o) is places[0][1]
+            places.append((ast.unparse(parent.targets[0]), s.scope_of(o), line if here else 10**9))
     return any(
-        c.lineno < line
+        c.lineno < until
         and isinstance(c.func, ast.Attribute)
         and c.func.attr in _MOVERS
         and receiver(c) == text
+        for text, scope, until in places
         for c in s.function_calls(scope)
     )
 
 
 def dataparallel(s: Script, f: Flow) -> Iterator[Hit]:
-    if f.ddp_calls:
+    if f.wrapper_calls:
         return  # DataParallel is then the single-process fallback branch
     for c in s.calls:
         qn = s.call_name(c)

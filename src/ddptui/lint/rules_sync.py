@@ -51,12 +51,16 @@ def rank_divergence(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
+    found: list[tuple[ast.Call, ast.AST, str]] = []
     for call in s.calls:
         guard = f.local_guard(call)
         if guard is None or kwarg(call, "group") is not None:
             continue
         what = f.call_sync(call)
-        if not what:
+        if what:
+            found.append((call, guard, what))
+    for call, guard, what in found:
+        if _paired(s, call, guard, what, found):
             continue
         if isinstance(guard, ast.If) and guard not in set(s.ancestors(call)):
             other: list[ast.stmt] = []  # an `if rank != 0: return` before the call
@@ -77,6 +81,23 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
             condition=test,
             collective=what,
         )
+
+
+def _paired(
+    s: Script,
+    call: ast.Call,
+    guard: ast.AST,
+    what: str,
+    found: list[tuple[ast.Call, ast.AST, str]],
+) -> bool:
+    """The same collective under another rank test in the same function: each rank
+    reaches it once, at a different place (`if local_rank not in [-1, 0]: barrier()`
+    ... `if local_rank == 0: barrier()`, the "main process first" pattern)."""
+    scope = s.scope_of(call)
+    return any(
+        other is not call and w == what and g is not guard and s.scope_of(other) is scope
+        for other, g, w in found
+    )
 
 
 def _tainted(s: Script, f: Flow, loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
