@@ -246,7 +246,7 @@ class Worker:
             sync_bn = "torch.nn.SyncBatchNorm"
         else:
             model = convert_cpu_sync_bn(torch, nn, model)
-            sync_bn = "CPU equivalent (batch statistics all-reduced; nn.SyncBatchNorm is GPU-only)"
+            sync_bn = "a CPU equivalent of torch.nn.SyncBatchNorm, which is GPU-only"
         sync_layers = sum(
             1 for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
         )

@@ -24,6 +24,7 @@ def test_full_checklist_passes_with_verified_allreduce(testbed: Testbed) -> None
         "port",
         "env",
         "allreduce",
+        "ddp",
     ]
     ar = run.step("allreduce")
     assert ar["status"] == "pass", run.stdout

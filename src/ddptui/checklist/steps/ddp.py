@@ -309,7 +309,7 @@ def verified_finding(ctx: StepContext, done: dict[int, RankReport]) -> Finding:
         f"{rep.result.get('loss_last', 0):.3f}"
         for r, rep in sorted(done.items())
     ]
-    evidence.append(f"BatchNorm statistics equal on every rank after each forward ({sync_bn})")
+    evidence.append(f"BatchNorm statistics equal on every rank after each forward, with {sync_bn}")
     evidence.append("a buffer each rank overwrote was rank 0's in every forward (broadcast)")
     return kb_finding("DDP-VERIFIED", [t.name for t in ctx.targets], summary, evidence)
 
