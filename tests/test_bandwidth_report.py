@@ -139,3 +139,20 @@ def test_nvml_capture_from_the_same_session_shows_v2_without_reserved() -> None:
     assert samples[0]["gpus"][0]["mem_used"] == 0
     assert smi[0].split(", ")[1] == "0 MiB"
     assert report()["metrics"]["nodes"]["gpu0"]["hello"]["gpu_mem_api"] == "v2"
+
+
+def test_worker_and_plain_loop_agree_with_and_without_ddptuis_forced_env() -> None:
+    """launch-overhead.txt: the bare loop, the worker bare, and both under ddptui's forced
+    environment move 256 MiB and 1 GiB at the same speed (within 1%): the sweep carries
+    no wrapper any more, whatever TORCH_DISTRIBUTED_DEBUG says."""
+    by_size: dict[int, list[float]] = {}
+    for line in (FIXTURES / "launch-overhead.txt").read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        rec = json.loads(line.split(" ", 2)[2])
+        by_size.setdefault(rec["bytes"], []).append(rec["algbw_gbps"])
+        if "debug" in rec:
+            assert rec["debug"] == "OFF" and rec["ok"] is True
+    for size in (256 * MIB, 1 << 30):
+        assert len(by_size[size]) == 7
+        assert max(by_size[size]) <= 1.01 * min(by_size[size]), by_size[size]
