@@ -261,7 +261,8 @@ def rank_ranges(ranks: Iterable[int]) -> str:
 def ranks_phrase(ranks: Sequence[int], nodes: Mapping[int, str]) -> str:
     """ "rank 2 (node2)" or "ranks 0-1, 3 (node0, node1)"."""
     where = sorted({nodes[r] for r in ranks if r in nodes})
-    on = f" ({', '.join(where)})" if where else ""
+    on = f" ({', '.join(where)})" if 0 < len(where) <= 4 else f" (on {len(where)} nodes)"
+    on = on if where else ""
     if len(ranks) == 1:
         return f"rank {ranks[0]}{on}"
     return f"ranks {rank_ranges(ranks)}{on}"
