@@ -10,6 +10,8 @@ Usage:
     # pipeline), on the whole corpus or only on the excerpts added after that revision:
     .venv/bin/python bench/corpus_report.py --kb-at efac99d
     .venv/bin/python bench/corpus_report.py --kb-at a6a373a --only-added-after
+    # one corpus file only, e.g. the round-2 excerpts scored with the KB before round 2:
+    .venv/bin/python bench/corpus_report.py --kb-at 5860623 --only round2.yaml
 """
 
 from __future__ import annotations
@@ -77,8 +79,18 @@ def main() -> int:
         action="store_true",
         help="with --kb-at: only the excerpts added to the corpus after REV",
     )
+    parser.add_argument(
+        "--only",
+        metavar="FILE",
+        action="append",
+        help="only the excerpts of this corpus file (e.g. round2.yaml); repeatable",
+    )
     args = parser.parse_args()
     excerpts: list[Excerpt] = load_corpus()
+    if args.only:
+        excerpts = [e for e in excerpts if e.source in args.only]
+        if not excerpts:
+            parser.error(f"no excerpts in {', '.join(args.only)}")
     diagnose = None
     if args.kb_at:
         diagnose = diagnose_with_kb_at(args.kb_at)
