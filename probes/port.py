@@ -211,6 +211,24 @@ def neighbour_states():
     return states
 
 
+SETTLE_S = 4.0  # how long entries in flux may take to be answered or given up
+
+
+def settled_neighbours(peers):
+    """neighbour_states() once the peers' entries are out of flux: an entry being
+    resolved (INCOMPLETE) or re-verified (PROBE, DELAY) ends REACHABLE when the peer
+    answers ARP, FAILED when it does not (3 tries, 1 s apart, by default)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        states = neighbour_states()
+        moving = states is not None and any(
+            states.get(p) in ("INCOMPLETE", "PROBE", "DELAY") for p in peers
+        )
+        if not moving or time.monotonic() >= deadline:
+            return states
+        time.sleep(0.25)
+
+
 def neighbour_addrs(addrs):
     """{addr: the address whose neighbour entry a connection to addr needs}: the gateway
     of the longest matching route when it has one, else addr itself.  One `ip route`
@@ -347,8 +365,8 @@ def connect():
         ]
     still = [r for r in results if r["result"] != "connected"]
     if still:
-        states = neighbour_states()
         via = neighbour_addrs(sorted({r["addr"] for r in still}))
+        states = settled_neighbours(set(via.values()))
         for r in still:
             r["neigh_addr"] = via[r["addr"]]
             r["neigh"] = None if states is None else states.get(via[r["addr"]], "none")

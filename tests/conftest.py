@@ -34,6 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "testbed: needs the network-namespace testbed (root, iproute2, sshd)"
     )
+    config.addinivalue_line(
+        "markers", "scale: a 64-node testbed (about a minute; runs in CI, never skipped there)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

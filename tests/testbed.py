@@ -89,7 +89,7 @@ def unavailable_reason() -> str | None:
         return "the testbed needs root (network namespaces, bridges, sshd)"
     if not Path(SSHD).is_file():
         return f"the testbed needs OpenSSH server at {SSHD}"
-    for tool in ("ip", "nsenter", "unshare", "ssh", "ssh-keygen", "iptables"):
+    for tool in ("ip", "nsenter", "unshare", "setpriv", "ssh", "ssh-keygen", "iptables"):
         if shutil.which(tool) is None:
             return f"the testbed needs {tool!r} on PATH"
     return None
@@ -900,6 +900,27 @@ class Testbed:
             str(except_port),
             "-j",
             "DROP",
+        )
+
+    def block_arp(self, dst: int, src: int) -> None:
+        """Node dst ignores ARP from node src (arptables): src's neighbour entry for dst
+        never resolves, TCP never starts.  Not a TCP firewall: the fault that looks like
+        one from the outside."""
+        self._require_up()
+        run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self._ns(dst),
+                "arptables",
+                "-A",
+                "INPUT",
+                "-s",
+                self.nodes[src].ip,
+                "-j",
+                "DROP",
+            ]
         )
 
     def hold_port(self, i: int, port: int, addr: str = "0.0.0.0") -> subprocess.Popen[str]:  # noqa: S104

@@ -3,16 +3,19 @@ from neighbour (ARP) resolution, and which fix applies.  Pure (no transport)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.model import Finding
 
-# A neighbour entry in one of these states means ARP never got an answer (or the entry
-# could not even be created: "none"); any other state means the address resolved.
-UNRESOLVED: Final = frozenset({"INCOMPLETE", "FAILED", "none"})
+# A neighbour entry in one of these states (after the probe let entries in flux settle)
+# means ARP got no answer: never (INCOMPLETE, FAILED), not any more (PROBE: unicast
+# re-verification unanswered), or the entry could not even be created ("none").  Any
+# other state (REACHABLE, STALE, DELAY, PERMANENT) means the address resolved.
+UNRESOLVED: Final = frozenset({"INCOMPLETE", "FAILED", "PROBE", "none"})
 NEIGH_SPARE: Final = 16  # entries besides the peers: gateways, the login node, others
 MAX_LISTED: Final = 6  # edges (or nodes) named in a summary
 MAX_EVIDENCE: Final = 50  # edges quoted as evidence
@@ -32,6 +35,13 @@ WORDS: Final = {
     "refused": "refused",
     "noroute": "no route to host",
 }
+
+
+def by_name(names: Iterable[str]) -> list[str]:
+    """Node names sorted as people count: node5 before node40."""
+    return sorted(
+        set(names), key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n)]
+    )
 
 
 @dataclass(frozen=True)
@@ -138,11 +148,11 @@ def _overflow_seen(facts: Mapping[str, NeighFacts], nodes: Sequence[str]) -> str
     if fulls:
         parts.append(
             f"{sum(fulls.values())} table-full events counted by the kernel on "
-            f"{_some(sorted(fulls))} during the test"
+            f"{_some(by_name(fulls))} during the test"
         )
     if logged:
         parts.append(
-            f"'neighbour table overflow' in the kernel log of {_some(sorted(logged))} "
+            f"'neighbour table overflow' in the kernel log of {_some(by_name(logged))} "
             f"during the test (up to {max(logged.values())} messages each)"
         )
     return "; ".join(parts)
@@ -166,10 +176,10 @@ def neighbour_findings(
     if not lost:
         return [], rest
     ends = {e.src for e in lost} | {e.dst for e in lost}
-    sources = sorted({e.src for e in lost})
+    sources = by_name(e.src for e in lost)
     t1, t2, t3 = suggested_thresholds(node_count)
     if ends & (overflowed | small):
-        nodes = sorted(ends & overflowed) or sorted(ends & small)
+        nodes = by_name(ends & overflowed) or by_name(ends & small)
         seen = _overflow_seen(facts, nodes) or "; ".join(
             f"{n}: gc_thresh3 {facts[n].gc_thresh3}" for n in nodes
         )
@@ -188,7 +198,7 @@ def neighbour_findings(
             t3=t3,
         )
     else:
-        targets = sorted({e.dst for e in lost})
+        targets = by_name(e.dst for e in lost)
         finding = kb_finding(
             "PORT-NEIGH-UNRESOLVED",
             targets,
@@ -204,7 +214,7 @@ def neighbour_findings(
 
 def capacity_finding(facts: Mapping[str, NeighFacts], node_count: int) -> Finding | None:
     """A warning when gc_thresh3 (where readable) is below what a full mesh needs."""
-    small = sorted(n for n, f in facts.items() if f.too_small(node_count))
+    small = by_name(n for n, f in facts.items() if f.too_small(node_count))
     if not small:
         return None
     limits = sorted({t for n in small if (t := facts[n].gc_thresh3) is not None})
@@ -228,7 +238,7 @@ def retried_finding(edges: Sequence[Edge]) -> Finding | None:
     """Info: edges that failed once and passed on the retry (never blamed)."""
     if not edges:
         return None
-    sources = sorted({e.src for e in edges})
+    sources = by_name(e.src for e in edges)
     firsts = sorted({str(e.rec.get("first")) for e in edges})
     return kb_finding(
         "PORT-PAIR-RETRIED",
@@ -287,7 +297,7 @@ def master_findings(failed: Sequence[Edge], master: str, addr: str, port: int) -
 def culprit_nodes(edges: Sequence[Edge], matrix: Mapping[str, Mapping[str, str]]) -> list[str]:
     """Nodes to blame: those whose every inbound (or outbound) edge failed; else all ends."""
     failed = {(e.src, e.dst) for e in edges}
-    nodes = sorted({e.src for e in edges} | {e.dst for e in edges})
+    nodes = by_name({e.src for e in edges} | {e.dst for e in edges})
     blamed = []
     for n in nodes:
         inbound = [(s, d) for s, row in matrix.items() for d in row if d == n]
