@@ -121,6 +121,8 @@ class Flow:
         self.s = script
         self._busy: set[FuncNode] = set()  # functions being walked (recursion guard)
         self._guard_busy: set[FuncNode] = set()
+        self._idents: set[str | None] | None = None
+        self._loops: list[ast.For | ast.AsyncFor | ast.While] | None = None
         self.wrapper_calls = [c for c in script.calls if self._is_wrapper(c)]
         self.ddp_calls = [
             c for c in self.wrapper_calls if last(script.call_name(c)) == "DistributedDataParallel"
@@ -137,10 +139,11 @@ class Flow:
 
     def uses(self, *names: str) -> bool:
         """Whether the file mentions any of these attribute or function names at all."""
-        return any(
-            isinstance(n, ast.Attribute | ast.Name) and ident(n) in names
-            for n in ast.walk(self.s.tree)
-        )
+        if self._idents is None:
+            self._idents = {
+                ident(n) for n in self.s.nodes if isinstance(n, ast.Attribute | ast.Name)
+            }
+        return any(n in self._idents for n in names)
 
     # --- values ---------------------------------------------------------------------
 
@@ -232,12 +235,14 @@ class Flow:
 
     def training_loops(self) -> list[ast.For | ast.AsyncFor | ast.While]:
         """Loops whose body runs a backward pass (directly or through same-file calls)."""
-        return [
-            n
-            for n in ast.walk(self.s.tree)
-            if isinstance(n, ast.For | ast.AsyncFor | ast.While)
-            and self._stmts_backward(n.body, set())
-        ]
+        if self._loops is None:
+            self._loops = [
+                n
+                for n in self.s.nodes
+                if isinstance(n, ast.For | ast.AsyncFor | ast.While)
+                and self._stmts_backward(n.body, set())
+            ]
+        return self._loops
 
     # --- rank-dependent code ----------------------------------------------------------
 
@@ -337,8 +342,6 @@ class Flow:
         an enclosing `if` on the rank, or an earlier `if rank != 0: return`."""
         child = node
         for a in self.s.ancestors(node):
-            if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
-                return None
             if (
                 isinstance(a, ast.If | ast.IfExp)
                 and child is not a.test
@@ -354,6 +357,8 @@ class Flow:
                             and self.is_rank_test(earlier.test)
                         ):
                             return earlier
+            if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
+                return None
             child = a
         return None
 

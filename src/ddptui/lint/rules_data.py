@@ -191,7 +191,7 @@ def shuffle_sampler(s: Script, f: Flow) -> Iterator[Hit]:
         ):
             yield Hit.at(
                 "DDP-SHUFFLE-SAMPLER",
-                c,
+                kwarg(c, "shuffle", 2) or c,
                 (
                     "DataLoader(shuffle=True, sampler=...): the DataLoader refuses this "
                     "combination at start"

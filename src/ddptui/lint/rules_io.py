@@ -150,6 +150,8 @@ def _writer(s: Script, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # no
         return "wandb.init", None
     if name == "FileHandler" and "logging" in qn:
         return "logging.FileHandler", _path(c, 0, "filename")
+    if name == "basicConfig" and "logging" in qn and kwarg(c, "filename") is not None:
+        return "logging.basicConfig(filename=...)", kwarg(c, "filename")
     if qn in ("open", "builtins.open"):
         mode = const(kwarg(c, "mode", 1))
         if isinstance(mode, str) and mode.startswith(_WRITE_MODES):
@@ -167,7 +169,7 @@ def _referenced(s: Script, node: ast.AST) -> bool:
         isinstance(n, ast.Name | ast.Attribute)
         and ident(n) == owner.name
         and not isinstance(n.ctx, ast.Store)
-        for n in ast.walk(s.tree)
+        for n in s.nodes
     )
 
 

@@ -169,12 +169,22 @@ def hardcoded_device(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed or _sets_visible_devices(s):
         return
     seen: set[int] = set()
-    for node in ast.walk(s.tree):
+    for node in s.nodes:
         what = _hardcoded(s, f, node)
-        if what and node.lineno not in seen:  # type: ignore[attr-defined]
-            seen.add(node.lineno)  # type: ignore[attr-defined]
+        # a multi-line call is reported on the line of its hard-coded argument
+        at = next(
+            (
+                k.value
+                for k in getattr(node, "keywords", ())
+                if what and k.arg and what.startswith(f"`{k.arg}=")
+            ),
+            node,
+        )
+        line = getattr(at, "lineno", 0)
+        if what and line not in seen:
+            seen.add(line)
             yield Hit.at(
-                "DDP-HARDCODED-DEVICE", node, f"{what}: every rank uses the same GPU", seen=what
+                "DDP-HARDCODED-DEVICE", at, f"{what}: every rank uses the same GPU", seen=what
             )
 
 
@@ -238,18 +248,19 @@ def _sets_visible_devices(s: Script) -> bool:
         and n.value == "CUDA_VISIBLE_DEVICES"
         and isinstance(s.parents.get(n), ast.Subscript)
         and isinstance(s.parents.get(s.parents[n]), ast.Assign)
-        for n in ast.walk(s.tree)
+        for n in s.nodes
     )
 
 
 def find_unused(s: Script, f: Flow) -> Iterator[Hit]:
     for call in f.ddp_calls:
-        if const(kwarg(call, "find_unused_parameters")) is True:
-            yield Hit.at("DDP-FIND-UNUSED", call, "DDP(..., find_unused_parameters=True)")
+        flag = kwarg(call, "find_unused_parameters")
+        if flag is not None and const(flag) is True:
+            yield Hit.at("DDP-FIND-UNUSED", flag, "DDP(..., find_unused_parameters=True)")
 
 
 def nccl_tuning(s: Script, f: Flow) -> Iterator[Hit]:
-    for node in ast.walk(s.tree):
+    for node in s.nodes:
         keys: list[str] = []
         if isinstance(node, ast.Assign):
             keys = [
@@ -323,7 +334,7 @@ def _uses_gpu(s: Script) -> bool:
         (isinstance(n, ast.Attribute) and n.attr == "cuda")
         or (isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("cuda"))
         or (isinstance(n, ast.keyword) and n.arg == "device_ids")
-        for n in ast.walk(s.tree)
+        for n in s.nodes
     )
 
 

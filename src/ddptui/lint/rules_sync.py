@@ -140,7 +140,7 @@ def _depends(s: Script, f: Flow, expr: ast.AST, names: set[str]) -> bool:
 
 
 def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
-    for loop in [n for n in ast.walk(s.tree) if isinstance(n, ast.For | ast.AsyncFor | ast.While)]:
+    for loop in [n for n in s.nodes if isinstance(n, ast.For | ast.AsyncFor | ast.While)]:
         if not f.stmts_sync(loop.body):
             continue
         tainted: set[str] | None = None

@@ -42,12 +42,15 @@ class Script:
     functions: dict[str, list[FuncNode]] = field(default_factory=dict)
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     calls: list[ast.Call] = field(default_factory=list)
+    nodes: list[ast.AST] = field(default_factory=list)  # every node, walked once
     _callees: dict[ast.Call, tuple[FuncNode, ...]] = field(default_factory=dict)
+    _names: dict[ast.Call, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, path: str, tree: ast.Module) -> Script:
         s = cls(path, tree)
-        for node in ast.walk(tree):
+        s.nodes = list(ast.walk(tree))
+        for node in s.nodes:
             for child in ast.iter_child_nodes(node):
                 s.parents[child] = node
             if isinstance(node, ast.Import):
@@ -120,7 +123,9 @@ class Script:
         return None
 
     def call_name(self, call: ast.Call) -> str:
-        return self.qualname(call.func) or ""
+        if call not in self._names:
+            self._names[call] = self.qualname(call.func) or ""
+        return self._names[call]
 
     def assigned(self, scope: Scope, name: str, *, module_too: bool = False) -> list[ast.expr]:
         """The values `name` is given in `scope` (tuple targets yield `Subscript`-free
