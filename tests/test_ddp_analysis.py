@@ -8,14 +8,12 @@ from typing import Any
 
 import pytest
 
-from ddptui.checklist.ddp_analysis import (
-    RankReport,
+from ddptui.checklist.ddp_analysis import RankReport, cross_rank_findings, shard_problems
+from ddptui.checklist.ddp_projection import (
     allreduce_seconds,
-    cross_rank_findings,
     efficiency,
     measured_overlap,
     project,
-    shard_problems,
     step_seconds,
 )
 from ddptui.config import ConfigError, parse_config

@@ -1,162 +1,16 @@
-"""What the ddp step's ranks reported, judged across ranks (parameters, gradients,
-buffers, SyncBatchNorm, sampler shards), and the scaling projection for the user's
-model from the measured bus bandwidth. Core layer: pure functions over plain data."""
+"""What the ddp step's ranks reported, judged across ranks: parameters, gradients,
+buffers, SyncBatchNorm, sampler shards (the projection is in ddp_projection.py).
+Core layer: pure functions over plain data."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.model import Finding, odd_nodes
-
-# A step's backward is about 2/3 of its forward+backward compute: the window in which
-# DDP's bucketed allreduce can hide (it starts with the first full bucket).
-BACKWARD_FRACTION = 2 / 3
-TARGET_EFFICIENCY = 0.9  # "what would it take": the compute / busbw for this efficiency
-LOW_EFFICIENCY = 0.8  # below this, DDP-SCALING-LOW (a warning) with what to change
-ACCUMULATION = 4  # the micro-batches of the no_sync() example in the advice
-BYTES_PER_PARAM = {"fp32": 4, "bf16": 2}
-
-
-# --------------------------------------------------------------------------- projection
-
-
-def allreduce_seconds(nbytes: float, world: int, busbw_gbps: float) -> float:
-    """Ring allreduce time as nccl-tests define busbw: bytes * 2(n-1)/n / busbw."""
-    if world < 2 or nbytes <= 0:
-        return 0.0
-    return nbytes * 2 * (world - 1) / world / (busbw_gbps * 1e9)
-
-
-def step_seconds(compute_s: float, comm_s: float, overlap: float) -> float:
-    """One step: compute plus the communication the backward did not hide. At most the
-    backward's share of the compute can hide communication."""
-    hidden = min(max(0.0, min(1.0, overlap)) * comm_s, BACKWARD_FRACTION * compute_s)
-    return compute_s + comm_s - hidden
-
-
-def efficiency(compute_s: float, comm_s: float, overlap: float) -> float:
-    """Scaling efficiency: the step's compute over its whole time (1.0 = perfect)."""
-    total = step_seconds(compute_s, comm_s, overlap)
-    return compute_s / total if total > 0 else 1.0
-
-
-def _solve(rises: Callable[[float], float], target: float, lo: float, hi: float) -> float | None:
-    """The smallest x in [lo, hi] with rises(x) >= target (rises is non-decreasing)."""
-    if rises(hi) < target:
-        return None
-    for _ in range(200):
-        mid = math.sqrt(lo * hi)
-        if rises(mid) >= target:
-            hi = mid
-        else:
-            lo = mid
-        if hi / lo < 1.0001:
-            break
-    return hi
-
-
-@dataclass(frozen=True)
-class Projection:
-    """DDP's scaling on this cluster for a model of `params` parameters."""
-
-    params: int
-    grad_dtype: str
-    grad_bytes: int
-    world: int
-    busbw_gbps: float
-    busbw_source: str
-    compute_s: float
-    compute_source: str
-    overlap: float
-    comm_s: float
-    step_s: float
-    efficiency: float
-    accumulation_efficiency: float  # with no_sync() over ACCUMULATION micro-batches
-    bf16_efficiency: float | None  # with bf16 gradients (None when already bf16)
-    compute_for_target_s: float | None  # compute per step that reaches TARGET_EFFICIENCY
-    busbw_for_target_gbps: float | None  # busbw that reaches it with this compute
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in vars(self).items()}
-
-
-def project(
-    params: int,
-    grad_dtype: str,
-    world: int,
-    busbw_gbps: float,
-    compute_s: float,
-    overlap: float,
-    *,
-    busbw_source: str = "allreduce step",
-    compute_source: str = "given",
-) -> Projection:
-    per_param = BYTES_PER_PARAM[grad_dtype]
-    nbytes = params * per_param
-    comm = allreduce_seconds(nbytes, world, busbw_gbps)
-    eff = efficiency(compute_s, comm, overlap)
-    accum = efficiency(compute_s * ACCUMULATION, comm, overlap)
-    bf16 = None
-    if grad_dtype != "bf16":
-        bf16 = efficiency(compute_s, allreduce_seconds(params * 2, world, busbw_gbps), overlap)
-    need_compute = (
-        _solve(lambda c: efficiency(c, comm, overlap), TARGET_EFFICIENCY, 1e-9, 1e9)
-        if comm > 0
-        else 0.0
-    )
-    need_busbw = (
-        _solve(
-            lambda b: efficiency(compute_s, allreduce_seconds(nbytes, world, b), overlap),
-            TARGET_EFFICIENCY,
-            1e-6,
-            1e6,
-        )
-        if comm > 0
-        else None
-    )
-    return Projection(
-        params=params,
-        grad_dtype=grad_dtype,
-        grad_bytes=nbytes,
-        world=world,
-        busbw_gbps=busbw_gbps,
-        busbw_source=busbw_source,
-        compute_s=compute_s,
-        compute_source=compute_source,
-        overlap=max(0.0, min(1.0, overlap)),
-        comm_s=comm,
-        step_s=step_seconds(compute_s, comm, overlap),
-        efficiency=eff,
-        accumulation_efficiency=accum,
-        bf16_efficiency=bf16,
-        compute_for_target_s=need_compute,
-        busbw_for_target_gbps=need_busbw,
-    )
-
-
-def measured_overlap(fwd_bwd_s: float, local_s: float, comm_s: float) -> float:
-    """The share of the gradient allreduce the backward hid: 1 - exposed / alone, where
-    exposed = (step with sync) - (same step under no_sync()), alone = the same buckets
-    all-reduced with nothing else running."""
-    if comm_s <= 0:
-        return 1.0
-    return max(0.0, min(1.0, 1.0 - (fwd_bwd_s - local_s) / comm_s))
-
-
-def human_params(n: float) -> str:
-    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:.0f}"
-
-
-def human_seconds(s: float) -> str:
-    return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
-
 
 # --------------------------------------------------------------------------- ranks
 

@@ -7,24 +7,14 @@ the user's model from the measured bus bandwidth. Bounded by `timeouts.ddp`."""
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.checklist.allreduce_analysis import ArRun, _root_finding
 from ddptui.checklist.base import StepContext
-from ddptui.checklist.ddp_analysis import (
-    LOW_EFFICIENCY,
-    Projection,
-    RankReport,
-    cross_rank_findings,
-    human_params,
-    human_seconds,
-    measured_overlap,
-    project,
-    short,
-)
+from ddptui.checklist.ddp_analysis import RankReport, cross_rank_findings, short
+from ddptui.checklist.ddp_projection import projection_findings, projection_for, timing_line
 from ddptui.checklist.steps.allreduce import AllreduceStep
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.model import Finding, NodeResult, Status, node_status_from
@@ -142,7 +132,7 @@ def judge(ctx: StepContext, run: DdpRun) -> tuple[list[Finding], dict[str, Any]]
             findings.append(verified_finding(ctx, done))
         projection = projection_for(ctx, done, world)
         if projection is not None:
-            findings += projection_findings(ctx, projection)
+            findings += projection_findings(ctx, projection, timing_line(done))
     data = {
         "backend": run.backend,
         "world_size": world,
@@ -180,116 +170,6 @@ def rank_data(rep: RankReport) -> dict[str, Any]:
         "bucket_bytes": hook.get("bucket_bytes"),
         "error": rep.error,
     }
-
-
-def _median(reports: dict[int, RankReport], key: str) -> float | None:
-    values = [v for rep in reports.values() if (v := rep.timing(key)) is not None]
-    return statistics.median(values) if values else None
-
-
-def projection_for(ctx: StepContext, done: dict[int, RankReport], world: int) -> Projection | None:
-    """The user's model on this cluster: busbw from the allreduce step (else this step's
-    own bucket allreduce), compute per step from ddp.compute_s (else the probe model's,
-    scaled to the parameter count), overlap as measured here."""
-    cfg = ctx.config.ddp
-    if world < 2:
-        return None
-    fwd_bwd, local = _median(done, "fwd_bwd_s"), _median(done, "fwd_bwd_local_s")
-    comm, compute = _median(done, "comm_s"), _median(done, "compute_s")
-    if None in (fwd_bwd, local, comm, compute) or not comm or not compute:
-        return None
-    assert fwd_bwd is not None and local is not None
-    overlap = measured_overlap(fwd_bwd, local, comm)
-    busbw, source = _allreduce_busbw(ctx)
-    if busbw is None:
-        bucket_bytes = sum(next(iter(done.values())).ints("bucket_bytes"))
-        busbw = bucket_bytes / comm / 1e9 * 2 * (world - 1) / world
-        source = f"this step's own {bucket_bytes / 1e6:.2f} MB of buckets (a low estimate)"
-    probe_params = next(iter(done.values())).model.get("params")
-    if cfg.compute_s is not None:
-        compute_s, compute_source = cfg.compute_s, "ddp.compute_s"
-    elif isinstance(probe_params, int) and probe_params > 0:
-        compute_s = compute * cfg.model_params / probe_params
-        compute_source = (
-            f"the probe model's {human_seconds(compute)} for {human_params(probe_params)} params, "
-            "scaled to yours"
-        )
-    else:
-        return None
-    return project(
-        cfg.model_params,
-        cfg.grad_dtype,
-        world,
-        busbw,
-        compute_s,
-        overlap,
-        busbw_source=source,
-        compute_source=compute_source,
-    )
-
-
-def _allreduce_busbw(ctx: StepContext) -> tuple[float | None, str]:
-    """The slowest rank's busbw at the allreduce step's largest size (a ring runs at the
-    pace of its slowest link)."""
-    result = ctx.results.get("allreduce")
-    rows = result.data.get("bandwidth") if result is not None else None
-    values = [
-        float(r["busbw_gbps"])
-        for r in rows or []
-        if isinstance(r, dict) and isinstance(r.get("busbw_gbps"), (int, float))
-    ]
-    values = [v for v in values if v > 0]
-    if not values:
-        return None, ""
-    return min(values), "the allreduce step (slowest rank)"
-
-
-def projection_findings(ctx: StepContext, p: Projection) -> list[Finding]:
-    names = [t.name for t in ctx.targets]
-    facts = {
-        "params": human_params(p.params),
-        "dtype": p.grad_dtype,
-        "grad_mb": f"{p.grad_bytes / 1e6:.0f}",
-        "world": p.world,
-        "busbw": f"{p.busbw_gbps:.2f}",
-        "efficiency": f"{p.efficiency:.0%}",
-        "comm": human_seconds(p.comm_s),
-        "compute": human_seconds(p.compute_s),
-        "overlap": f"{p.overlap:.0%}",
-        "accum": f"{p.accumulation_efficiency:.0%}",
-        "bf16": f"{p.bf16_efficiency:.0%}"
-        if p.bf16_efficiency is not None
-        else "n/a (already bf16)",
-        "need_busbw": f"{p.busbw_for_target_gbps:.2f}" if p.busbw_for_target_gbps else "n/a",
-        "need_compute": human_seconds(p.compute_for_target_s or 0.0),
-    }
-    evidence = [
-        f"gradients per step: {facts['grad_mb']} MB ({p.grad_dtype}); allreduce "
-        f"{facts['comm']} at {facts['busbw']} GB/s busbw ({p.busbw_source})",
-        f"compute per step: {facts['compute']} ({p.compute_source})",
-        f"overlap measured here: {facts['overlap']} of the allreduce hidden by the backward",
-        f"step: {human_seconds(p.step_s)}, efficiency {facts['efficiency']}; with no_sync() "
-        f"over 4 micro-batches {facts['accum']}; with bf16 gradients {facts['bf16']}",
-        f"for 90%: compute >= {facts['need_compute']} per step, or busbw >= "
-        f"{facts['need_busbw']} GB/s",
-    ]
-    summary = (
-        f"projection for {facts['params']} params at {facts['busbw']} GB/s busbw on {p.world} "
-        f"ranks: {facts['efficiency']} efficiency"
-    )
-    out = [kb_finding("DDP-SCALING", names, summary, evidence, facts=facts)]
-    if p.efficiency < LOW_EFFICIENCY:
-        out.append(
-            kb_finding(
-                "DDP-SCALING-LOW",
-                names,
-                f"{facts['params']} params on {p.world} ranks would spend "
-                f"{1 - p.efficiency:.0%} of each step waiting for the gradient allreduce",
-                evidence,
-                facts=facts,
-            )
-        )
-    return out
 
 
 def verified_finding(ctx: StepContext, done: dict[int, RankReport]) -> Finding:
