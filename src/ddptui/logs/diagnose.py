@@ -214,6 +214,8 @@ class Diagnoser:
         if h.pid is not None:  # what the whole log told about NCCL's pid
             rank = rank if rank is not None else self.pid_rank.get((h.source, h.pid))
             local = local if local is not None else self.pid_local.get((h.source, h.pid))
+        if rank is None and len(ranks) == 1:
+            rank = ranks[0]  # another line of this failure named its global rank
         if rank is None and len(self.sources) == 1:
             rank = local  # one file: its local ranks are the only ranks there are
         said = f"{sig.title}: {h.where}"

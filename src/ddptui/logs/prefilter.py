@@ -29,7 +29,7 @@ sre_parse: Any = importlib.import_module("re._parser")
 # Lines the log reader needs to see besides signature matches: torch's "Last error:"
 # (the cause is on the next line), NCCL's Init lines (pid -> rank, the rank timeline)
 # and torchrun's per-worker failure lines (pid -> local rank).
-CONTEXT_TRIGGERS: Final = ("Last error:", " nranks ", "local_rank: ")
+CONTEXT_TRIGGERS: Final = ("Last error:", "nranks ", "_rank: ")  # no leading space: see _choose
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
 # so windows start on characters it rarely prints.
@@ -91,19 +91,46 @@ def needles(sig: Signature) -> list[Needle] | None:
 WINDOW: Final = 8
 
 
-def _window(needle: str, freq: Mapping[str, float]) -> str | None:
-    """A digit-free piece of `needle`, at most WINDOW long, starting on its rarest
-    character: the scan regex only stops where such a first character stands, and the
-    line cache (digits replaced by 0) stays exact.  None when no piece is long enough."""
+def _windows(needle: str, sample: str) -> set[str]:
+    """Digit-free pieces of `needle`, 4 to WINDOW long, that healthy output does not
+    print (all its digit-free pieces of 3+ when every window is printed there).  Digit-
+    free keeps the line cache (digits replaced by 0) exact."""
     pieces = [p for p in re.split(r"\d+", needle) if len(p) >= 3]
-    if not pieces:
-        return None
-    piece = max(pieces, key=len)
-    if len(piece) <= WINDOW:
-        return piece
-    starts = range(len(piece) - WINDOW + 1)
-    best = min(starts, key=lambda i: (freq.get(piece[i], 0.0), i))
-    return piece[best : best + WINDOW]
+    found = {
+        p[i : i + n]
+        for p in pieces
+        for n in range(4, WINDOW + 1)
+        for i in range(len(p) - n + 1)
+        if p[i : i + n] not in sample
+    }
+    return found or {p[:WINDOW] for p in pieces}
+
+
+def _choose(all_needles: Sequence[str], freq: Mapping[str, float], sample: str) -> dict[str, str]:
+    """One window per needle, all starting on few, rare characters: the scan regex
+    tests each position against that set of first characters before anything else, so
+    the smaller and rarer the set, the faster a line without any trigger is passed."""
+    options = {n: _windows(n, sample) for n in all_needles}
+    options = {n: w for n, w in options.items() if w}
+    starts_of = {n: {w[0] for w in ws} for n, ws in options.items()}
+    left, firsts = set(options), set()
+    while left:
+        covered: dict[str, int] = {}
+        for n in left:
+            for c in starts_of[n]:
+                covered[c] = covered.get(c, 0) + 1
+        best = max(sorted(covered), key=lambda c: covered[c] / (freq.get(c, 0.0) + 0.002))
+        firsts.add(best)
+        left = {n for n in left if best not in starts_of[n]}
+    return {
+        n: min(
+            (w for w in ws if w[0] in firsts),
+            # Long first (a short piece of a common word, "mplete", is printed by healthy
+            # jobs the sample does not know), then the rarest first character.
+            key=lambda w: (len(w) < WINDOW, freq.get(w[0], 0.0), -len(w), w),
+        )
+        for n, ws in options.items()
+    }
 
 
 def _trie_pattern(words: Iterable[str]) -> str:
@@ -171,16 +198,16 @@ class Prefilter:
         """The signatures that may match `line` in file order, () for a line that only
         holds a context trigger, None when it holds nothing."""
         head = line[:MAX_LINE]
-        hits: set[str] = set()
-        keep: set[int] = set()
+        hits: list[tuple[Signature, ...]] = []
         for side, text in ((self.exact, head), (self.folded, head.lower())):
             if side.scan_text is not None:
-                for t in side.scan_text.findall(text):
-                    hits.add(t)
-                    keep.update(id(x) for x in side.by_trigger.get(t, ()))
-        keep.update(id(x) for x in self.unfiltered)
-        if not keep:
-            return () if hits else None
+                hits += [side.by_trigger.get(t, ()) for t in side.scan_text.findall(text)]
+        if not hits and not self.unfiltered:
+            return None
+        groups = [g for g in hits if g]
+        if len(groups) == 1 and not self.unfiltered:
+            return groups[0]  # the common case: one trigger, already in file order
+        keep = {id(x) for g in groups for x in g} | {id(x) for x in self.unfiltered}
         return tuple(x for x in self.signatures if id(x) in keep)
 
 
@@ -198,15 +225,19 @@ def build_prefilter(sigs: Sequence[Signature], sample: str | None = None) -> Pre
     exact: dict[str, list[Signature]] = {t: [] for t in CONTEXT_TRIGGERS}
     folded: dict[str, list[Signature]] = {}
     unfiltered = []
+    found = {sig.id: needles(sig) for sig in sigs}
+    plain = sorted({n for ns in found.values() for n, ci in ns or () if not ci})
+    folded_needles = sorted({n.lower() for ns in found.values() for n, ci in ns or () if ci})
+    chosen = {**_choose(plain, freq, sample), **_choose(folded_needles, freq, sample.lower())}
     for sig in sigs:
-        found = needles(sig)
-        windows = [(_window(n, freq), ci) for n, ci in found or ()]
+        ns = found[sig.id]
+        windows = [(chosen.get(n.lower() if ci else n), ci) for n, ci in ns or ()]
         if not windows or any(w is None for w, _ in windows):
             unfiltered.append(sig)
             continue
         for w, ci in windows:
             assert w is not None
-            bucket = folded.setdefault(w.lower(), []) if ci else exact.setdefault(w, [])
+            bucket = folded.setdefault(w, []) if ci else exact.setdefault(w, [])
             if sig not in bucket:
                 bucket.append(sig)
     return Prefilter(_side(exact, sigs), _side(folded, sigs), tuple(unfiltered), tuple(sigs))
