@@ -90,6 +90,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--save", metavar="P", help="Keep the last report (paths made neutral) in P.")
     args = ap.parse_args()
     real = args.nodes <= 4
     work = Path(tempfile.mkdtemp(prefix="bench-job-"))
@@ -114,6 +115,10 @@ def main() -> None:
             verdict = (report.get("first_failure") or {}).get("summary") or report["job"][
                 "headline"
             ]
+        if args.save:
+            text = out.read_text().replace(str(work), "/home/alice/jobs/02")
+            text = text.replace(str(Path(PY).parent.parent), "/opt/venv")
+            Path(args.save).write_text(text.replace(str(ROOT), "/opt/ddptui"))
         kind = "torchrun + gloo" if real else "stand-in jobs"
         print(f"{args.nodes} nodes ({kind}), {args.runs} runs of `ddptui job`:")
         print(

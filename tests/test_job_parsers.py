@@ -278,3 +278,16 @@ def test_cli_refuses_a_file_that_is_no_ras_answer(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "not an NCCL RAS answer" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_job_core_imports_no_ui_no_ssh_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ddptui.job.run, ddptui.job.report, ddptui.job.offline; "
+        "print('\\n'.join(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    heavy = {m for m in out.stdout.split() if m.split(".")[0] in ("textual", "asyncssh", "torch")}
+    assert not heavy, sorted(heavy)[:5]

@@ -142,7 +142,7 @@ def _job_data(look: JobLook) -> dict[str, Any]:
                 "kind": g.place.kind,
                 "op": g.place.op,
                 "where": g.place.where,
-                "doing": g.place.describe(),
+                "doing": g.place.describe(one=len(g.ranks) == 1),
             }
             for g in v.groups
         ],
