@@ -5,6 +5,8 @@ error, and every id a rule can emit has its knowledge-base entry."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,3 +104,10 @@ def test_not_distributed_scripts_are_left_alone() -> None:
         "loader = torch.utils.data.DataLoader(range(10), shuffle=True)\n"
     )
     assert lint_source(src) == []
+
+
+def test_lint_is_pure_core_nothing_heavy_is_imported() -> None:
+    code = "import sys, ddptui.lint; print('\\n'.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    roots = {m.split(".")[0] for m in out.stdout.split()}
+    assert not roots & {"torch", "textual", "asyncssh", "click", "pydantic"}

@@ -46,9 +46,8 @@ def _summary(result: LintResult) -> str:
     }
     files = len(result.files) - len(result.problems)
     parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
-    text = f"{files} file{'s' if files != 1 else ''} audited: " + (
-        ", ".join(parts) or "no DDP pitfall found"
-    )
+    verdict = ", ".join(parts) or ("no DDP pitfall found" if files else "nothing to report")
+    text = f"{files} file{'s' if files != 1 else ''} audited: {verdict}"
     if result.problems:
         text += f"; {len(result.problems)} could not be audited"
     return text

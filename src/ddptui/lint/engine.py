@@ -86,9 +86,15 @@ def parse(text: str, path: str) -> ast.Module:
             return ast.parse(text, filename=path)
     except SyntaxError as exc:
         where = f"{path}:{exc.lineno or 1}:{(exc.offset or 0) or 1}"
+        suffix = Path(path).suffix
+        hint = (
+            f"a {suffix} file is not a training script"
+            if suffix and suffix not in (".py", ".pyw")
+            else "check it with `python -m py_compile`"
+        )
         raise LintInputError(
             f"{where}: not valid Python ({exc.msg}); `ddptui lint` audits Python training "
-            "scripts (check the file runs with `python -m py_compile`)"
+            f"scripts ({hint})"
         ) from None
     except (ValueError, RecursionError) as exc:
         raise LintInputError(f"{path}: cannot be parsed as Python: {exc}") from None
