@@ -301,3 +301,33 @@ def test_durations_read_back_exactly_as_shown_live() -> None:
     assert f"{again.duration_s:.1f}" == f"{live.duration_s:.1f}"
     assert again.duration_s == live.duration_s == 0.45
     assert again.nodes["n0"].duration_s == live.nodes["n0"].duration_s == 0.05
+
+
+def test_first_failure_carries_the_rank_and_place_of_its_finding() -> None:
+    """CONTRACT.md 2026-11-23: a finding's rank and where reach first_failure, and both
+    reports say them beside the node."""
+    from ddptui.diagnosis.model import NodeResult, StepResult, finding
+    from ddptui.report.json_report import first_failure
+
+    stuck = finding(
+        "JOB-HUNG-RANK", "error", ["node1"], "rank 2 is in `evaluate`", "c", "f",
+        rank=2, where="train.py:88 in evaluate",
+    )  # fmt: skip
+    nodes = {"node1": NodeResult("fail", "stuck")}
+    first = first_failure(
+        {"allreduce": StepResult("allreduce", "AR", "fail", 1.0, nodes, (stuck,))}
+    )
+    assert first is not None
+    assert (first["rank"], first["where"]) == (2, "train.py:88 in evaluate")
+    report = json.loads((REPORTS / "session_allreduce_hang.json").read_text())
+    report["first_failure"] = first
+    ReportModel.model_validate(report)
+    assert "on **node1** (rank 2, at `train.py:88 in evaluate`):" in render(report, "markdown")
+    assert "<b>node1</b> (rank 2, at <code>train.py:88 in evaluate</code>):" in render(
+        report, "html"
+    )
+    plain = finding("AR-HANG", "error", ["node1"], "s", "c", "f")
+    first = first_failure(
+        {"allreduce": StepResult("allreduce", "AR", "fail", 1.0, nodes, (plain,))}
+    )
+    assert first is not None and "rank" not in first and "where" not in first

@@ -1,5 +1,6 @@
-"""The Markdown and HTML reports, rendered from real saved sessions (tests/fixtures/reports)
-and from reports built to corner them: the first failure and its fix as commands, the
+"""The Markdown and HTML reports, rendered from real saved sessions (tests/fixtures/reports,
+and the real H100 `ddptui check --json` reports in tests/fixtures/gpu-h100/ddptui) and from
+reports built to corner them: the first failure and its fix as commands, the
 step table's shape, the odd node out, env differences, the allreduce table, hostile node
 output, self-containment, and the HTML as headless Chromium draws it."""
 
@@ -24,17 +25,25 @@ from typing import Any
 import pytest
 
 from ddptui.report.html import clean_screenshot, render_html
-from ddptui.report.markdown import fix_commands, render_markdown
+from ddptui.report.markdown import clean_line, fix_commands, render_markdown
 from ddptui.report.svg import downsample, human_rate, series, sparkline, text_sparkline
 
 REPORTS = Path(__file__).resolve().parent / "fixtures" / "reports"
-FIXTURES = sorted(p.stem for p in REPORTS.glob("*.json"))
+GPU_REPORTS = Path(__file__).resolve().parent / "fixtures" / "gpu-h100" / "ddptui"
+SOURCES = {p.stem: p for p in [*REPORTS.glob("*.json"), *GPU_REPORTS.glob("check-*.json")]}
+FIXTURES = sorted(SOURCES)
+GPU_FIXTURES = sorted(p.stem for p in GPU_REPORTS.glob("check-*.json"))
 HOSTILE = "<script>alert(1)</script> | ``` </details> *x* [a](http://evil)"
 
 
 def load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((REPORTS / f"{name}.json").read_text())
+    data: dict[str, Any] = json.loads(SOURCES[name].read_text())
     return data
+
+
+def test_the_real_gpu_reports_are_among_the_fixtures() -> None:
+    assert GPU_FIXTURES == ["check-1node-nccl", "check-2nodes-1gpu"]
+    assert set(GPU_FIXTURES) <= set(FIXTURES)
 
 
 def node_names(report: dict[str, Any]) -> list[str]:
@@ -177,7 +186,9 @@ def test_markdown_names_the_failing_step_and_its_fix(name: str) -> None:
     for node, log in (report.get("logs") or {}).items():
         for excerpt in log["excerpts"]:
             assert f"<details><summary>{node}: {len(log['excerpts'])} excerpt" in md
-            assert any(excerpt["lines"][0][:200] in block for block in blocks)
+            for line in excerpt["lines"]:  # every line, in a code block (cut at 400)
+                shown = clean_line(line)[:200]
+                assert any(shown in text for block in blocks for text in block), shown
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -213,9 +224,13 @@ def test_html_names_the_failing_step_and_is_self_contained(name: str) -> None:
     metrics = (report.get("metrics") or {}).get("nodes") or {}
     for node, data in metrics.items():
         card = doc.split(f'<div class="card"><h3>{node} ', 1)[1].split('<div class="card">')[0]
-        assert card.count('<svg class="spark"') == 3  # CPU, memory, the busiest NIC
-        assert card.count("no GPU") == 1 and "eth0 rx+tx" in card
-        assert len(data["samples"]) > 1
+        gpus = sorted({g["index"] for x in data["samples"] for g in x.get("gpus") or []})
+        # CPU, memory, one per GPU, the busiest NIC (IB: none in these sessions)
+        assert card.count('<svg class="spark"') == 2 + len(gpus) + 1
+        assert all(f"GPU{i} util" in card for i in gpus)
+        assert (card.count("no GPU") == 1) == (not gpus)
+        assert ("memory max" in card) == bool(gpus)  # the GPUs' peaks beside utilisation
+        assert " rx+tx" in card and len(data["samples"]) > 1
 
 
 def test_no_failure_but_a_warning_is_said_so() -> None:
@@ -284,6 +299,82 @@ def test_skew_marks_the_odd_node_out() -> None:
     assert "2.12.0+cu121" in row[2]["text"]
 
 
+def test_one_rank_busbw_reads_na_never_a_number_or_blank() -> None:
+    """The real H100 one-node report was written before busbw_note: it recorded busbw =
+    algbw (550.740) with world size 1. busbw is undefined with one rank: n/a, as the
+    reports written since (busbw null, busbw_note) also say."""
+    old = load("check-1node-nccl")
+    new = copy.deepcopy(old)
+    ar = new["tables"]["allreduce"]
+    ar["ranks"][0]["busbw_gbps"] = None
+    ar["busbw_note"] = "busbw n/a (one rank): no data cross a bus; nccl-tests prints 0"
+    ar["sizes"] = [
+        {"bytes": 1 << 20, "time_us": 36.7, "algbw_gbps": 28.57, "busbw_gbps": None},
+        {"bytes": 1 << 30, "time_us": 713.0, "algbw_gbps": 1506.0, "busbw_gbps": None},
+    ]
+    for report in (old, new):
+        md = render_markdown(report)
+        rank = md_table(md, "## Allreduce bandwidth")
+        assert rank[0][2] == "busbw GB/s" and rank[1][2] == "n/a (one rank)"
+        assert rank[1][3] == "550.740"  # algbw is always given
+        assert "busbw n/a (one rank): no data cross a bus" in md and "over 1 rank" not in md
+        dom = Dom(render_html(report))
+        table = next(t for t in dom.tables if t["rows"][0][0]["text"] == "rank")
+        assert table["rows"][1][2]["text"] == "n/a (one rank)"
+    sweep = md_table(render_markdown(new), "Sweep")
+    assert sweep[1:] == [
+        ["1 MiB", "36.7", "28.570", "n/a (one rank)"],
+        ["1 GiB", "713.0", "1506.000", "n/a (one rank)"],
+    ]
+    assert "0.000" not in render_markdown(new).split("## Allreduce")[1].split("## Findings")[0]
+
+
+def test_gpu_metrics_show_each_gpu_and_its_peaks() -> None:
+    """The H100 session's samples: one GPU at 100 % with 20-21.5 GiB used, 57-64 °C,
+    683-698 W, clocks held by SwPowerCap; NCCL's traffic on one host goes over lo."""
+    report = load("check-1node-nccl")
+    md = render_markdown(report)
+    row = md_table(md, "## Live metrics")[1]
+    assert row[0] == "gpu0"
+    assert row[2].startswith("1 GPU `") and " util, memory max 21.5 GiB of 79.6 GiB" in row[2]
+    assert "max 64 °C, max 698 W, clocks held back by SwPowerCap" in row[2]
+    assert row[3].startswith("lo `") and "max 21.7 kB/s" in row[3]
+    doc = render_html(report)
+    card = doc.split('<div class="card"><h3>gpu0 ', 1)[1].split("</div></div>")[0]
+    assert "GPU0 util" in card and "max 100%" in card
+    assert "1\u00d7 NVIDIA H100 80GB HBM3: memory max 21.5 GiB of 79.6 GiB" in card
+    assert "lo rx+tx" in card and "eth0" not in card  # an idle eth0 is not the busiest
+
+
+def test_excerpts_mark_the_line_the_finding_cites() -> None:
+    """Rebuilt from the real two-nodes-on-one-GPU logs: ENV-DUPGPU's excerpt is around
+    `Duplicate GPU detected` (its first evidence line), not around a consequence line
+    it also quotes, and both reports mark that line."""
+    from ddptui.diagnosis.logstore import LogStore
+    from ddptui.report.json_report import log_excerpts
+
+    report = load("check-2nodes-1gpu")
+    store = LogStore()
+    for node, log in report["logs"].items():
+        for line in log["tail"]:
+            rank = re.match(r"\[r(\d+)\] ", line)
+            text = line[rank.end() :] if rank else line
+            store.append(node, text, rank=int(rank.group(1)) if rank else None)
+    report["logs"] = log_excerpts(report["steps"], store)
+    dup = next(e for e in report["logs"]["gpuA"]["excerpts"] if e["finding"] == "ENV-DUPGPU")
+    (at,) = dup["marked"]
+    assert "NCCL WARN Duplicate GPU detected : rank 0 and rank 1" in dup["lines"][at]
+    _, blocks = md_blocks(render_markdown(report))
+    cited = [t for b in blocks for t in b if t.startswith("▶ ")]
+    assert any("Duplicate GPU detected : rank 0 and rank 1" in t for t in cited)
+    assert any("Duplicate GPU detected : rank 1 and rank 0" in t for t in cited)  # gpuB
+    doc = render_html(report)
+    marked = re.findall(r"<mark>(.*?)</mark>", doc)
+    assert any("Duplicate GPU detected : rank 0 and rank 1" in m for m in marked)
+    assert len(marked) == sum(len(e["marked"]) for log in report["logs"].values()
+                              for e in log["excerpts"])  # fmt: skip
+
+
 def test_allreduce_table_rows_and_stragglers() -> None:
     report = load("session_port_env")
     ar = report["tables"]["allreduce"]
@@ -335,6 +426,7 @@ def hostile_report() -> dict[str, Any]:
             "step": "allreduce",
             "first_line": 3,
             "lines": ["```", HOSTILE, "</details>"],
+            "marked": [1, "x", 99],
         }
     ]
     report["logs"]["node1"]["tail"].append(HOSTILE)
@@ -357,8 +449,8 @@ def test_hostile_node_output_cannot_break_the_markdown() -> None:
     assert opens == sum(len(re.findall(r"(?<!\\)</details>", line)) for line in markup)
     assert opens == 1 + 3 * 2  # the evidence; each failed node's log and its tail
     assert not any(re.search(r"(?<!\\)<script", line) for line in markup)
-    # the hostile lines survive intact inside code blocks
-    assert any(HOSTILE in b and "```" in b and "</details>" in b for b in blocks)
+    # the hostile lines survive intact inside code blocks, the cited one marked
+    assert any(f"▶ {HOSTILE}" in b and "  ```" in b and "  </details>" in b for b in blocks)
 
 
 def test_hostile_node_output_cannot_break_the_html() -> None:
@@ -371,6 +463,7 @@ def test_hostile_node_output_cannot_break_the_html() -> None:
     assert dom.count("pre") == dom.ends.count("pre")
     text = "".join(dom.text)
     assert "<script>alert(1)</script>" in text  # shown, as text
+    assert f"<mark>{escape(HOSTILE)}</mark>" in doc and dom.count("mark") == 1
     steps = dom.table("steps")
     assert len(steps) == 1 + len(report["steps"])
     assert all(len(r) == 3 + len(report["nodes"]) for r in steps)
@@ -679,6 +772,8 @@ def has_colour(rows: list[bytes], rgb: tuple[int, int, int], tol: int = 6) -> bo
         ("session_port_env", (0xFF, 0xEB, 0xE9)),
         ("session_allreduce_hang", (0xFF, 0xEB, 0xE9)),
         ("session_healthy", (0xDA, 0xFB, 0xE1)),
+        ("check-1node-nccl", (0xDA, 0xFB, 0xE1)),
+        ("check-2nodes-1gpu", (0xFF, 0xEB, 0xE9)),
     ],
 )
 def test_html_in_headless_chromium(name: str, banner: tuple[int, int, int], tmp_path: Path) -> None:

@@ -23,10 +23,13 @@ from ddptui.report.markdown import (
     env_items,
     fix_commands,
     fmt_value,
+    gpu_facts,
     has_step,
+    marks,
     metric_nodes,
     node_names,
     node_result,
+    place,
     rank_note,
     rank_rows,
     report_tables,
@@ -62,7 +65,9 @@ nav a{color:#0969da;margin-right:12px;text-decoration:none}
 code,pre{font-family:"DejaVu Sans Mono",ui-monospace,Menlo,Consolas,monospace}
 code{font-size:12.5px;background:var(--soft);padding:0 4px;border-radius:4px}
 pre{font-size:12px;line-height:1.45;background:var(--soft);border:1px solid var(--line);
-border-radius:6px;padding:8px 10px;overflow-x:auto;margin:6px 0}
+border-radius:6px;padding:8px 10px;margin:6px 0;white-space:pre-wrap;overflow-wrap:anywhere}
+pre mark{background:var(--warn-bg);color:inherit;font-weight:700;display:inline-block;width:100%;
+box-shadow:inset 3px 0 0 var(--warn)}
 pre.cmd{border-left:4px solid var(--fg);background:#fff;font-size:13px}
 .badge{display:inline-block;padding:0 10px;border-radius:12px;font-weight:600;
 vertical-align:middle}
@@ -96,6 +101,7 @@ details{margin:6px 0}summary{cursor:pointer;color:var(--muted);font-weight:600}
 .card h3{font-size:14px}
 .spark-row{display:grid;grid-template-columns:78px 160px 1fr;align-items:center;gap:8px;
 font-size:12px;white-space:nowrap}.spark-row .v{color:var(--muted);font-variant-numeric:tabular-nums}
+.card .gpus{font-size:12px;color:var(--muted);margin:2px 0 4px}
 svg.spark{display:block}
 .shot{margin:0;max-width:1000px}
 .shot svg{display:block;width:100%;height:auto}
@@ -133,6 +139,23 @@ def _prose(text: Any) -> str:
 def _pre(lines: Sequence[Any], cls: str = "") -> str:
     attr = f' class="{cls}"' if cls else ""
     return f"<pre{attr}>" + _e("\n".join(clean_line(x, 4000) for x in lines)) + "</pre>"
+
+
+def _pre_marked(excerpt: Mapping[str, Any]) -> str:
+    """An excerpt's lines with the ones its finding cites in <mark>."""
+    hit = marks(excerpt)
+    lines = [_e(clean_line(x, 4000)) for x in excerpt.get("lines") or []]
+    return (
+        "<pre>"
+        + "\n".join(f"<mark>{line}</mark>" if i in hit else line for i, line in enumerate(lines))
+        + "</pre>"
+    )
+
+
+def _place(item: Mapping[str, Any]) -> str:
+    rank, where = place(item)
+    parts = ([f"rank {_e(rank)}"] if rank else []) + ([f"at {_code(where)}"] if where else [])
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _fix(fix: str) -> str:
@@ -213,7 +236,7 @@ def _banner(report: Mapping[str, Any]) -> str:
         return (
             f'<div class="banner fail" role="alert"><h2>✘ First failure: <code>'
             f"{_e(first.get('step'))}</code> — {_e(step_title(step))}</h2>"
-            f"<p>{finding}on <b>{_e(nodes)}</b>: {_prose(first.get('summary', ''))}</p>"
+            f"<p>{finding}on <b>{_e(nodes)}</b>{_place(first)}: {_prose(first.get('summary', ''))}</p>"
             f"<p><b>Fix:</b> {_fix(str(first.get('fix') or ''))}</p></div>"
         )
     bad = [s for s in steps.values() if s.get("status") not in ("pass", "skip")]
@@ -354,7 +377,11 @@ def _allreduce(ar: Mapping[str, Any]) -> str:
         busbw, algbw = finite(r.get("busbw_gbps")), finite(r.get("algbw_gbps"))
         frac, link = finite(r.get("link_fraction")), finite(r.get("link_gbps"))
         na = BUSBW_NA if r.get("one_rank") else NONE
-        bar = f'<span class="bar" style="width:{80 * (busbw or 0) / top:.0f}px"></span>'
+        bar = (
+            f'<span class="bar" style="width:{80 * busbw / top:.0f}px"></span>'
+            if busbw is not None
+            else ""
+        )
         body.append(
             f'<tr class="{note}"><td class="num">{_e(fmt_value(r.get("rank")))}</td>'
             f"<td>{_e(fmt_value(r.get('node')))}</td>"
@@ -403,7 +430,8 @@ def _findings(report: Mapping[str, Any]) -> str:
                 f'<div class="finding {cls}"><h3><span class="badge {cls}">'
                 f"{_e(severity)}</span> <code>{_e(f.get('id'))}</code> "
                 f"<span class=note>({_e(step.get('id'))})</span> {_prose(f.get('summary', ''))}</h3>"
-                f"<dl><dt>Nodes</dt><dd>{_e(', '.join(map(str, f.get('nodes') or [])) or NONE)}</dd>"
+                f"<dl><dt>Nodes</dt><dd>{_e(', '.join(map(str, f.get('nodes') or [])) or NONE)}"
+                f"{_place(f)}</dd>"
                 f"<dt>Cause</dt><dd>{_prose(f.get('cause', ''))}</dd>"
                 f"<dt>Fix</dt><dd>{_fix(str(f.get('fix') or ''))}</dd></dl>{ev}</div>"
             )
@@ -447,6 +475,10 @@ def _metrics(report: Mapping[str, Any], names: list[str]) -> str:
             if s[kind]:
                 port, values = s[kind]
                 rows.append(_spark_row(f"{port} rx+tx", values, colour, pct=False))
+        facts = gpu_facts(s)
+        if facts:
+            models = gpu_models(report, n) or "GPU"
+            rows.append(f'<p class="gpus">{_e(models)}: {_e(" · ".join(facts))}</p>')
         title = f'<h3>{_e(n)} <span class="note">{_e(span)}</span></h3>'
         cards.append(f'<div class="card">{title}{"".join(rows)}</div>')
     if not cards:
@@ -454,6 +486,20 @@ def _metrics(report: Mapping[str, Any], names: list[str]) -> str:
     interval = finite((report.get("metrics") or {}).get("interval_s"))
     note = f"<p class=note>Sampled every {interval:g} s during the session.</p>" if interval else ""
     return note + f'<div class="cards">{"".join(cards)}</div>'
+
+
+def gpu_models(report: Mapping[str, Any], node: str) -> str:
+    """'8x NVIDIA H100 80GB HBM3' (a multiplication sign, not x) from the metrics
+    probe's hello, when it named the GPUs."""
+    nodes = (report.get("metrics") or {}).get("nodes") or {}
+    hello = (nodes.get(node) or {}).get("hello") if isinstance(nodes, Mapping) else None
+    models = hello.get("gpu_names") if isinstance(hello, Mapping) else None
+    if not isinstance(models, list) or not models:
+        return ""
+    counts: dict[str, int] = {}
+    for m in models:
+        counts[str(m)] = counts.get(str(m), 0) + 1
+    return ", ".join(f"{c}\u00d7 {m}" for m, c in counts.items())
 
 
 def _logs(report: Mapping[str, Any], names: list[str]) -> str:
@@ -470,7 +516,8 @@ def _logs(report: Mapping[str, Any], names: list[str]) -> str:
         excerpts = [e for e in log.get("excerpts") or [] if isinstance(e, Mapping)]
         body = "".join(
             f"<p><code>{_e(e.get('finding'))}</code> ({_e(e.get('step'))}), from line "
-            f"{_e(e.get('first_line'))}:</p>{_pre(e.get('lines') or [])}"
+            f"{_e(e.get('first_line'))}{' (marked: the line it cites)' if marks(e) else ''}:</p>"
+            f"{_pre_marked(e)}"
             for e in excerpts
         )
         if tail:

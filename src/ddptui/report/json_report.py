@@ -36,13 +36,18 @@ def first_failure(results: Mapping[str, StepResult]) -> dict[str, Any] | None:
                 "summary": f"{step_id} failed",
                 "fix": "",
             }
-        return {
+        out: dict[str, Any] = {
             "step": step_id,
             "nodes": list(primary.nodes),
             "finding": primary.id,
             "summary": primary.summary,
             "fix": primary.fix,
         }
+        if primary.rank is not None:  # CONTRACT.md 2026-11-23: the rank and place, when known
+            out["rank"] = primary.rank
+        if primary.where:
+            out["where"] = primary.where
+        return out
     return None
 
 
@@ -183,10 +188,11 @@ def _allreduce_table(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
         row["straggler"] = i in straggling
         row["slowest"] = i == slowest
         ranks.append(row)
-    one_rank = bool(rows) and all(r.get("busbw_gbps") is None for r in rows)
+    world = data.get("world_size")
+    one_rank = world == 1 or (bool(rows) and all(r.get("busbw_gbps") is None for r in rows))
     return {
         "backend": data.get("backend"),
-        "world_size": data.get("world_size"),
+        "world_size": world,
         "seconds": data.get("seconds"),
         "timed_out": data.get("timed_out"),
         "ranks": ranks,
@@ -244,7 +250,10 @@ def log_excerpts(steps: Sequence[Mapping[str, Any]], store: LogStore) -> dict[st
                 cited = [index[i] for i in f.get("lines") or () if i in index]
                 hit = cited[0] if cited else None
                 if hit is None:
-                    quoted = [*f.get("evidence", []), (step.get("data") or {}).get("root_line") or ""]
+                    quoted = [
+                        *f.get("evidence", []),
+                        (step.get("data") or {}).get("root_line") or "",
+                    ]
                     hit = _find_quoted(texts, quoted)
                 if hit is None and step.get("id") == "allreduce":
                     hit = _problem_line(texts)
@@ -290,8 +299,11 @@ def quotes_line(quote: str, line: str) -> bool:
 
 
 def _find_quoted(lines: Sequence[str], evidence: Iterable[Any]) -> int | None:
-    """The index of the first log line that an evidence line quotes."""
-    wanted = [str(e) for e in evidence]
-    return next(
-        (i for i, line in enumerate(lines) if any(quotes_line(e, line) for e in wanted)), None
-    )
+    """The index of the log line the most important evidence line quotes. Evidence comes
+    most telling first (the cause, then its consequences): the first evidence line that
+    quotes any log line wins, not the earliest log line some consequence quotes."""
+    for quote in (str(e) for e in evidence):
+        hit = next((i for i, line in enumerate(lines) if quotes_line(quote, line)), None)
+        if hit is not None:
+            return hit
+    return None

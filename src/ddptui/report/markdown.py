@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddptui.diagnosis.model import majority_value, odd_nodes
-from ddptui.report.svg import finite, human_rate, peak, series, text_sparkline
+from ddptui.metrics import human_bytes
+from ddptui.report.svg import finite, gpu_peaks, human_rate, peak, series, text_sparkline
 from ddptui.stepmeta import ORDER, TITLES
 
 # Escapes, not literals: ruff (RUF001) flags look-alike characters such as the en dash.
@@ -92,19 +93,24 @@ def env_items(rows: Sequence[Any], names: list[str]) -> list[Item]:
 
 
 def busbw_line(rows: Sequence[Mapping[str, Any]]) -> str:
-    busbw = sorted(v for v in (finite(r.get("busbw_gbps")) for r in rows) if v is not None)
     algbw = [v for v in (finite(r.get("algbw_gbps")) for r in rows) if v is not None]
-    if not busbw and algbw and any(r.get("one_rank") for r in rows):
+    if any(r.get("one_rank") for r in rows):
         size = finite(rows[0].get("bytes"))
         at = f" at {size_text(int(size))}" if size else ""
-        return f"busbw {BUSBW_NA}: no data cross a bus (nccl-tests prints 0); algbw {min(algbw):.3f} GB/s{at}."
+        alg = f"; algbw {min(algbw):.3f} GB/s{at}" if algbw else ""
+        return f"busbw {BUSBW_NA}: no data cross a bus (nccl-tests prints 0){alg}."
+    busbw = sorted(v for v in (finite(r.get("busbw_gbps")) for r in rows) if v is not None)
     if not busbw:
         return ""
     median = busbw[len(busbw) // 2]
-    return (
-        f"busbw over {len(busbw)} ranks: min {busbw[0]:.3f}, median {median:.3f}, "
-        f"max {busbw[-1]:.3f} GB/s."
-    )
+    ranks = f"{len(busbw)} rank{'s' if len(busbw) != 1 else ''}"
+    return f"busbw over {ranks}: min {busbw[0]:.3f}, median {median:.3f}, max {busbw[-1]:.3f} GB/s."
+
+
+def one_rank(table: Mapping[str, Any]) -> bool:
+    """busbw is undefined with one rank: the table says so (busbw_note), or its world
+    size is 1 (reports written before busbw_note recorded busbw = algbw there)."""
+    return bool(table.get("busbw_note")) or table.get("world_size") == 1
 
 
 BUSBW_NA = "n/a (one rank)"
@@ -120,6 +126,7 @@ def size_text(nbytes: int) -> str:
 def sweep_rows(table: Mapping[str, Any]) -> list[list[str]]:
     """tables.allreduce.sizes as cells: size, time, algbw, busbw (n/a with one rank)."""
     out = []
+    single = one_rank(table)
     for p in table.get("sizes") or []:
         if not isinstance(p, Mapping) or finite(p.get("bytes")) is None:
             continue
@@ -129,8 +136,7 @@ def sweep_rows(table: Mapping[str, Any]) -> list[list[str]]:
                 size_text(int(p["bytes"])),
                 NONE if took is None else f"{took:.1f}",
                 NONE if alg is None else f"{alg:.3f}",
-                BUSBW_NA if bus is None and table.get("busbw_note") else
-                NONE if bus is None else f"{bus:.3f}",
+                BUSBW_NA if single else NONE if bus is None else f"{bus:.3f}",
             ]
         )
     return out
@@ -142,16 +148,48 @@ SWEEP_HEAD = ("size", "time µs", "algbw GB/s", "busbw GB/s")
 def rank_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Allreduce ranks with the share of the link's speed filled in where it is known."""
     rows = []
+    single = one_rank(table)
     for raw in table.get("ranks") or []:
         if not isinstance(raw, Mapping):
             continue
         row = dict(raw)
-        row["one_rank"] = bool(table.get("busbw_note")) and row.get("busbw_gbps") is None
+        row["one_rank"] = single
+        if single:
+            row["busbw_gbps"] = None
         busbw, link = finite(row.get("busbw_gbps")), finite(row.get("link_gbps"))
         if row.get("link_fraction") is None and busbw is not None and link:
             row["link_fraction"] = busbw * 8 / link
         rows.append(row)
     return rows
+
+
+def gpu_facts(node_series: Mapping[str, Any]) -> list[str]:
+    """What a node's GPUs peaked at beside utilisation (from series()), as plain phrases:
+    memory (the fullest GPU), temperature, power, and why clocks were held back."""
+    peaks = gpu_peaks(node_series.get("gpu_records") or {})
+    if not peaks:
+        return []
+    facts = []
+    with_mem = [(k, p) for k, p in peaks.items() if p["mem_used"] is not None]
+    if with_mem:
+        k, p = max(with_mem, key=lambda kp: kp[1]["mem_used"] / (kp[1]["mem_total"] or 1.0))
+        total = f" of {human_bytes(p['mem_total'])}" if p["mem_total"] else ""
+        which = f" (GPU{k})" if len(peaks) > 1 else ""
+        facts.append(f"memory max {human_bytes(p['mem_used'])}{total}{which}")
+    for field, unit in (("temp_c", "°C"), ("power_w", "W")):
+        values = [p[field] for p in peaks.values() if p[field] is not None]
+        if values:
+            facts.append(f"max {max(values):.0f} {unit}")
+    reasons: dict[str, list[str]] = {}
+    for k, p in peaks.items():
+        for reason in p["throttle"]:
+            reasons.setdefault(reason, []).append(f"GPU{k}")
+    if reasons:
+        held = ", ".join(
+            r if len(peaks) == 1 else f"{r} ({', '.join(gs)})" for r, gs in reasons.items()
+        )
+        facts.append(f"clocks held back by {held}")
+    return facts
 
 
 CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
@@ -223,6 +261,22 @@ def clean_line(line: Any, limit: int = LOG_LINE_CHARS) -> str:
     """A log line without terminal colour codes or control characters, cut at `limit`."""
     text = CONTROL.sub("", str(line))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def marks(excerpt: Mapping[str, Any]) -> set[int]:
+    """Indices of the lines in an excerpt that its finding cites (`marked`)."""
+    raw = excerpt.get("marked")
+    return {i for i in raw if isinstance(i, int)} if isinstance(raw, list) else set()
+
+
+def marked_lines(excerpt: Mapping[str, Any]) -> list[str]:
+    """An excerpt's lines for a code block, the cited ones led by ▶ (the others by two
+    spaces, so the text lines up); unmarked excerpts (older reports) stay as they are."""
+    lines = [str(x) for x in excerpt.get("lines") or []]
+    hit = marks(excerpt)
+    if not hit:
+        return lines
+    return [("▶ " if i in hit else "  ") + line for i, line in enumerate(lines)]
 
 
 def fence(lines: Iterable[Any], info: str = "text") -> list[str]:
@@ -305,7 +359,7 @@ def _first_failure(report: Mapping[str, Any]) -> list[str]:
         return [
             f"## ❌ First failure: {code(first.get('step'))} — {esc(step_title(step))}",
             "",
-            f"{finding}on **{nodes}**: {prose(first.get('summary', ''))}",
+            f"{finding}on **{nodes}**{_place(first)}: {prose(first.get('summary', ''))}",
             "",
             *_fix_block(str(first.get("fix") or "")),
         ]
@@ -314,6 +368,19 @@ def _first_failure(report: Mapping[str, Any]) -> list[str]:
         return ["**✅ Every step passed.**", ""]
     items = [f"- {_status(s)}: {code(s.get('id'))} {esc(step_title(s))}" for s in bad]
     return ["**No step failed**, but:", "", *items, ""]
+
+
+def place(item: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """A finding's (or first failure's) global rank and place in code, when known."""
+    rank, where = item.get("rank"), item.get("where")
+    rank_text = str(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None
+    return rank_text, (str(where) if where else None)
+
+
+def _place(item: Mapping[str, Any]) -> str:
+    rank, where = place(item)
+    parts = ([f"rank {esc(rank)}"] if rank else []) + ([f"at {code(where)}"] if where else [])
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _status(result: Mapping[str, Any]) -> str:
@@ -487,7 +554,7 @@ def _findings(report: Mapping[str, Any]) -> list[str]:
                 "",
                 f"**{prose(f.get('summary', ''))}**" if f.get("summary") else "",
                 "",
-                f"- **Nodes:** {nodes}",
+                f"- **Nodes:** {nodes}{_place(f)}",
                 f"- **Cause:** {prose(f.get('cause', ''))}",
                 "",
                 *_fix_block(str(f.get("fix") or "")),
@@ -529,7 +596,12 @@ def _metrics(report: Mapping[str, Any], names: list[str]) -> list[str]:
                 [v for v in col if v is not None] for col in zip(*s["gpus"].values(), strict=True)
             ]
             mean = [sum(col) / len(col) if col else None for col in util]
-            gpu = f"{len(s['gpus'])} GPUs {code(text_sparkline(mean, ceiling=100))} mean util"
+            count = len(s["gpus"])
+            gpu = (
+                f"{count} GPU{'s' if count != 1 else ''} {code(text_sparkline(mean, ceiling=100))}"
+            )
+            gpu += " mean util" if count > 1 else " util"
+            gpu += "".join(f", {esc(fact)}" for fact in gpu_facts(s))
         nic = NONE
         if s["nic"]:
             name, values = s["nic"]
@@ -567,9 +639,9 @@ def _logs(report: Mapping[str, Any], names: list[str]) -> list[str]:
             for e in excerpts
             for line in (
                 f"{code(e.get('finding'))} ({esc(e.get('step'))}), "
-                f"from line {esc(e.get('first_line'))}:",
+                f"from line {esc(e.get('first_line'))}{' (▶ the line it cites)' if marks(e) else ''}:",
                 "",
-                *fence(e.get("lines") or []),
+                *fence(marked_lines(e)),
                 "",
             )
         ]
