@@ -5,11 +5,12 @@ Nothing is left on any node."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from checkrun import assert_nodes_quiet, check
+from checkrun import assert_nodes_quiet, check, interrupt, start_check
 from testbed import Testbed
 
 pytestmark = pytest.mark.testbed  # CI without a testbed stops the run (conftest)
@@ -99,3 +100,13 @@ def test_deadline_stops_every_rank(bed: Testbed) -> None:
     assert run.step("ddp")["data"]["timed_out"] is True
     assert run.seconds < 3 + 30
     assert_nodes_quiet(bed)
+
+
+def test_ctrl_c_during_ddp_leaves_nothing(bed: Testbed) -> None:
+    proc = start_check(_config(bed, "ctrl-c.yaml"), "ssh,ddp")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(bed.pids(1)) < 3:
+        time.sleep(0.1)  # torchrun and its worker are up on node1
+    assert len(bed.pids(1)) >= 3
+    interrupt(proc, within=10)
+    assert_nodes_quiet(bed, timeout=8)
