@@ -87,3 +87,29 @@ def test_tui_shows_error_in_the_cell_within_a_second(broken_inventory: None) -> 
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_tui_j_opens_the_job_view(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`j` looks at the user's job through the nodes already connected; with no
+    torchrun job on this machine it says so (and nothing runs or stays behind)."""
+    from ddptui.ui.job_screen import JobScreen
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))  # the job view remembers log paths there
+
+    async def scenario() -> None:
+        app = DdptuiApp(demo_config(), "<demo>")
+        async with app.run_test(size=(160, 50)) as pilot:
+            deadline = time.monotonic() + 20
+            while "ssh" not in app.results and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            await pilot.press("j")
+            deadline = time.monotonic() + 40
+            while not isinstance(app.screen, JobScreen) and time.monotonic() < deadline:
+                await pilot.pause(0.1)
+            assert isinstance(app.screen, JobScreen)
+            assert app.screen.report["steps"][0]["id"] == "job"
+            await pilot.press("escape")
+            await pilot.press("q")
+
+    asyncio.run(scenario())

@@ -65,6 +65,7 @@ class DdptuiApp(App[int]):
         Binding("n", "next_failure", "Next fail"),
         Binding("p", "prev_failure", "Prev fail"),
         Binding("l", "logs", "Logs"),
+        Binding("j", "job", "Job"),
         Binding("slash", "filter_nodes", "Filter", show=False),
         Binding("e", "export", "Export"),
         Binding("q", "quit_app", "Quit"),
@@ -515,6 +516,45 @@ class DdptuiApp(App[int]):
         lines, ids, marks = self.log_lines(node)
         self.push_screen(LogScreen(node, marked_lines(node, lines, ids, findings, marks), quoted))
 
+    def action_job(self) -> None:
+        """The user's own job on every node (read-only): who is stuck or dead, where."""
+        if self.replay_data is not None:
+            self.notify("Replay of a saved session: `ddptui job CONFIG` looks at a live job.")
+            return
+        if self.core is None or "ssh" not in self.results:
+            self.notify("Connecting to the nodes; press j again once they are connected.")
+            return
+        self.notify(f"Looking at your job on {len(self.node_names)} node(s) (read-only)…")
+        self.run_worker(
+            self._open_job(),
+            name="job",
+            group="job",
+            exclusive=True,
+            exit_on_error=False,
+            description="look at the user's job on every node",
+        )
+
+    async def _job_report(self) -> dict[str, Any]:
+        from ddptui.job.report import build_job_report
+        from ddptui.job.run import JobOptions, look_at_job
+
+        assert self.core is not None
+        look = await look_at_job(
+            self.config, self.source, JobOptions(), transports=self.core.session.transports
+        )
+        master = {"addr": self.config.master.addr, "port": self.config.master.port}
+        return build_job_report(look, self.config.name, master)
+
+    async def _open_job(self) -> None:
+        from ddptui.ui.job_screen import JobScreen
+
+        try:
+            report = await self._job_report()
+        except Exception as exc:  # noqa: BLE001 - a bug in the job view must not end the app
+            self.notify(f"ddptui could not look at the job: {exc}", severity="error", timeout=10)
+            return
+        self.push_screen(JobScreen(report, relook=self._job_report))
+
     def action_export(self) -> None:
         from ddptui.ui.export_screen import ExportScreen
 
@@ -593,6 +633,7 @@ class DdptuiApp(App[int]):
                 self.action_prev_failure,
             ),
             ("l", "Logs of selected node", "Open the node's log", self.action_logs),
+            ("j", "Job view", "Your running or hung job: who is stuck, where", self.action_job),
             ("/", "Filter nodes", "Show only nodes whose name contains…", self.action_filter_nodes),
             ("e", "Export report", "Write JSON / Markdown / HTML", self.action_export),
             ("q", "Quit", "Stop everything on the nodes and quit", self.action_quit_app),
