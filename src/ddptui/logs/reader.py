@@ -21,6 +21,9 @@ from typing import BinaryIO, Final, cast
 CHUNK: Final = 1 << 20
 SNIFF: Final = 64 * 1024
 NUL_SHARE: Final = 0.01  # more NUL bytes than this in the head: not a text log
+# Bytes no text log holds (tab, newline, CR, FF, VT and ESC for colours are text).
+CONTROL_BYTES: Final = bytes([*range(0, 9), *range(14, 27), *range(28, 32)])
+CONTROL_SHARE: Final = 0.05
 BAD_UTF8_SHARE: Final = 0.02  # more replaced characters than this: read as Latin-1
 
 
@@ -46,10 +49,12 @@ def sniff(head: bytes, label: str) -> str:
     if not head:
         return "utf-8"
     nuls = head.count(0)
-    if nuls / len(head) > NUL_SHARE:
+    control = len(head) - len(head.translate(None, CONTROL_BYTES))
+    if nuls / len(head) > NUL_SHARE or control / len(head) > CONTROL_SHARE:
         raise InputError(
-            f"{label}: binary data, not a text log ({nuls} NUL bytes in the first "
-            f"{len(head)}); give the log file itself (a core dump or a checkpoint cannot be read)"
+            f"{label}: binary data, not a text log ({control} control bytes, {nuls} of them "
+            f"NUL, in the first {len(head)}); give the log file itself (a core dump, a pickle "
+            "or a checkpoint cannot be read)"
         )
     text = head.decode("utf-8", errors="replace")
     bad = text.count("\ufffd") - head.decode("utf-8", errors="ignore").count("\ufffd")

@@ -70,6 +70,12 @@ class _Cursor:
         return Candidate(self.source, lineno, text, head, t, sigs)
 
 
+def _join(last_error: str, cause: str, year: int) -> str:
+    """torch's bare "Last error:" line and the cause on the next line, as one line (the
+    launcher's prefix of the second line dropped: the first one has it)."""
+    return f"{last_error} {parse_head(cause, year)[0].body.strip()}"
+
+
 def _sigs_for(pf: Prefilter, text: str) -> tuple[Signature, ...] | None:
     """Signatures `text` may match, () for a context-only line, None for neither."""
     return pf.candidates(text)
@@ -85,7 +91,7 @@ def from_lines(
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r\n")
         if pending is not None:
-            joined = f"{pending[1]} {line.strip()}"
+            joined = _join(pending[1], line, cur.year)
             sigs = _sigs_for(pf, joined)
             yield cur.candidate(pending[0], joined, sigs or ())
             pending = None
@@ -138,7 +144,7 @@ def from_chunks(
         for i, raw in enumerate(lines):
             lineno += 1
             if pending is not None:
-                joined = f"{pending[1]} {decode(raw, encoding).strip()}"
+                joined = _join(pending[1], decode(raw, encoding), cur.year)
                 yield cur.candidate(pending[0], joined, _sigs_for(pf, joined) or ())
                 pending = None
                 continue
