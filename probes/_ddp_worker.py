@@ -24,6 +24,7 @@
 import ctypes
 import datetime
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -225,7 +226,8 @@ class Worker:
         if self.backend == "nccl":
             torch.cuda.set_device(LOCAL_RANK)
             self.device = torch.device("cuda", LOCAL_RANK)
-            kwargs["device_id"] = self.device
+            if "device_id" in inspect.signature(self.dist.init_process_group).parameters:
+                kwargs["device_id"] = self.device  # torch >= 2.3: NCCL initialises eagerly
         else:
             self.device = torch.device("cpu")
             torch.set_num_threads(int(CFG.get("threads", 1)))
