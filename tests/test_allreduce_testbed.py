@@ -15,7 +15,8 @@ DEADLINE = 30
 
 
 def test_full_checklist_passes_with_verified_allreduce(testbed: Testbed) -> None:
-    run = check(testbed.write_config(timeouts={"step": 20, "allreduce": DEADLINE}))
+    # The whole checklist, the ddp step included (it has its own deadline, timeouts.ddp).
+    run = check(testbed.write_config(timeouts={"step": 20, "allreduce": DEADLINE}), timeout=240)
     assert run.rc == 0, run.stdout
     assert [s["id"] for s in run.report["steps"]] == [
         "ssh",
