@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from ddptui.cli import main
 
 GPU = Path(__file__).parent / "fixtures" / "gpu-h100"
-SECRET = "hf_Zq8vTn3LwR5kP2mX9cY7bJ4dF6gH1sA0"
+SECRET = "hf_Zq8vTn3LwR5kP2mX9cY7bJ4dF6gH1sA0"  # noqa: S105 - a fake token to be redacted
 
 
 def test_logs_read_on_the_nodes_redacted_bounded_and_nothing_left(make_testbed) -> None:  # type: ignore[no-untyped-def]
