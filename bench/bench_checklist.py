@@ -2,13 +2,15 @@
 """Wall time of `ddptui check` on N testbed nodes, next to parallel-ssh running `hostname`.
 
 Needs root (it brings up the namespace testbed from tests/testbed.py). Usage:
-    .venv/bin/python bench/bench_checklist.py [--nodes 1,4,8,16] [--runs 5]
-Prints a Markdown table (median of --runs runs each); the README quotes it.
+    .venv/bin/python bench/bench_checklist.py [--nodes 1,4,8,16,64] [--runs 5]
+Prints a Markdown table (median of --runs runs each), with the testbed's bring-up time
+and the machine's load average (the cores may be shared); the README quotes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -53,14 +55,17 @@ def median_of(runs: int, argv: list[str]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", default="1,4,8,16")
+    ap.add_argument("--nodes", default="1,4,8,16,64")
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     ddptui = [sys.executable, "-m", "ddptui", "check"]
     rows = []
     for n in [int(x) for x in args.nodes.split(",")]:
         work = Path(tempfile.mkdtemp(prefix="ddptui-bench-"))
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
         tb = start_testbed(n, stem="ddpb", subnet_base="10.81", workdir=work)
+        up_s = time.perf_counter() - t0
         try:
             cfg = tb.write_config(ssh={"max_concurrent_connects": 16})
             ssh_s = median_of(args.runs, [*ddptui, str(cfg), "--steps", "ssh"])
@@ -69,16 +74,19 @@ def main() -> None:
         finally:
             tb.down()
             shutil.rmtree(work, ignore_errors=True)
-        rows.append((n, ssh_s, five_s, pssh_s))
+        rows.append((n, ssh_s, five_s, pssh_s, up_s, load))
         print(
             f"  {n:>2} nodes: ssh {ssh_s:.2f}s  five steps {five_s:.2f}s  "
-            f"parallel-ssh {pssh_s:.2f}s",
+            f"parallel-ssh {pssh_s:.2f}s  testbed up {up_s:.2f}s  load {load:.1f}",
             file=sys.stderr,
         )
-    print(f"| nodes | `check --steps ssh` | `check --steps {FIVE}` | parallel-ssh `hostname` |")
-    print("|---:|---:|---:|---:|")
-    for n, a, b, c in rows:
-        print(f"| {n} | {a:.2f} s | {b:.2f} s | {c:.2f} s |")
+    print(
+        f"| nodes | `check --steps ssh` | `check --steps {FIVE}` | parallel-ssh `hostname` "
+        "| testbed bring-up | load average |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n, a, b, c, up, load in rows:
+        print(f"| {n} | {a:.2f} s | {b:.2f} s | {c:.2f} s | {up:.2f} s | {load:.1f} |")
     base = rows[0][1]
     last = rows[-1]
     print(

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Final
 
 PER_NODE: Final = 4  # connections a node starts (and receives) per round
-TOTAL: Final = 512  # connections the whole cluster starts per round
-FULL_MESH_MAX: Final = 512  # above this many nodes, offsets are sampled
+TOTAL: Final = 1024  # connections the whole cluster starts per round
+FULL_MESH_MAX: Final = 256  # above this many nodes, offsets are sampled
 SAMPLE_RANDOM: Final = 32  # random offsets in a sample, besides the structured ones
 
 
