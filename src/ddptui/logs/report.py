@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any, Final
 
 from ddptui import __version__
+from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.model import Finding, NodeResult, StepResult, node_status_from, step_status
 from ddptui.logs.diagnose import LogDiagnosis, RankTimeline
 
@@ -65,7 +66,7 @@ def step_result(diag: LogDiagnosis, inputs: Sequence[InputInfo], seconds: float)
         elif not mine:
             summary += "; nothing known found"
         nodes[info.label] = NodeResult(status, summary, {"bytes": info.bytes, "lines": info.lines})
-    findings = diag.findings
+    findings = diag.findings + _input_findings(diag, inputs)
     status = step_status(nodes, findings) if nodes else ("fail" if diag.failed else "pass")
     if status == "fail" and not diag.failed:
         status = "warn"  # a finding named an input but none is the cause: not a failure
@@ -77,6 +78,32 @@ def step_result(diag: LogDiagnosis, inputs: Sequence[InputInfo], seconds: float)
         "problems": list(diag.problems),
     }
     return StepResult(STEP_ID, STEP_TITLE, status, seconds, nodes, findings, data)
+
+
+def _input_findings(diag: LogDiagnosis, inputs: Sequence[InputInfo]) -> tuple[Finding, ...]:
+    """What the report says about the inputs themselves (ids in kb/logs.yaml)."""
+    out = []
+    if diag.problems:
+        out.append(
+            kb_finding(
+                "LOGS-UNREADABLE",
+                [],
+                f"{len(diag.problems)} input(s) not read in full",
+                diag.problems[:20],
+                count=len(diag.problems),
+                problems="; ".join(diag.problems[:5]),
+            )
+        )
+    if not diag.findings and diag.lines_read:
+        out.append(
+            kb_finding(
+                "LOGS-NOTHING-KNOWN",
+                [i.label for i in inputs],
+                f"no known failure in {diag.lines_read:,} lines",
+                line_count=f"{diag.lines_read:,}",
+            )
+        )
+    return tuple(out)
 
 
 def status_severity(status: str) -> str:
