@@ -195,7 +195,8 @@ def render_html(report: dict[str, Any], screenshot_svg: str | None = None) -> st
     out = [
         '<!doctype html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>ddptui check: {_e(name)} — {_e(str(report.get('verdict') or '?').upper())}</title>",
+        f"<title>ddptui {_e(report.get('command') or 'check')}: {_e(name)} — "
+        f"{_e(str(report.get('verdict') or '?').upper())}</title>",
         f"<style>{CSS}</style></head><body>",
         _header(report, names, name),
         f"<nav>{nav}</nav>",
@@ -220,7 +221,8 @@ def _header(report: Mapping[str, Any], names: list[str], name: Any) -> str:
     meta.append(when + (f" ({total:.1f} s)" if total is not None else ""))
     meta.append(f"config <code>{_e(report.get('config') or '?')}</code>")
     return (
-        f'<header><h1>ddptui check: {_e(name)} <span class="badge {_e(verdict)}">'
+        f'<header><h1>ddptui {_e(report.get("command") or "check")}: {_e(name)} '
+        f'<span class="badge {_e(verdict)}">'
         f"{_e(GLYPH.get(verdict, ''))} {_e(verdict.upper())}</span></h1>"
         f'<div class="meta">{" · ".join(meta)}</div></header>'
     )
