@@ -266,7 +266,8 @@ def projection_findings(ctx: StepContext, p: Projection, measured: str) -> list[
     ]
     summary = (
         f"projection for {facts['params']} params at {facts['busbw']} GB/s busbw on {p.world} "
-        f"ranks: {facts['efficiency']} efficiency"
+        f"ranks: {facts['efficiency']} efficiency (90% needs >= {facts['need_compute']} of "
+        "compute per step)"
     )
     out = [kb_finding("DDP-SCALING", names, summary, evidence, facts=facts)]
     if p.efficiency < LOW_EFFICIENCY:
