@@ -80,6 +80,14 @@ def ssh_all(tb: Testbed, command: str) -> list[subprocess.CompletedProcess[str]]
     return results
 
 
+def comm(pid: int) -> str:
+    """A process's command name; "" once it is gone (listing and reading race)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def connect_from(tb: Testbed, i: int, host: str, port: int, timeout: float = 1.0) -> str:
     return tb.exec(i, [tb.python, "-c", CONNECT, host, str(port), str(timeout)]).stdout.strip()
 
@@ -306,7 +314,7 @@ def test_pids_sees_what_an_ssh_session_leaves(testbed: Testbed) -> None:
     deadline = time.monotonic() + 10
     sleeper: list[int] = []
     while not sleeper and time.monotonic() < deadline:
-        sleeper = [p for p in tb.pids(0) if Path(f"/proc/{p}/comm").read_text().strip() == "sleep"]
+        sleeper = [p for p in tb.pids(0) if comm(p) == "sleep"]
         time.sleep(0.02)
     assert sleeper, "the remote sleep never appeared in pids(0)"
     assert tb.pids(1) == []
