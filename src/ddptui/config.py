@@ -151,7 +151,7 @@ class ClusterConfig(_Model):
     metrics_interval: float = Field(default=1.0, gt=0, le=60)
     """Seconds between live metric samples from each node."""
     script: str | None = Field(default=None, min_length=1)
-    """The training job's entry point (a .py file; relative paths are relative to this config file): `ddptui lint --config` audits it for DDP pitfalls before launch."""
+    """The training job's entry point (.py, relative to this config file); `ddptui lint --config` audits it."""
 
     @field_validator("script")
     @classmethod
