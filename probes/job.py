@@ -531,15 +531,17 @@ def observe(job, table, btime, salt, window, log_files):
     ras = RasWatcher(workers, agent_env)
     ras.sample()
     samples = {}
-    if want_stacks:
-        samples[1] = dump_stacks(pyspy, pids, PARAMS.get("native"), False, 8.0)
-    time.sleep(max(0.0, window - (time.monotonic() - t0)))
-    ras.sample()
-    if want_stacks:
-        samples[2] = dump_stacks(pyspy, pids, PARAMS.get("native"), False, 8.0)
-        retry = [p for p in pids if samples[2][p][0] != 0 and samples[1][p][0] != 0]
-        if retry and PARAMS.get("allow_pause"):
-            samples[3] = dump_stacks(pyspy, retry, PARAMS.get("native"), True, 8.0)
+    # Three looks across the window: a rank whose stack never changes did not move.
+    for n, at in enumerate((0.0, window / 2, window), start=1):
+        time.sleep(max(0.0, at - (time.monotonic() - t0)))
+        if n == 3:
+            ras.sample()
+        if want_stacks:
+            samples[n] = dump_stacks(pyspy, pids, PARAMS.get("native"), False, 8.0)
+    if want_stacks and PARAMS.get("allow_pause"):
+        retry = [p for p in pids if all(samples[n][p][0] != 0 for n in samples)]
+        if retry:
+            samples[4] = dump_stacks(pyspy, retry, PARAMS.get("native"), True, 8.0)
     elapsed = time.monotonic() - t0
     gpu, gpu_note = gpu_usage(set(pids))
     for pid, env in workers:
@@ -568,7 +570,7 @@ def observe(job, table, btime, salt, window, log_files):
                 text=redact_text(so, known, salt)[:200000],
                 error=redact_text(se.strip(), known, salt)[-2000:],
                 seconds=secs,
-                blocking=sample == 3,
+                blocking=sample == 4,
                 pyspy=pyspy,
             )
     ras.finish()

@@ -126,9 +126,21 @@ def test_busy_straggler_is_slow_until_its_peers_are_quiet_for_long() -> None:
 
 
 def test_every_rank_in_the_same_collective_without_moving() -> None:
-    v = judge(views(*(rank(r, (ALL_REDUCE, ALL_REDUCE)) for r in range(3))), window_s=2)
+    # Quiet for 10 minutes: hung.
+    v = judge(views(*(rank(r, (ALL_REDUCE, ALL_REDUCE), age=600) for r in range(3))), window_s=2)
     assert v.state == "hung" and v.findings[0].id == "JOB-HUNG-COLLECTIVE"
+    assert v.findings[0].severity == "error"
     assert "every rank waits in `all_reduce` at train.py:12 in <module>" in v.findings[0].summary
+    # Printed 30 s ago: a long collective can be legitimate, so only a warning.
+    v = judge(views(*(rank(r, (ALL_REDUCE, ALL_REDUCE), age=30) for r in range(3))), window_s=2)
+    assert v.state == "stalled" and v.findings[0].severity == "warning"
+
+
+def test_cpu_spent_waiting_at_a_sync_point_is_no_progress() -> None:
+    # CUDA spin-waits in cudaDeviceSynchronize: 100% CPU, yet the rank does not move.
+    sync = 'Thread 1 (active): "MainThread"\n    synchronize (torch/cuda/__init__.py:1162)\n    <module> (hang.py:13)\n'
+    v = judge(views(rank(0, (sync, sync, sync), cpu=100, age=600, world=1)), window_s=2)
+    assert v.state == "hung" and "synchronize" in v.findings[0].summary
 
 
 def test_a_missing_rank_is_named() -> None:

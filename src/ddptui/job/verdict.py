@@ -53,16 +53,20 @@ def _ago(seconds: float | None) -> str:
 
 
 def progressed(r: RankView) -> bool | None:
-    """Whether a rank moved during the look (stack changed, CPU used, output grew);
-    None when there is too little to tell."""
+    """Whether a rank moved during the look: its output grew, its stack changed between
+    samples, or it used CPU outside a collective (CUDA and NCCL spin while they wait, so
+    CPU spent waiting is no progress); None when there is too little to tell."""
     if r.output_grew:
         return True
-    if r.cpu_pct is not None and r.cpu_pct >= IDLE_CPU_PCT:
-        return True
     good = r.good_stacks()
-    if len(good) >= 2:
-        return good[0].key != good[-1].key
-    return None if r.cpu_pct is None else False
+    if len({s.key for s in good}) > 1:
+        return True
+    waiting = bool(good) and good[-1].place.kind in ("collective", "sync")
+    if r.cpu_pct is not None and r.cpu_pct >= IDLE_CPU_PCT and not waiting:
+        return True
+    if len(good) >= 2 or r.cpu_pct is not None:
+        return False
+    return None
 
 
 def _since(ranks: Sequence[RankView], window_s: float) -> str:
@@ -228,24 +232,31 @@ def _rule_diverged(s: _Seen) -> tuple[State, Finding] | None:
 
 
 def _rule_collective(s: _Seen) -> tuple[State, Finding] | None:
+    """Every rank waits in the same place and nothing moved: hung once the job has been
+    quiet for hang_after_s; before that (a long collective can be legitimate) a warning."""
     if not (s.everyone_idle and s.groups):
         return None
     if not all(g.place.kind in ("collective", "sync") for g in s.groups):
         return None
     g = s.groups[0]
     since = _since(s.live, s.window_s)
+    ages = [a for r in s.live if (a := r.output_age_s) is not None]
+    long_quiet = not ages or min(ages) >= s.hang_after_s
+    verb = "waits" if long_quiet else "waited during the look"
     f = kb_finding(
         "JOB-HUNG-COLLECTIVE",
         sorted({r.node for r in s.live}),
-        f"hung: every rank waits in `{g.place.op}` at {g.place.where or '?'} ({since})",
+        f"{'hung' if long_quiet else 'stalled'}: every rank {verb} in `{g.place.op}` at "
+        f"{g.place.where or '?'} ({since})",
         _stack_evidence(s.groups, s.live),
+        severity=None if long_quiet else "warning",
         where=g.place.where,
         at=g.place.where or "?",
         op=g.place.op or "a collective",
         since=since,
         window=f"{s.window_s:.0f}",
     )
-    return "hung", f
+    return ("hung" if long_quiet else "stalled"), f
 
 
 def _rule_no_progress(s: _Seen) -> tuple[State, Finding] | None:
