@@ -16,7 +16,7 @@ from ddptui.lint import RULE_IDS, lint_paths, lint_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lint"
 SCRIPTS = sorted(FIXTURES.glob("*.py"))
-_EXPECT = re.compile(r"#.*\bexpect:\s*([A-Z0-9, -]+|none)\s*$")
+_EXPECT = re.compile(r"#.*\bexpect:\s*(none|[A-Z0-9-]+(?:\s*,\s*[A-Z0-9-]+)*)")
 
 
 def expected(path: Path) -> set[tuple[str, int]]:

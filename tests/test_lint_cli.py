@@ -47,7 +47,7 @@ def test_warnings_only_exit_0() -> None:
 
 def test_json_to_stdout_has_the_contract_shape(tmp_path: Path) -> None:
     bad = FIXTURES / "pair_sampler_amp.py"
-    ok = FIXTURES / "ok_mp_spawn.py"
+    ok = FIXTURES / "ok_torchrun_basic.py"
     code, out, err = run(str(bad), str(ok), "--json", "-")
     assert code == 1
     doc = json.loads(out)  # stdout is the JSON alone; the text went to stderr

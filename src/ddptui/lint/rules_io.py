@@ -80,20 +80,60 @@ def _roots(s: Script) -> list[list[ast.stmt]]:
     return [top, *[fn.body for fn in funcs]]
 
 
+def _in_order(stmts: list[ast.stmt]) -> Iterator[ast.Call]:
+    """Calls in execution order, a loop's body twice (the next iteration follows)."""
+    for st in stmts:
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(st, ast.For | ast.AsyncFor | ast.While):
+            yield from calls_in([st.iter if isinstance(st, ast.For | ast.AsyncFor) else st.test])
+            body = list(_in_order(st.body))
+            yield from body
+            yield from body
+            yield from _in_order(st.orelse)
+        elif isinstance(st, ast.If):
+            yield from calls_in([st.test])
+            yield from _in_order(st.body)
+            yield from _in_order(st.orelse)
+        elif isinstance(st, ast.With | ast.AsyncWith):
+            yield from calls_in([i.context_expr for i in st.items])
+            yield from _in_order(st.body)
+        elif isinstance(st, ast.Try):
+            for part in (st.body, *(h.body for h in st.handlers), st.orelse, st.finalbody):
+                yield from _in_order(part)
+        else:
+            yield from calls_in([st])
+
+
+Event = tuple[str, ast.Call, bool]
+
+
 def _events(
-    s: Script, f: Flow, stmts: list[ast.stmt], guarded: bool, seen: frozenset[FuncNode]
-) -> Iterator[tuple[str, ast.Call, bool]]:
-    for call in calls_in(stmts):
+    s: Script,
+    f: Flow,
+    stmts: list[ast.stmt],
+    guarded: bool,
+    seen: frozenset[FuncNode],
+    memo: dict[tuple[FuncNode, bool], list[Event]],
+) -> list[Event]:
+    """Checkpoint saves, loads and sync points in execution order, same-file calls
+    followed (each function's events computed once)."""
+    out: list[Event] = []
+    for call in _in_order(stmts):
         g = guarded or f.local_guard(call) is not None
         if _torch(s, call, "save"):
-            yield "save", call, g
+            out.append(("save", call, g))
         elif _torch(s, call, "load"):
-            yield "load", call, g
+            out.append(("load", call, g))
         elif f.direct_sync(call):
-            yield "sync", call, g
+            out.append(("sync", call, g))
         for fn in s.callees(call):
-            if fn not in seen and len(seen) < 8:
-                yield from _events(s, f, fn.body, g, seen | {fn})
+            if fn in seen or len(seen) >= 8:
+                continue
+            if (fn, g) not in memo:
+                memo[(fn, g)] = _events(s, f, fn.body, g, seen | {fn}, memo)
+            out += memo[(fn, g)]
+    return out
 
 
 def _path(call: ast.Call, position: int, *names: str) -> ast.expr | None:
@@ -108,9 +148,10 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
     reported: set[int] = set()
+    memo: dict[tuple[FuncNode, bool], list[Event]] = {}
     for root in _roots(s):
         pending: ast.Call | None = None
-        for kind, call, guarded in _events(s, f, root, False, frozenset()):
+        for kind, call, guarded in _events(s, f, root, False, frozenset(), memo):
             if kind == "save" and guarded:
                 pending = call
             elif kind == "sync" and not guarded:
@@ -133,7 +174,7 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
                 pending = None
 
 
-def _writer(s: Script, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # noqa: PLR0911 - one case per writer
+def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # noqa: PLR0911 - one case per writer
     """(what, path) for a call that writes a file or starts a logger."""
     qn = s.call_name(c)
     name = last(qn)
@@ -148,6 +189,9 @@ def _writer(s: Script, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # no
         return "SummaryWriter", _path(c, 0, "log_dir", "logdir")
     if qn == "wandb.init":
         return "wandb.init", None
+    # (with sharded models every rank must take part in save_pretrained: DDP scripts only)
+    if name == "save_pretrained" and f.ddp_calls and kwarg(c, "is_main_process") is None:
+        return "save_pretrained", _path(c, 0, "save_directory")
     if name == "FileHandler" and "logging" in qn:
         return "logging.FileHandler", _path(c, 0, "filename")
     if name == "basicConfig" and "logging" in qn and kwarg(c, "filename") is not None:
@@ -177,7 +221,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
     for c in s.calls:
-        found = _writer(s, c)
+        found = _writer(s, f, c)
         if found is None or f.guarded(c) or not _referenced(s, c):
             continue
         what, path = found

@@ -171,6 +171,8 @@ def hardcoded_device(s: Script, f: Flow) -> Iterator[Hit]:
     seen: set[int] = set()
     for node in s.nodes:
         what = _hardcoded(s, f, node)
+        if what and _single_process_branch(s, f, node):
+            continue
         # a multi-line call is reported on the line of its hard-coded argument
         at = next(
             (
@@ -220,7 +222,7 @@ def _hardcoded(s: Script, f: Flow, node: ast.AST) -> str | None:  # noqa: PLR091
     ):
         return text
     for kw in node.keywords:
-        if kw.arg == "device" and _cuda_n(kw.value):
+        if kw.arg in ("device", "map_location") and _cuda_n(kw.value):
             return text
     if node in f.ddp_calls:
         ids = kwarg(node, "device_ids")
@@ -230,6 +232,24 @@ def _hardcoded(s: Script, f: Flow, node: ast.AST) -> str | None:  # noqa: PLR091
         if out is not None and _int(out):
             return f"`output_device={ast.unparse(out)}`"
     return None
+
+
+_MODE_WORDS: Final = ("distributed", "ddp", "world_size", "is_initialized", "multiprocessing")
+
+
+def _single_process_branch(s: Script, f: Flow, node: ast.AST) -> bool:
+    """Inside `if args.distributed: ... else: ...` (or `local_rank == -1`): the
+    single-process branch may name GPU 0."""
+    for a in s.ancestors(node):
+        if isinstance(a, ast.If | ast.IfExp):
+            text = ast.unparse(a.test).lower()
+            if any(w in text for w in _MODE_WORDS) or (
+                isinstance(a.test, ast.Compare)
+                and any(const(c) in (-1, None) for c in a.test.comparators)
+                and f.rank_valued(a.test.left)
+            ):
+                return True
+    return False
 
 
 def _cuda_n(e: ast.expr | None) -> bool:
@@ -310,10 +330,16 @@ def loss_device(s: Script, f: Flow) -> Iterator[Hit]:
         qn = s.call_name(c)
         name = last(qn)
         weight = None
-        if name in _WEIGHTED_LOSS and qn.startswith("torch"):
-            weight = kwarg(c, "pos_weight") or kwarg(c, "weight", 0)
-            if weight is None or _on_device(s, weight):
+        plain = False  # a torch loss without tensors: harmless on the CPU, said as info
+        if name.endswith("Loss") and qn.startswith("torch"):
+            weight = kwarg(c, "pos_weight") or kwarg(
+                c, "weight", 0 if name in _WEIGHTED_LOSS else None
+            )
+            if weight is not None and _on_device(s, weight):
                 continue
+            plain = weight is None
+            if plain and _target(s, c) is None:
+                continue  # built inline at its use: nothing to move
         elif not (name in s.classes and _has_state(s.classes[name]) and "loss" in name.lower()):
             continue
         if _criterion_moved(s, c):
@@ -322,9 +348,13 @@ def loss_device(s: Script, f: Flow) -> Iterator[Hit]:
             "DDP-LOSS-DEVICE",
             c,
             (
-                f"`{ast.unparse(c)}` builds a loss whose tensors stay on the CPU"
+                f"`{_target(s, c)}` is built on the CPU and never moved with the model (no "
+                "harm while it holds no tensors; give it a weight= and it fails)"
+                if plain
+                else f"`{ast.unparse(c)}` builds a loss whose tensors stay on the CPU"
                 + (f" (weight `{ast.unparse(weight)}`)" if weight is not None else "")
             ),
+            severity="info" if plain else None,
             criterion=_target(s, c) or name,
         )
 

@@ -15,6 +15,16 @@ from ddptui.lint.script import Script, const, kwarg, last
 _NO_GRAD: Final = ("no_grad", "inference_mode")
 _CLOCKS: Final = frozenset({"time", "monotonic", "perf_counter", "time_ns", "process_time"})
 _EXITS: Final = (ast.Break, ast.Continue, ast.Return)
+_EQUALISERS: Final = frozenset(
+    {
+        "all_reduce",
+        "broadcast",
+        "broadcast_object_list",
+        "all_gather",
+        "all_gather_object",
+        "all_gather_into_tensor",
+    }
+)
 
 
 def under_no_grad(s: Script, node: ast.AST) -> bool:
@@ -48,6 +58,38 @@ def rank_divergence(s: Script, f: Flow) -> Iterator[Hit]:
     sf = SyncFlow(s)
     yield from _guarded_syncs(s, sf)
     yield from _early_exits(s, sf)
+    yield from _rank_bounded_loops(s, sf)
+
+
+def _rank_bounded_loops(s: Script, f: SyncFlow) -> Iterator[Hit]:
+    """`for i in range(rank, n, world):` or `while step < limit[rank]:` around a sync
+    point: ranks run different numbers of iterations and the last ones wait forever."""
+    for loop in s.nodes:
+        if isinstance(loop, ast.For | ast.AsyncFor):
+            it = loop.iter
+            bound = (
+                isinstance(it, ast.Call)
+                and last(s.call_name(it)) == "range"
+                and any(f.is_rank_expr(a) for a in it.args)
+            )
+        elif isinstance(loop, ast.While):
+            bound = f.is_rank_test(loop.test)
+        else:
+            continue
+        what = f.stmts_sync(loop.body) if bound else None
+        if what:
+            head = ast.unparse(loop.iter if isinstance(loop, ast.For | ast.AsyncFor) else loop.test)
+            yield Hit.at(
+                "DDP-RANK-DIVERGENCE",
+                loop,
+                (
+                    f"the number of iterations depends on the rank (`{head}`), and each one "
+                    f"waits for the other ranks in {what}: the ranks with more iterations "
+                    "wait forever"
+                ),
+                condition=head,
+                collective=what,
+            )
 
 
 def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
@@ -114,7 +156,18 @@ def _tainted(s: Script, f: Flow, loop: ast.For | ast.AsyncFor | ast.While) -> se
             and target.elts
         ):
             target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
-        names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+            it = it.args[0] if it.args else it
+        if not (isinstance(it, ast.Call) and last(s.call_name(it)) == "range"):
+            names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    # what an all_reduce or broadcast has made equal on every rank is not rank-dependent
+    synced = {
+        c.args[0].id
+        for c in own_nodes(loop)
+        if isinstance(c, ast.Call)
+        and c.args
+        and isinstance(c.args[0], ast.Name)
+        and (f.collective(c) or "").rsplit(".", 1)[-1] in _EQUALISERS
+    }
     assigns = [
         n for n in own_nodes(loop) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
     ]
@@ -123,6 +176,7 @@ def _tainted(s: Script, f: Flow, loop: ast.For | ast.AsyncFor | ast.While) -> se
             if a.value is not None and _depends(s, f, a.value, names):
                 targets = a.targets if isinstance(a, ast.Assign) else [a.target]
                 names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        names -= synced
     return names
 
 
@@ -226,7 +280,18 @@ def mixed_collectives(s: Script, f: Flow) -> Iterator[Hit]:
         parent = s.parents.get(call)
         here = any(_is_wait(c) for c in s.function_calls(s.scope_of(call)))
         later = not isinstance(parent, ast.Assign) and any(_is_wait(c) for c in s.calls)
-        if isinstance(parent, ast.Expr) or not (here or later):
+        early = _read_before_wait(s, call, parent)
+        if early is not None:
+            yield Hit.at(
+                "DDP-MIXED-COLLECTIVES",
+                call,
+                (
+                    f"{what}(..., async_op=True): `{ast.unparse(call.args[0])}` is read at line "
+                    f"{early} before the work handle's wait()"
+                ),
+                collective=what,
+            )
+        elif isinstance(parent, ast.Expr) or not (here or later):
             yield Hit.at(
                 "DDP-MIXED-COLLECTIVES",
                 call,
@@ -237,6 +302,34 @@ def mixed_collectives(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 collective=what,
             )
+
+
+def _read_before_wait(s: Script, call: ast.Call, parent: ast.AST | None) -> int | None:
+    """The line where the async collective's tensor is used before `handle.wait()`."""
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and call.args):
+        return None
+    handle, tensor = ast.unparse(parent.targets[0]), ast.unparse(call.args[0])
+    calls = s.function_calls(s.scope_of(call))
+    waits = [
+        c.lineno
+        for c in calls
+        if _is_wait(c)
+        and isinstance(c.func, ast.Attribute)
+        and ast.unparse(c.func.value) == handle
+        and c.lineno > call.lineno
+    ]
+    if not waits:
+        return None
+    for n in ast.walk(s.scope_of(call)):
+        if (
+            isinstance(n, ast.Name | ast.Attribute)
+            and isinstance(n.ctx, ast.Load)
+            and ast.unparse(n) == tensor
+            and call.end_lineno is not None
+            and call.end_lineno < n.lineno < min(waits)
+        ):
+            return n.lineno
+    return None
 
 
 def _is_wait(c: ast.Call) -> bool:
@@ -288,16 +381,28 @@ def _between(s: Script, node: ast.AST, top: ast.AST) -> list[ast.AST]:
     return out
 
 
+def _accumulation_test(test: ast.expr) -> bool:
+    return any(
+        (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod))
+        or "accum" in (ident(n) or "").lower()
+        for n in ast.walk(test)
+        if isinstance(n, ast.BinOp | ast.Name | ast.Attribute)
+    )
+
+
 def _accumulation_guard(s: Script, node: ast.AST, loop: ast.AST) -> bool:
-    for a in _between(s, node, loop):
-        if isinstance(a, ast.If) and any(
-            (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod))
-            or "accum" in (ident(n) or "").lower()
-            for n in ast.walk(a.test)
-            if isinstance(n, ast.BinOp | ast.Name | ast.Attribute)
-        ):
-            return True
-    return False
+    """The optimizer step runs every few iterations: under `if (i + 1) % n == 0:`, or
+    after an `if i % n != 0: continue`."""
+    if any(isinstance(a, ast.If) and _accumulation_test(a.test) for a in _between(s, node, loop)):
+        return True
+    return any(
+        isinstance(n, ast.If)
+        and n.lineno < getattr(node, "lineno", 0)
+        and _accumulation_test(n.test)
+        and any(isinstance(x, ast.Continue) for x in _exits_in(n.body))
+        and _loop_of(s, n) is loop
+        for n in own_nodes(loop)
+    )
 
 
 RULES = (rank_divergence, mixed_collectives, no_sync)
