@@ -80,7 +80,7 @@ def test_prefilter_skips_healthy_lines() -> None:
     pf = default_prefilter()
     lines = (GPU / "raw-torchrun/healthy-1gpu.log").read_bytes().splitlines()
     hits = [ln for ln in lines if pf.hit(ln)]
-    assert len(hits) < len(lines) // 10, hits[:5]
+    assert len(hits) < len(lines) * 0.15, hits[:5]  # an init log: most of its lines are skipped
 
 
 def test_case_insensitive_signature_is_not_lost_by_the_prefilter() -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from pathlib import Path
 from typing import Any, TextIO
 
 import click
@@ -81,47 +79,24 @@ def _run(
     human: TextIO,
     max_mb: int,
 ) -> int:
-    from ddptui.checklist.runner import utcnow
     from ddptui.config import ConfigError
-    from ddptui.logs.inputs import Inputs, diagnose_inputs
     from ddptui.logs.reader import InputError
-    from ddptui.logs.report import InputInfo, build_log_report
+    from ddptui.logs.session import SpecError, run_diagnosis
 
-    started, t0 = utcnow(), time.monotonic()
-    inputs = Inputs()
     try:
-        local, remote = _split(paths, config_path)
+        diag, report, seconds = run_diagnosis(
+            paths, config_path=config_path, stdin=sys.stdin.buffer, max_bytes=max_mb << 20
+        )
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from None
     except ConfigError as exc:
         from ddptui.cli import _print_config_error
 
         _print_config_error(exc)
         return EXIT_USAGE
-    for p in local:
-        inputs.add_path(p, sys.stdin.buffer)
-    hosts: dict[str, str] = {}
-    spool = None
-    if remote:
-        from ddptui.logs.remote import read_remote
-
-        spool, hosts = read_remote(config_path or "", remote, inputs, max_bytes=max_mb << 20)
-    try:
-        label = ", ".join(paths) if len(paths) <= 3 else f"{len(paths)} inputs"
-        try:
-            diag = diagnose_inputs(inputs, label)
-        except InputError as exc:
-            click.secho(f"ddptui: {exc}", fg="red", err=True)
-            return EXIT_USAGE
-        infos = [
-            InputInfo(s.label, hosts.get(s.label, "local"), s.bytes_read, s.lines)
-            for _, s in inputs.streams
-        ]
-    finally:
-        if spool is not None:
-            spool.cleanup()
-    seconds = time.monotonic() - t0
-    report = build_log_report(
-        diag, infos, config=config_path, started_at=started, finished_at=utcnow(), seconds=seconds
-    )
+    except InputError as exc:
+        click.secho(f"ddptui: {exc}", fg="red", err=True)
+        return EXIT_USAGE
     try:
         _print_human(diag, report, human, seconds)
         _write(report, outputs)
@@ -131,25 +106,6 @@ def _run(
     if diag.problems:
         return EXIT_USAGE
     return EXIT_FAIL if diag.failed else EXIT_OK
-
-
-def _split(paths: tuple[str, ...], config_path: str | None) -> tuple[list[str], list[str]]:
-    """(local paths, NODE:GLOB specs).  Without --config everything is local, and a
-    NODE:GLOB that is no local file gets a hint."""
-    if config_path is None:
-        for p in paths:
-            node, sep, rest = p.partition(":")
-            if sep and node and rest and not Path(p).exists() and "/" not in node:
-                raise click.UsageError(
-                    f"{p}: no such file; to read {rest!r} on node {node!r} give --config CONFIG"
-                )
-        return list(paths), []
-    from ddptui.logs.remote import is_remote_spec, load_config_nodes
-
-    names = load_config_nodes(config_path)
-    local = [p for p in paths if not is_remote_spec(p, names)]
-    remote = [p for p in paths if is_remote_spec(p, names)]
-    return local, remote
 
 
 def _write(report: dict[str, Any], outputs: list[tuple[str, str | None]]) -> None:

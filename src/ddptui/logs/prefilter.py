@@ -53,7 +53,9 @@ def _literal_runs(items: Iterable[tuple[Any, Any]]) -> list[str]:
 Needle = tuple[str, bool]  # (literal, case-insensitive)
 
 
-def _required(items: Sequence[tuple[Any, Any]], ci: bool = False) -> list[Needle] | None:
+def _required(
+    items: Sequence[tuple[Any, Any]], ci: bool = False, sample: str = ""
+) -> list[Needle] | None:
     """Literals of which a match of this sequence contains at least one (any-of), or None
     when no literal is required.  Picks the best requirement of the sequence's parts."""
     options: list[list[Needle]] = [[(r, ci)] for r in _literal_runs(items)]
@@ -62,22 +64,30 @@ def _required(items: Sequence[tuple[Any, Any]], ci: bool = False) -> list[Needle
         if op is sre_parse.SUBPATTERN:
             add, remove = av[1], av[2]
             sub_ci = (ci or bool(add & re.IGNORECASE)) and not remove & re.IGNORECASE
-            sub = _required(list(av[-1]), sub_ci)
+            sub = _required(list(av[-1]), sub_ci, sample)
         elif op is sre_parse.BRANCH:
-            alts = [_required(list(b), ci) for b in av[1]]
+            alts = [_required(list(b), ci, sample) for b in av[1]]
             if all(a is not None for a in alts):
                 sub = [n for a in alts if a is not None for n in a]
         elif op in (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT) and av[0] >= 1:
-            sub = _required(list(av[2]), ci)
+            sub = _required(list(av[2]), ci, sample)
         if sub:
             options.append(sub)
     options = [o for o in options if o and min(len(n) for n, _ in o) >= MIN_NEEDLE]
     if not options:
         return None
-    return max(options, key=lambda o: (min(len(n) for n, _ in o), -len(o)))
+    # Every part is required: take the one healthy output prints least ("NCCL " is on
+    # every NCCL line, "error" is not), then the longest, then the fewest alternatives.
+    folded = sample.lower()
+
+    def key(o: list[Needle]) -> tuple[int, int, int]:
+        printed = sum(1 for n, c in o if (n.lower() in folded if c else n in sample))
+        return (-printed, min(min(len(n) for n, _ in o), 12), -len(o))
+
+    return max(options, key=key)
 
 
-def needles(sig: Signature) -> list[Needle] | None:
+def needles(sig: Signature, sample: str = "") -> list[Needle] | None:
     """(literal, case-insensitive) pairs one of which every line this signature matches
     contains; None when the regex requires none we can use (that signature then sees
     every line)."""
@@ -85,7 +95,7 @@ def needles(sig: Signature) -> list[Needle] | None:
         parsed = sre_parse.parse(sig.regex.pattern, sig.regex.flags)
     except Exception:  # noqa: BLE001 - an exotic pattern just goes without a prefilter
         return None
-    return _required(list(parsed), bool(sig.regex.flags & re.IGNORECASE))
+    return _required(list(parsed), bool(sig.regex.flags & re.IGNORECASE), sample)
 
 
 WINDOW: Final = 8
@@ -225,7 +235,7 @@ def build_prefilter(sigs: Sequence[Signature], sample: str | None = None) -> Pre
     exact: dict[str, list[Signature]] = {t: [] for t in CONTEXT_TRIGGERS}
     folded: dict[str, list[Signature]] = {}
     unfiltered = []
-    found = {sig.id: needles(sig) for sig in sigs}
+    found = {sig.id: needles(sig, sample) for sig in sigs}
     plain = sorted({n for ns in found.values() for n, ci in ns or () if not ci})
     folded_needles = sorted({n.lower() for ns in found.values() for n, ci in ns or () if ci})
     chosen = {**_choose(plain, freq, sample), **_choose(folded_needles, freq, sample.lower())}
