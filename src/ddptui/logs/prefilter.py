@@ -82,7 +82,7 @@ def _required(
 
     def key(o: list[Needle]) -> tuple[int, int, int]:
         printed = sum(1 for n, c in o if (n.lower() in folded if c else n in sample))
-        return (-printed, min(min(len(n) for n, _ in o), 12), -len(o))
+        return (-printed, min(12, *(len(n) for n, _ in o)), -len(o))
 
     return max(options, key=key)
 
