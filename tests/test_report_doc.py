@@ -331,3 +331,106 @@ def test_first_failure_carries_the_rank_and_place_of_its_finding() -> None:
         {"allreduce": StepResult("allreduce", "AR", "fail", 1.0, nodes, (plain,))}
     )
     assert first is not None and "rank" not in first and "where" not in first
+
+
+# -- one report model: build, check, load ---------------------------------------------
+
+
+def local_session(nodes: int = 3) -> Any:
+    from ddptui.checklist.runner import Session
+    from ddptui.config import parse_config
+
+    text = "master: {addr: 127.0.0.1, port: 29500}\nnodes: [" + ", ".join(
+        f"{{host: local, name: node{i}}}" for i in range(nodes)
+    ) + "]\n"  # fmt: skip
+    return Session(parse_config(text), "c.yaml")
+
+
+def test_build_report_passes_the_model_and_replays_to_the_same_json() -> None:
+    """A recorded session's steps, built into a report by build_report (which checks it
+    against ReportModel) and read back by results_from_report (through StepModel),
+    give the same JSON, key order included."""
+    from ddptui.report.json_report import build_report
+    from ddptui.report.load import results_from_report
+
+    recorded = json.loads((REPORTS / "session_port_env.json").read_text())
+    session = local_session()
+    session.results.update(results_from_report(recorded))
+    built = build_report(session)
+    assert json.dumps(built["steps"]) == json.dumps(recorded["steps"])
+    assert built["first_failure"] == recorded["first_failure"]
+    again = results_from_report(json.loads(json.dumps(built)))
+    assert json.dumps([r.to_dict() for r in again.values()]) == json.dumps(built["steps"])
+
+
+def test_build_report_refuses_a_document_the_model_rejects() -> None:
+    """What build_report returns is what load_report accepts: a step status outside the
+    model (a bug) is caught where the report is built, with the place named."""
+    from ddptui.diagnosis.model import NodeResult, StepResult
+    from ddptui.report.json_report import build_report
+
+    session = local_session(1)
+    odd = StepResult("ssh", "SSH", "running", 0.1, {"node0": NodeResult("pass", "ok")})  # type: ignore[arg-type]
+    session.results["ssh"] = odd
+    with pytest.raises(ReportError, match=r"steps\.0\.status"):
+        build_report(session)
+
+
+def test_results_from_report_names_a_bad_step_instead_of_a_traceback() -> None:
+    from ddptui.report.load import results_from_report
+
+    with pytest.raises(ReportError, match=r"steps\.1\.findings\.0\.severity"):
+        results_from_report(
+            {
+                "steps": [
+                    {"id": "ssh", "status": "pass"},
+                    {"id": "env", "status": "fail", "findings": [{"id": "X", "severity": "bad"}]},
+                ]
+            }
+        )
+    step = results_from_report({"steps": [{"id": "ssh", "status": "pass"}]})["ssh"]
+    assert step.title == "ssh" and step.nodes == {} and step.findings == ()
+
+
+def test_checking_a_32_node_8_gpu_session_stays_cheap() -> None:
+    """build_report checks every report (autosave included): on a 32-node, 8-GPU session
+    with a full metrics timeline it must cost milliseconds, not seconds (the samples are
+    not typed; typing them took 4-6 s on such a session)."""
+    import time
+
+    from ddptui.report.json_report import metrics_per_node
+    from ddptui.report.schema import validate_report
+
+    report = json.loads((REPORTS / "session_port_env.json").read_text())
+    per_node = metrics_per_node(32)
+    gpu = {"util_pct": 97.0, "mem_used": 7e10, "mem_total": 8e10, "temp_c": 60, "power_w": 700.0}
+    ports = {f"mlx5_{i}/1": {"rx_Bps": 2e10, "tx_Bps": 2e10} for i in range(8)}
+    report["metrics"]["nodes"] = {
+        f"n{n}": {
+            "hello": {"gpus": 8},
+            "samples": [
+                {"t": float(t), "cpu_pct": 1.0, "gpus": [dict(gpu, index=g) for g in range(8)],
+                 "nics": {"eth0": {"rx_Bps": 1.0, "tx_Bps": 1.0}}, "ib": ports}
+                for t in range(per_node)
+            ],
+        }
+        for n in range(32)
+    }  # fmt: skip
+    assert len(json.dumps(report)) > 8_000_000
+    t0 = time.process_time()
+    assert validate_report(report) is report  # the same dict: the JSON written is unchanged
+    assert time.process_time() - t0 < 0.2
+
+
+def test_schema_types_the_tables_and_log_excerpts() -> None:
+    schema = ReportModel.model_json_schema()
+    defs = schema["$defs"]
+    assert {"marked", "ids", "lines"} <= set(defs["ExcerptModel"]["properties"])
+    assert "busbw_note" in defs["AllreduceTableModel"]["properties"]
+    assert {"rank", "where"} <= set(defs["FirstFailureModel"]["properties"])
+    bad = json.loads((REPORTS / "session_healthy.json").read_text())
+    bad["tables"]["allreduce"]["ranks"][0]["busbw_gbps"] = "fast"
+    with pytest.raises(ReportError, match=r"tables\.allreduce\.ranks\.0\.busbw_gbps"):
+        from ddptui.report.schema import validate_report
+
+        validate_report(bad, "r.json")

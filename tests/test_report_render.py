@@ -29,10 +29,18 @@ from ddptui.report.markdown import clean_line, fix_commands, render_markdown
 from ddptui.report.svg import downsample, human_rate, series, sparkline, text_sparkline
 
 REPORTS = Path(__file__).resolve().parent / "fixtures" / "reports"
-GPU_REPORTS = Path(__file__).resolve().parent / "fixtures" / "gpu-h100" / "ddptui"
-SOURCES = {p.stem: p for p in [*REPORTS.glob("*.json"), *GPU_REPORTS.glob("check-*.json")]}
+# Real `ddptui check --json` reports from a lent H100: gpu-h100/ddptui as recorded before
+# the one-rank busbw fix, gpu-bw with the nccl-tests-like sweep.
+GPU_REPORTS = [
+    *(Path(__file__).resolve().parent / "fixtures" / "gpu-h100" / "ddptui").glob("check-*.json"),
+    *(Path(__file__).resolve().parent / "fixtures" / "gpu-bw").glob("check-*.json"),
+]
+GPU_FIXTURES = sorted(f"{p.parent.name}/{p.stem}" for p in GPU_REPORTS)
+SOURCES = {
+    **{p.stem: p for p in REPORTS.glob("*.json")},
+    **{f"{p.parent.name}/{p.stem}": p for p in GPU_REPORTS},
+}
 FIXTURES = sorted(SOURCES)
-GPU_FIXTURES = sorted(p.stem for p in GPU_REPORTS.glob("check-*.json"))
 HOSTILE = "<script>alert(1)</script> | ``` </details> *x* [a](http://evil)"
 
 
@@ -42,7 +50,11 @@ def load(name: str) -> dict[str, Any]:
 
 
 def test_the_real_gpu_reports_are_among_the_fixtures() -> None:
-    assert GPU_FIXTURES == ["check-1node-nccl", "check-2nodes-1gpu"]
+    assert GPU_FIXTURES == [
+        "ddptui/check-1node-nccl",
+        "ddptui/check-2nodes-1gpu",
+        "gpu-bw/check-1node-nccl",
+    ]
     assert set(GPU_FIXTURES) <= set(FIXTURES)
 
 
@@ -300,39 +312,34 @@ def test_skew_marks_the_odd_node_out() -> None:
 
 
 def test_one_rank_busbw_reads_na_never_a_number_or_blank() -> None:
-    """The real H100 one-node report was written before busbw_note: it recorded busbw =
-    algbw (550.740) with world size 1. busbw is undefined with one rank: n/a, as the
-    reports written since (busbw null, busbw_note) also say."""
-    old = load("check-1node-nccl")
-    new = copy.deepcopy(old)
-    ar = new["tables"]["allreduce"]
-    ar["ranks"][0]["busbw_gbps"] = None
-    ar["busbw_note"] = "busbw n/a (one rank): no data cross a bus; nccl-tests prints 0"
-    ar["sizes"] = [
-        {"bytes": 1 << 20, "time_us": 36.7, "algbw_gbps": 28.57, "busbw_gbps": None},
-        {"bytes": 1 << 30, "time_us": 713.0, "algbw_gbps": 1506.0, "busbw_gbps": None},
-    ]
-    for report in (old, new):
+    """Two real H100 one-rank reports: one written before busbw_note, which recorded
+    busbw = algbw (550.740) with world size 1, and one written since (busbw null, the
+    note, the sweep per size). busbw is undefined with one rank: both read n/a."""
+    old, new = load("ddptui/check-1node-nccl"), load("gpu-bw/check-1node-nccl")
+    assert old["tables"]["allreduce"]["ranks"][0]["busbw_gbps"] == 550.7399
+    assert new["tables"]["allreduce"]["ranks"][0]["busbw_gbps"] is None
+    for report, algbw in ((old, "550.740"), (new, "1505.946")):
         md = render_markdown(report)
         rank = md_table(md, "## Allreduce bandwidth")
-        assert rank[0][2] == "busbw GB/s" and rank[1][2] == "n/a (one rank)"
-        assert rank[1][3] == "550.740"  # algbw is always given
+        assert rank[0][2] == "busbw GB/s" and rank[1][2:4] == ["n/a (one rank)", algbw]
         assert "busbw n/a (one rank): no data cross a bus" in md and "over 1 rank" not in md
         dom = Dom(render_html(report))
         table = next(t for t in dom.tables if t["rows"][0][0]["text"] == "rank")
         assert table["rows"][1][2]["text"] == "n/a (one rank)"
+        assert table["rows"][1][3]["text"] == algbw
     sweep = md_table(render_markdown(new), "Sweep")
-    assert sweep[1:] == [
-        ["1 MiB", "36.7", "28.570", "n/a (one rank)"],
-        ["1 GiB", "713.0", "1506.000", "n/a (one rank)"],
-    ]
-    assert "0.000" not in render_markdown(new).split("## Allreduce")[1].split("## Findings")[0]
+    assert [r[0] for r in sweep[1:]] == ["1 MiB", "4 MiB", "16 MiB", "64 MiB", "256 MiB", "1 GiB"]
+    assert sweep[-1] == ["1 GiB", "713.0", "1505.949", "n/a (one rank)"]
+    assert all(r[3] == "n/a (one rank)" for r in sweep[1:])
+    dom = Dom(render_html(new))
+    sizes = next(t for t in dom.tables if t["rows"][0][0]["text"] == "size")
+    assert [r[3]["text"] for r in sizes["rows"][1:]] == ["n/a (one rank)"] * 6
 
 
 def test_gpu_metrics_show_each_gpu_and_its_peaks() -> None:
     """The H100 session's samples: one GPU at 100 % with 20-21.5 GiB used, 57-64 °C,
     683-698 W, clocks held by SwPowerCap; NCCL's traffic on one host goes over lo."""
-    report = load("check-1node-nccl")
+    report = load("ddptui/check-1node-nccl")
     md = render_markdown(report)
     row = md_table(md, "## Live metrics")[1]
     assert row[0] == "gpu0"
@@ -344,6 +351,8 @@ def test_gpu_metrics_show_each_gpu_and_its_peaks() -> None:
     assert "GPU0 util" in card and "max 100%" in card
     assert "1\u00d7 NVIDIA H100 80GB HBM3: memory max 21.5 GiB of 79.6 GiB" in card
     assert "lo rx+tx" in card and "eth0" not in card  # an idle eth0 is not the busiest
+    idle = render_markdown(load("gpu-bw/check-1node-nccl"))  # NVML said GpuIdle: no limit
+    assert "max 41 °C, max 128 W |" in idle and "GpuIdle" not in idle
 
 
 def test_excerpts_mark_the_line_the_finding_cites() -> None:
@@ -353,7 +362,7 @@ def test_excerpts_mark_the_line_the_finding_cites() -> None:
     from ddptui.diagnosis.logstore import LogStore
     from ddptui.report.json_report import log_excerpts
 
-    report = load("check-2nodes-1gpu")
+    report = load("ddptui/check-2nodes-1gpu")
     store = LogStore()
     for node, log in report["logs"].items():
         for line in log["tail"]:
@@ -772,8 +781,8 @@ def has_colour(rows: list[bytes], rgb: tuple[int, int, int], tol: int = 6) -> bo
         ("session_port_env", (0xFF, 0xEB, 0xE9)),
         ("session_allreduce_hang", (0xFF, 0xEB, 0xE9)),
         ("session_healthy", (0xDA, 0xFB, 0xE1)),
-        ("check-1node-nccl", (0xDA, 0xFB, 0xE1)),
-        ("check-2nodes-1gpu", (0xFF, 0xEB, 0xE9)),
+        ("gpu-bw/check-1node-nccl", (0xDA, 0xFB, 0xE1)),
+        ("ddptui/check-2nodes-1gpu", (0xFF, 0xEB, 0xE9)),
     ],
 )
 def test_html_in_headless_chromium(name: str, banner: tuple[int, int, int], tmp_path: Path) -> None:
@@ -781,9 +790,10 @@ def test_html_in_headless_chromium(name: str, banner: tuple[int, int, int], tmp_
     and it prints to a PDF. Look at the PNGs with DDPTUI_KEEP_SHOTS=dir."""
     browser = tool("chromium", "chromium-browser", "google-chrome")
     shot = textual_screenshot() if name == "session_port_env" else None
-    page = tmp_path / f"{name}.html"
+    stem = name.replace("/", "-")
+    page = tmp_path / f"{stem}.html"
     page.write_text(render_html(load(name), screenshot_svg=shot), encoding="utf-8")
-    png, pdf = tmp_path / f"{name}.png", tmp_path / f"{name}.pdf"
+    png, pdf = tmp_path / f"{stem}.png", tmp_path / f"{stem}.pdf"
     flags = [
         "--headless",
         "--no-sandbox",

@@ -221,7 +221,7 @@ def _header(report: Mapping[str, Any], names: list[str], name: Any) -> str:
     meta.append(when + (f" ({total:.1f} s)" if total is not None else ""))
     meta.append(f"config <code>{_e(report.get('config') or '?')}</code>")
     return (
-        f'<header><h1>ddptui {_e(report.get("command") or "check")}: {_e(name)} '
+        f"<header><h1>ddptui {_e(report.get('command') or 'check')}: {_e(name)} "
         f'<span class="badge {_e(verdict)}">'
         f"{_e(GLYPH.get(verdict, ''))} {_e(verdict.upper())}</span></h1>"
         f'<div class="meta">{" · ".join(meta)}</div></header>'

@@ -1,32 +1,28 @@
-"""A saved report back into immutable results (for replay and for snapshot tests)."""
+"""A saved report back into immutable results (for replay and for snapshot tests), read
+through the report model (schema.StepModel) that build_report and load_report check."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult
+from ddptui.diagnosis.model import StepResult
 
 
-def results_from_report(report: dict[str, Any]) -> dict[str, StepResult]:
+def results_from_report(report: Mapping[str, Any]) -> dict[str, StepResult]:
+    """Each step of `report` as a StepResult; ReportError names a step the model rejects.
+    Only `steps` is read, so a partial document (a test's, an older ddptui's) converts."""
+    from pydantic import ValidationError  # here: pydantic stays off the TUI's first frame
+
+    from ddptui.report.schema import ReportError, StepModel
+
     out: dict[str, StepResult] = {}
-    for step in report.get("steps", []):
-        nodes = {
-            name: NodeResult(
-                n["status"],
-                n.get("summary", ""),
-                n.get("data") or {},
-                float(n.get("duration_s") or 0.0),
-            )
-            for name, n in step.get("nodes", {}).items()
-        }
-        findings = tuple(Finding.from_dict(f) for f in step.get("findings", []))
-        out[step["id"]] = StepResult(
-            step["id"],
-            step.get("title", step["id"]),
-            step["status"],
-            float(step.get("duration_s") or 0.0),
-            nodes,
-            findings,
-            step.get("data") or {},
-        )
+    for i, step in enumerate(report.get("steps") or []):
+        try:
+            model = StepModel.model_validate(step)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in ("steps", i, *err["loc"]))
+            raise ReportError(f"not a ddptui report: {where}: {err['msg']}") from None
+        out[model.id] = model.to_result()
     return out

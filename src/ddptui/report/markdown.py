@@ -163,6 +163,9 @@ def rank_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+IDLE_REASONS = frozenset({"GpuIdle", "None"})  # NVML's "nothing to do": not a limit
+
+
 def gpu_facts(node_series: Mapping[str, Any]) -> list[str]:
     """What a node's GPUs peaked at beside utilisation (from series()), as plain phrases:
     memory (the fullest GPU), temperature, power, and why clocks were held back."""
@@ -183,7 +186,8 @@ def gpu_facts(node_series: Mapping[str, Any]) -> list[str]:
     reasons: dict[str, list[str]] = {}
     for k, p in peaks.items():
         for reason in p["throttle"]:
-            reasons.setdefault(reason, []).append(f"GPU{k}")
+            if reason not in IDLE_REASONS:
+                reasons.setdefault(reason, []).append(f"GPU{k}")
     if reasons:
         held = ", ".join(
             r if len(peaks) == 1 else f"{r} ({', '.join(gs)})" for r, gs in reasons.items()

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ddptui.diagnosis.model import Finding, NodeResult, StepResult
+
 StatusName = Literal["pass", "warn", "fail", "skip", "error"]
 
 
@@ -33,6 +35,20 @@ class FindingModel(_Open):
     where: str | None = None
     lines: list[str] = Field(default_factory=list)
 
+    def to_finding(self) -> Finding:
+        return Finding(
+            self.id,
+            self.severity,
+            tuple(self.nodes),
+            self.summary,
+            self.cause,
+            self.fix,
+            tuple(self.evidence),
+            self.rank,
+            self.where or None,
+            tuple(self.lines),
+        )
+
 
 class NodeResultModel(_Open):
     """One node's outcome for one step; `data` holds the facts the step gathered there."""
@@ -41,6 +57,9 @@ class NodeResultModel(_Open):
     summary: str = ""
     duration_s: float | None = None
     data: dict[str, Any] | None = None
+
+    def to_result(self) -> NodeResult:
+        return NodeResult(self.status, self.summary, self.data or {}, self.duration_s or 0.0)
 
 
 class StepModel(_Open):
@@ -54,6 +73,18 @@ class StepModel(_Open):
     findings: list[FindingModel] = Field(default_factory=list)
     data: dict[str, Any] | None = None
 
+    def to_result(self) -> StepResult:
+        """The immutable result a live run holds (replay and snapshot tests use it)."""
+        return StepResult(
+            self.id,
+            self.title or self.id,
+            self.status,
+            self.duration_s,
+            {name: n.to_result() for name, n in self.nodes.items()},
+            tuple(f.to_finding() for f in self.findings),
+            self.data or {},
+        )
+
 
 class NodeModel(_Open):
     """A node as configured: display name, SSH target and rank (list order)."""
@@ -64,7 +95,8 @@ class NodeModel(_Open):
 
 
 class FirstFailureModel(_Open):
-    """The earliest failing step in checklist order, and its most specific finding."""
+    """The earliest failing step in checklist order, and its most specific finding (with
+    the global rank and the place in code when that finding names them)."""
 
     step: str
     nodes: list[str]
@@ -75,23 +107,114 @@ class FirstFailureModel(_Open):
     where: str | None = None
 
 
+class ExcerptModel(_Open):
+    """Lines of a node's log around a line a finding cites; `marked` indexes the cited
+    line(s) within `lines`, `ids` are the LogStore ids ("node#seq") of `lines`."""
+
+    finding: str | None = None
+    step: str | None = None
+    first_line: int | None = None
+    lines: list[str] = Field(default_factory=list)
+    ids: list[str] = Field(default_factory=list)
+    marked: list[int] = Field(default_factory=list)
+
+
 class LogModel(_Open):
     """A node's log, bounded: the last lines, and excerpts around the lines findings quote."""
 
     lines_total: int = 0
     tail: list[str] = Field(default_factory=list)
-    excerpts: list[dict[str, Any]] = Field(default_factory=list)
+    tail_first: int | None = None
+    excerpts: list[ExcerptModel] = Field(default_factory=list)
+
+
+class SkewRowModel(_Open):
+    """One inventory fact across nodes; `odd` names the nodes that differ from the majority."""
+
+    fact: str
+    values: dict[str, Any] = Field(default_factory=dict)
+    odd: list[str] = Field(default_factory=list)
+
+
+class EnvDiffRowModel(_Open):
+    """A launch variable that differs across nodes (null: unset there)."""
+
+    name: str
+    values: dict[str, Any] = Field(default_factory=dict)
+
+
+class RankRowModel(_Open):
+    """One rank's allreduce at the largest size (busbw null with one rank)."""
+
+    rank: int | None = None
+    node: str | None = None
+    bytes: int | None = None
+    time_us: float | None = None
+    busbw_gbps: float | None = None
+    algbw_gbps: float | None = None
+    link_gbps: float | None = None
+    straggler: bool = False
+    slowest: bool = False
+
+
+class SweepSizeModel(_Open):
+    """One message size of the sweep, as nccl-tests reports it (the slowest rank)."""
+
+    bytes: int
+    time_us: float | None = None
+    algbw_gbps: float | None = None
+    busbw_gbps: float | None = None
+
+
+class AllreduceTableModel(_Open):
+    """The allreduce step's bandwidth table; `busbw_note` says why busbw is n/a."""
+
+    backend: str | None = None
+    world_size: int | None = None
+    seconds: float | None = None
+    timed_out: bool | None = None
+    ranks: list[RankRowModel] = Field(default_factory=list)
+    sizes: list[SweepSizeModel] = Field(default_factory=list)
+    busbw_note: str | None = None
+
+
+class TablesModel(_Open):
+    """Tables derived from the steps for the reports (older reports may lack any)."""
+
+    skew: list[SkewRowModel] = Field(default_factory=list)
+    env_diff: list[EnvDiffRowModel] = Field(default_factory=list)
+    allreduce: AllreduceTableModel | None = None
+
+
+class TimingsModel(_Open):
+    total_s: float | None = None
+    steps: dict[str, float | None] = Field(default_factory=dict)
+
+
+class VersionsModel(_Open):
+    ddptui: str | None = None
+    login_python: str | None = None
+    nodes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class MasterModel(_Open):
+    addr: str | None = None
+    port: int | None = None
 
 
 class MetricsModelDoc(_Open):
-    """Live metrics of the session, downsampled, in the metrics probe's record format."""
+    """Live metrics of the session, downsampled, in the metrics probe's record format.
+    The samples stay untyped on purpose: typing them made checking a 13 MB 32-node
+    8-GPU session take 4-6 s instead of milliseconds."""
 
     interval_s: float | None = None
     nodes: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class ReportModel(_Open):
-    """A ddptui diagnosis report / saved session (CONTRACT.md + docs/report-format.md)."""
+    """A ddptui diagnosis report / saved session (CONTRACT.md + docs/report-format.md).
+    build_report's document passes it before it is returned, load_report's before it
+    is used, and results_from_report reads steps through StepModel."""
 
     ddptui_version: str
     config: str | None = None
@@ -103,10 +226,10 @@ class ReportModel(_Open):
     schema_version: int | None = None
     cluster: str | None = None
     verdict: str | None = None
-    master: dict[str, Any] | None = None
-    timings: dict[str, Any] | None = None
-    versions: dict[str, Any] | None = None
-    tables: dict[str, Any] | None = None
+    master: MasterModel | None = None
+    timings: TimingsModel | None = None
+    versions: VersionsModel | None = None
+    tables: TablesModel | None = None
     logs: dict[str, LogModel] | None = None
     metrics: MetricsModelDoc | None = None
     session: dict[str, Any] | None = None
@@ -141,6 +264,12 @@ def load_report(path: str | Path) -> dict[str, Any]:
             f"{path}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg}); "
             "give a report written by `ddptui check --json` or an autosaved session"
         ) from None
+    return validate_report(data, str(path))
+
+
+def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
+    """`data` checked against ReportModel and returned unchanged (the JSON a report writes
+    is the dict itself, key order kept); ReportError names each problem's place."""
     try:
         ReportModel.model_validate(data)
     except ValidationError as exc:
@@ -148,7 +277,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
         for err in exc.errors()[:8]:
             where = ".".join(str(x) for x in err["loc"]) or "(top level)"
             problems.append(f"{where}: {err['msg']}")
-        raise ReportError(f"{path}: not a ddptui report: " + "; ".join(problems)) from None
+        raise ReportError(f"{source}: not a ddptui report: " + "; ".join(problems)) from None
     if not isinstance(data, dict):  # pragma: no cover - the model check above ensures it
-        raise ReportError(f"{path}: not a ddptui report")
+        raise ReportError(f"{source}: not a ddptui report")
     return data
