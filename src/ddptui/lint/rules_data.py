@@ -49,11 +49,14 @@ def _has(call: ast.Call, name: str, position: int) -> bool:
     return v is not None and const(v) is not None
 
 
-def sharded(s: Script, f: Flow, expr: ast.expr) -> ast.AST | None:
+def sharded(  # noqa: PLR0911 - one case per way of splitting by hand
+    s: Script, f: Flow, expr: ast.expr, depth: int = 0
+) -> ast.AST | None:
     """The expression where a dataset is split by rank by hand, if it is: a slice or an
     index by rank (`data[rank::world]`, `np.array_split(x, world)[rank]`), `Subset` with
     rank-computed indices, `.shard(...)`, `split_dataset_by_node`, or an IterableDataset
-    of this file that reads the rank."""
+    of this file that reads the rank; followed through wrappers like
+    `TensorDataset(torch.from_numpy(part))`."""
     for o in s.origins(expr):
         if isinstance(o, ast.Subscript) and _uneven_pick(s, f, o):
             return o
@@ -74,6 +77,11 @@ def sharded(s: Script, f: Flow, expr: ast.expr) -> ast.AST | None:
             and f.is_rank_expr(cls)
         ):
             return o
+        if depth < 3:
+            for p in parts:
+                inner = sharded(s, f, p, depth + 1)
+                if inner is not None:
+                    return inner
     return None
 
 
@@ -91,15 +99,17 @@ def _uneven_pick(s: Script, f: Flow, sub: ast.Subscript) -> bool:
     )
 
 
-def split_by_rank(s: Script, f: Flow, expr: ast.expr) -> bool:
+def split_by_rank(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:
     """Whether the dataset is this rank's part already (evenly or not)."""
     if sharded(s, f, expr) is not None:
         return True
     for o in s.origins(expr):
-        parts = [*o.args, *(k.value for k in o.keywords)] if isinstance(o, ast.Call) else [o]
-        picks = [q for p in parts for q in [p, *s.origins(p)]]
-        if any(isinstance(q, ast.Subscript) and f.is_rank_expr(q.slice) for q in picks):
+        if isinstance(o, ast.Subscript) and f.is_rank_expr(o.slice):
             return True
+        if isinstance(o, ast.Call) and depth < 3:
+            parts = [*o.args, *(k.value for k in o.keywords)]
+            if any(split_by_rank(s, f, p, depth + 1) for p in parts):
+                return True
     return False
 
 

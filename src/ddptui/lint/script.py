@@ -228,7 +228,8 @@ class Script:
                 expr.orelse, depth + 1, params=params
             )
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Tuple | ast.Call):
-            return self.origins(expr.value, depth + 1, params=params)
+            # `f()[0]`, `np.array_split(x, n)[rank]`: the pick itself and what it picks from
+            return [expr, *self.origins(expr.value, depth + 1, params=params)]
         return [expr]
 
     def param_args(self, func: FuncNode, name: str) -> list[ast.expr]:
