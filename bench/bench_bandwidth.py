@@ -71,7 +71,7 @@ def plain_loop(
     """busbw (GB/s) per size from plain torchrun + plain_allreduce.py on every node."""
     spec = json.dumps({"sizes": list(sizes), "iters": [list(p) for p in iters], "device": "cpu"})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_", "NCCL_"))}
-    env.update(GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(GLOO_SOCKET_IFNAME="eth0", PYTHONUNBUFFERED="1")  # as ddptui's config sets
     procs = []
     for i in range(tb.n):
         argv = [
