@@ -205,3 +205,23 @@ def test_memory_stays_bounded_on_a_long_repetitive_failure() -> None:
     assert len(d.hits) <= 5  # evidence kept per id is bounded
     assert sum(len(tl.events) for tl in d.timelines) <= 64 * 20
     assert "200000 lines" in d.first.summary
+
+
+def test_a_line_without_end_costs_bounded_memory() -> None:
+    noise = b"x" * (1 << 20)
+    chunks = [noise] * 40 + [b"\n" + (ORDINAL + "\n").encode()]  # a 40 MiB line, then a cause
+    got = list(from_chunks(iter(chunks), "big"))
+    assert [c.lineno for c in got] == [2]
+    assert got[0].text == ORDINAL
+
+
+def test_core_log_modules_import_no_ui_and_no_ssh() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ddptui.logs.inputs, ddptui.logs.session, ddptui.logs.render, "
+        "ddptui.logs.remote; print('\\n'.join(sys.modules))"
+    )
+    mods = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert not {m for m in mods.stdout.split() if m.split(".")[0] in ("textual", "asyncssh", "torch")}

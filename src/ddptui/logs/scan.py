@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Final
 
-from ddptui.diagnosis.signatures import Signature
+from ddptui.diagnosis.signatures import MAX_LINE, Signature
 from ddptui.logs.lineinfo import LineHead, parse_head, parse_time
 from ddptui.logs.prefilter import Prefilter, default_prefilter
 
 LAST_ERROR: Final = "Last error:"
 _DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
 CACHE_LIMIT: Final = 50_000  # verdicts kept (~8 MB); cleared when full
+LONG_LINE: Final = 1 << 20
 LOOKBACK: Final = 40  # lines searched upwards for the time of a line without one
 _MAY_START_WITH_TIME: Final = frozenset("[0123456789IWEF")
 
@@ -116,13 +117,24 @@ def decode(raw: bytes, encoding: str) -> str:
 
 
 def _chunk_lines(chunks: Iterable[bytes]) -> Iterator[list[bytes]]:
-    """The complete lines of each chunk (the last, unterminated line at the end)."""
+    """The complete lines of each chunk (the last, unterminated line at the end).  A line
+    longer than LONG_LINE (a tensor dump, a file without newlines) keeps its first
+    MAX_LINE bytes and the rest is skipped, so memory stays bounded."""
     carry = b""
-    for chunk in chunks:
+    skipping = False  # inside the rest of an over-long line
+    for piece in chunks:
+        chunk = piece
+        if skipping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                continue
+            chunk, skipping = chunk[nl:], False  # its newline ends the kept head
         data = carry + chunk if carry else chunk
         cut = data.rfind(b"\n")
         if cut < 0:
             carry = data
+            if len(carry) > LONG_LINE:
+                carry, skipping = carry[:MAX_LINE], True
             continue
         carry = data[cut + 1 :]
         yield data[:cut].split(b"\n")
