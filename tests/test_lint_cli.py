@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from ddptui.cli import main
 from ddptui.config import ConfigError, load_config
+from ddptui.lint import lint_paths
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lint"
 
@@ -122,6 +123,8 @@ def test_config_script_is_resolved_next_to_the_config(tmp_path: Path) -> None:
     cfg = tmp_path / "cluster.yaml"
     cfg.write_text("master: {addr: 10.0.0.1}\nnodes: [{host: a}]\nscript: jobs/train.py\n")
     assert load_config(cfg).script == str(script.resolve())
+    result = lint_paths([load_config(cfg).script or ""])  # what the TUI and check show
+    assert result.headline() == "train.py: 1 error (first: DDP-SAMPLER at line 13)"
     code, out, _ = run("--config", str(cfg))
     assert code == 1
     assert f"{script.resolve()}:13: error DDP-SAMPLER" in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ddptui.diagnosis.model import Severity
@@ -80,6 +81,22 @@ class LintResult:
         if self.problems:
             return 2
         return 1 if self.errors else 0
+
+    def headline(self) -> str:
+        """One line for a status row: `train.py: 1 error, 2 warnings (first: DDP-SAMPLER at
+        line 13)`, or why the script could not be audited."""
+        names = ", ".join(Path(f).name for f in self.files) or "no script"
+        if self.problems:
+            return f"{names}: cannot audit: {self.problems[0]}"
+        if not self.findings:
+            return f"{names}: no DDP pitfall found"
+        counts = [
+            f"{n} {sev}{'s' if n != 1 else ''}"
+            for sev in SEVERITY_ORDER
+            if (n := sum(1 for f in self.findings if f.severity == sev))
+        ]
+        first = min(self.findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.file, f.line))
+        return f"{names}: {', '.join(counts)} (first: {first.id} at line {first.line})"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -13,6 +13,7 @@ from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 
 _UNWRAP: Final = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "cycle", "track"})
+_STREAMING: Final = re.compile(r"Iterable|Stream|Shard|WebDataset|IterDataPipe", re.I)
 _EVAL_NAME: Final = re.compile(r"val|test|eval|dev_", re.I)
 _SHARDERS: Final = frozenset({"split_dataset_by_node", "shard", "split_by_node"})
 _SPLITTERS: Final = frozenset({"array_split", "chunk", "tensor_split", "split"})
@@ -100,11 +101,21 @@ def _uneven_pick(s: Script, f: Flow, sub: ast.Subscript) -> bool:
 
 
 def split_by_rank(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:
-    """Whether the dataset is this rank's part already (evenly or not)."""
+    """Whether the dataset is this rank's part already (evenly or not), or a stream that
+    splits itself (an iterable dataset takes no sampler)."""
     if sharded(s, f, expr) is not None:
         return True
     for o in s.origins(expr):
         if isinstance(o, ast.Subscript) and f.is_rank_expr(o.slice):
+            return True
+        if isinstance(o, ast.Call) and (
+            _STREAMING.search(s.call_name(o))
+            or any(k.arg in ("nodesplitter", "streaming") for k in o.keywords)
+            or any(
+                isinstance(n, ast.Name | ast.Attribute) and ident(n) in _SHARDERS
+                for n in ast.walk(o)
+            )
+        ):
             return True
         if isinstance(o, ast.Call) and depth < 3:
             parts = [*o.args, *(k.value for k in o.keywords)]
