@@ -12,11 +12,14 @@ Usage:
     .venv/bin/python bench/corpus_report.py --kb-at a6a373a --only-added-after
     # one corpus file only, e.g. the round-2 excerpts scored with the KB before round 2:
     .venv/bin/python bench/corpus_report.py --kb-at 5860623 --only round2.yaml
+    # every file marked "# held-out against: REV": its rate with REV's KB, then with today's
+    .venv/bin/python bench/corpus_report.py --heldout
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -26,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "corpus"))
 
-from score import Excerpt, load_corpus, markdown, score  # noqa: E402
+from score import CORPUS_DIR, Excerpt, load_corpus, markdown, score  # noqa: E402
 
 
 def _git_show(rev: str, path: str) -> str:
@@ -70,6 +73,29 @@ def corpus_at(rev: str) -> set[str]:
         return {e.id for e in load_corpus(Path(tmp))}
 
 
+HELDOUT_MARK = re.compile(r"^# held-out against: (\w+)", re.MULTILINE)
+
+
+def heldout_report(excerpts: list[Excerpt]) -> str:
+    """One line per corpus file marked '# held-out against: REV': how many of its excerpts
+    the knowledge base at REV (before anyone looked at them) named right, and today's."""
+    out = []
+    for path in sorted(CORPUS_DIR.glob("*.yaml")):
+        m = HELDOUT_MARK.search(path.read_text(encoding="utf-8")[:2000])
+        if m is None:
+            continue
+        rev = m.group(1)
+        mine = [e for e in excerpts if e.source == path.name]
+        before = sum(v.outcome == "right" for v in score(mine, diagnose_with_kb_at(rev)))
+        now = sum(v.outcome == "right" for v in score(mine))
+        n = len(mine)
+        out.append(
+            f"held-out {path.stem}: {before}/{n} right before tuning (KB at {rev}), "
+            f"{now}/{n} with today's KB"
+        )
+    return "\n".join(out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--misses", action="store_true", help="list wrong and missing causes")
@@ -85,8 +111,16 @@ def main() -> int:
         action="append",
         help="only the excerpts of this corpus file (e.g. round2.yaml); repeatable",
     )
+    parser.add_argument(
+        "--heldout",
+        action="store_true",
+        help="the held-out figures of the files marked '# held-out against: REV'",
+    )
     args = parser.parse_args()
     excerpts: list[Excerpt] = load_corpus()
+    if args.heldout:
+        print(heldout_report(excerpts))
+        return 0
     if args.only:
         excerpts = [e for e in excerpts if e.source in args.only]
         if not excerpts:

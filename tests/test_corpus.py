@@ -20,8 +20,10 @@ from score import CATEGORIES, Excerpt, load_corpus, markdown, score
 from ddptui.diagnosis.signatures import load_signatures
 
 CORPUS = load_corpus()
-# Measured on this corpus (80 excerpts: 78 right, 0 wrong, 2 none), minus a margin of
-# about three excerpts: a knowledge-base change that costs more than that fails here.
+# Measured on this corpus (111 excerpts: 107 right, 0 wrong, 4 none; 96 %), minus a margin
+# of about four excerpts: a knowledge-base change that costs more than that fails here.
+# The held-out figures (each round-2 file scored with the KB before it was seen) are printed
+# by `bench/corpus_report.py --heldout`; they are measurements, not floors.
 RIGHT_CAUSE_FLOOR = 0.93
 WRONG_CAUSE_CEILING = 0.03
 # Categories no public thread was found for that both pastes the failing lines and
@@ -41,7 +43,7 @@ def _known_ids() -> set[str]:
 
 
 def test_corpus_is_large_real_and_covers_every_category() -> None:
-    assert len(CORPUS) >= 80
+    assert len(CORPUS) >= 110
     assert len({e.id for e in CORPUS}) == len(CORPUS), "duplicate excerpt ids"
     per_category = Counter(e.category for e in CORPUS)
     assert set(per_category) | NO_CONFIRMED_EXCERPT == set(CATEGORIES), (
