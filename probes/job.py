@@ -31,6 +31,9 @@ JOB_KEYS = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "WORLD_SIZE")
 TAIL_BYTES = 512 * 1024
 FR_MAX_BYTES = 2 * 1024 * 1024
 MAX_LOG_FILES = 16
+SAMPLES = 5  # py-spy looks per rank across the window
+BLOCKING_SAMPLE = 9  # the retry with a pausing dump (only with allow_pause)
+DUMP_WAIT_S = 10.0  # how long a triggered flight recorder dump may take to appear
 CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -531,17 +534,21 @@ def observe(job, table, btime, salt, window, log_files):
     ras = RasWatcher(workers, agent_env)
     ras.sample()
     samples = {}
-    # Three looks across the window: a rank whose stack never changes did not move.
-    for n, at in enumerate((0.0, window / 2, window), start=1):
+    # Five looks across the window: a rank whose stack never changes did not move (a busy
+    # NCCL loop is in all_reduce most of the time: more looks, fewer false "no move").
+    # Native frames need a paused process: only when the user allowed pausing.
+    native = bool(PARAMS.get("native") and PARAMS.get("allow_pause"))
+    for n in range(1, SAMPLES + 1):
+        at = window * (n - 1) / (SAMPLES - 1)
         time.sleep(max(0.0, at - (time.monotonic() - t0)))
-        if n == 3:
+        if n == SAMPLES:
             ras.sample()
         if want_stacks:
-            samples[n] = dump_stacks(pyspy, pids, PARAMS.get("native"), False, 8.0)
-    if want_stacks and PARAMS.get("allow_pause"):
+            samples[n] = dump_stacks(pyspy, pids, native, native, 8.0)
+    if want_stacks and PARAMS.get("allow_pause") and not native:
         retry = [p for p in pids if all(samples[n][p][0] != 0 for n in samples)]
         if retry:
-            samples[4] = dump_stacks(pyspy, retry, PARAMS.get("native"), True, 8.0)
+            samples[BLOCKING_SAMPLE] = dump_stacks(pyspy, retry, False, True, 8.0)
     elapsed = time.monotonic() - t0
     gpu, gpu_note = gpu_usage(set(pids))
     for pid, env in workers:
@@ -570,7 +577,7 @@ def observe(job, table, btime, salt, window, log_files):
                 text=redact_text(so, known, salt)[:200000],
                 error=redact_text(se.strip(), known, salt)[-2000:],
                 seconds=secs,
-                blocking=sample == 4,
+                blocking=sample == BLOCKING_SAMPLE or native,
                 pyspy=pyspy,
             )
     ras.finish()
@@ -680,10 +687,19 @@ def flight_recorder(job, workers):
     env0 = workers[0][1]
     ranks = [r for r in (_int(e.get("RANK")) for _, e in workers) if r is not None]
     triggered = None
-    if PARAMS.get("trigger_dump") and env0.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
-        triggered = trigger_dump(env0, ranks)
-        time.sleep(3.0)
     prefix = fr_prefix(env0)
+    if PARAMS.get("trigger_dump") and env0.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
+        asked = time.time()
+        triggered = trigger_dump(env0, ranks)
+        # torch writes the dump from its watchdog thread: wait until every rank's file is
+        # newer than the request, or DUMP_WAIT_S.
+        deadline = time.monotonic() + DUMP_WAIT_S
+        while time.monotonic() < deadline and any(t["ok"] for t in triggered):
+            if all(_mtime(prefix + str(r)) >= asked for r in ranks):
+                break
+            time.sleep(0.25)
+        for t in triggered:
+            t["dumped"] = _mtime(prefix + str(t["rank"])) >= asked
     if fr_enabled(env0) or triggered or any(os.path.exists(prefix + str(r)) for r in ranks):
         for rank in ranks:
             emit("fr", triggered=triggered, **read_fr(prefix, rank, job["started"]))
@@ -726,6 +742,13 @@ def read_logs(files, known, salt):
             lines=lines or [],
             error=err,
         )
+
+
+def _mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def _same(path, st):

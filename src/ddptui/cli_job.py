@@ -17,6 +17,7 @@ import click
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 STATE_LABEL = {
     "healthy": "HEALTHY",
+    "waiting": "WAITING",
     "hung": "HUNG",
     "crashed": "CRASHED",
     "slow": "SLOW",
@@ -114,6 +115,11 @@ def job(
             raise click.BadParameter(
                 f"not a regular expression: {exc}", param_hint="--match"
             ) from None
+    if native and not allow_pause:
+        raise click.BadParameter(
+            "py-spy reads native frames only by pausing the rank; add --allow-pause",
+            param_hint="--native",
+        )
     if not 0.5 <= window <= 30:
         raise click.BadParameter("must be between 0.5 and 30 seconds", param_hint="--window")
     from ddptui.job.offline import OfflineInputError, offline_findings
@@ -269,7 +275,9 @@ def print_look(look: Any, out: TextIO) -> None:
     from ddptui.job.report import rank_row
 
     v = look.verdict
-    colour = {"healthy": "green", "slow": "yellow", "stalled": "yellow"}.get(v.state, "red")
+    colour = {"healthy": "green", "waiting": "cyan", "slow": "yellow", "stalled": "yellow"}.get(
+        v.state, "red"
+    )
     click.secho(
         f"\n  {STATE_LABEL.get(v.state, v.state.upper())}  {v.headline}",
         fg=colour,

@@ -31,6 +31,9 @@ SECONDARY = re.compile(
 _RC_FIELD = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<v>.*)$")
 _RC_RANK = re.compile(r"(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
 _RC_EXIT = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)")
+# torch's watchdog: "Stack trace of the failed collective:" then "#2 <module> from /x/hang.py:12"
+_FAILED_COLLECTIVE = "Stack trace of the failed collective"
+_FR_FRAME = re.compile(r"^#\d+ (?P<func>\S+) from (?P<file>\S+):(?P<line>\d+)$")
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,22 @@ def root_causes(log: LogFile) -> list[RootCause]:
             )
         )
     return out
+
+
+def failed_collective_where(log: LogFile) -> str | None:
+    """Where the collective the watchdog timed out was called: the first frame of its
+    stack trace outside torch ("hang.py:12 in <module>")."""
+    lines = list(log.lines)
+    for i, line in enumerate(lines):
+        if _FAILED_COLLECTIVE not in line:
+            continue
+        for nxt in lines[i + 1 : i + 40]:
+            m = _FR_FRAME.match(strip_prefix(nxt)[1].strip())
+            if m is None:
+                break
+            if "/torch/" not in m["file"] and "site-packages" not in m["file"]:
+                return f"{m['file'].rsplit('/', 1)[-1]}:{m['line']} in {m['func']}"
+    return None
 
 
 def classify(lines: Iterable[str], source: str) -> tuple[Finding | None, tuple[Finding, ...]]:

@@ -125,6 +125,13 @@ async def look_at_job(
         )
     findings = side_findings(views, verdict, config, options.match, targets)
     notes: list[str] = []
+    if options.trigger_dump:
+        notes += [
+            f"--trigger-dump: the job on {v.node} sets no TORCH_NCCL_DEBUG_INFO_PIPE_FILE; "
+            "nothing was written"
+            for v in views
+            if v.found and not (v.fr_config or {}).get("pipe")
+        ]
     if options.remember and verdict.ranks:
         saved = lastknown.save(config_path, views)
         if saved:

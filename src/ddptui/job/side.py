@@ -332,7 +332,36 @@ def flight_findings(dumps: Sequence[RankDump], nodes: list[str]) -> list[Finding
 def _flight(views: Sequence[NodeView]) -> list[Finding]:
     dumps, bad = read_fr_records(views)
     nodes = sorted({v.node for v in views if v.fr})
-    return bad + flight_findings(dumps, nodes)
+    return bad + _triggered(views) + flight_findings(dumps, nodes)
+
+
+def _triggered(views: Sequence[NodeView]) -> list[Finding]:
+    """What --trigger-dump did, per node: pipe written, dump written."""
+    out = []
+    for v in views:
+        asked = (v.fr_config or {}).get("triggered")
+        if not isinstance(asked, list) or not asked:
+            continue
+        lines = [
+            f"rank {t.get('rank')}: {t.get('pipe')}: "
+            + ("dump written" if t.get("dumped") else "no dump yet")
+            if t.get("ok")
+            else f"rank {t.get('rank')}: {t.get('pipe')}: {t.get('error')}"
+            for t in asked
+            if isinstance(t, dict)
+        ]
+        dumped = sum(1 for t in asked if isinstance(t, dict) and t.get("dumped"))
+        out.append(
+            kb_finding(
+                "JOB-FR-TRIGGERED",
+                [v.node],
+                f"{v.node}: asked torch for flight recorder dumps; {dumped} of {len(asked)} written",
+                lines,
+                written=dumped,
+                asked=len(asked),
+            )
+        )
+    return out
 
 
 def _env(found: Sequence[NodeView], config: ClusterConfig) -> list[Finding]:

@@ -11,7 +11,15 @@ from typing import Literal
 
 from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.diagnosis.model import Finding
-from ddptui.job.joblogs import Exit, classify, exits, is_secondary, rank_lines, root_causes
+from ddptui.job.joblogs import (
+    Exit,
+    classify,
+    exits,
+    failed_collective_where,
+    is_secondary,
+    rank_lines,
+    root_causes,
+)
 from ddptui.job.model import NodeView, RankView
 from ddptui.job.stacks import (
     StackGroup,
@@ -22,7 +30,16 @@ from ddptui.job.stacks import (
 )
 
 State = Literal[
-    "healthy", "hung", "crashed", "slow", "stalled", "ended", "none", "ambiguous", "unknown"
+    "healthy",
+    "waiting",
+    "hung",
+    "crashed",
+    "slow",
+    "stalled",
+    "ended",
+    "none",
+    "ambiguous",
+    "unknown",
 ]
 
 IDLE_CPU_PCT = 5.0  # below this over the look, a rank did no work of its own
@@ -232,8 +249,9 @@ def _rule_diverged(s: _Seen) -> tuple[State, Finding] | None:
 
 
 def _rule_collective(s: _Seen) -> tuple[State, Finding] | None:
-    """Every rank waits in the same place and nothing moved: hung once the job has been
-    quiet for hang_after_s; before that (a long collective can be legitimate) a warning."""
+    """Every rank waits in the same place and nothing moved. Hung once the job has been
+    quiet for hang_after_s. Before that it is also what a busy NCCL loop looks like
+    (every sample lands in the collective), so it is said, not called a problem."""
     if not (s.everyone_idle and s.groups):
         return None
     if not all(g.place.kind in ("collective", "sync") for g in s.groups):
@@ -241,27 +259,46 @@ def _rule_collective(s: _Seen) -> tuple[State, Finding] | None:
     g = s.groups[0]
     since = _since(s.live, s.window_s)
     ages = [a for r in s.live if (a := r.output_age_s) is not None]
-    long_quiet = not ages or min(ages) >= s.hang_after_s
-    verb = "waits" if long_quiet else "waited during the look"
+    if ages and min(ages) < s.hang_after_s:
+        f = kb_finding(
+            "JOB-WAITING",
+            sorted({r.node for r in s.live}),
+            f"waiting: every rank was in `{g.place.op}` at {g.place.where or '?'} in every "
+            f"sample; the job last printed {_ago(min(ages))} ago",
+            _stack_evidence(s.groups, s.live),
+            op=g.place.op or "a collective",
+            hang_after=f"{s.hang_after_s:.0f}",
+        )
+        return "waiting", f
     f = kb_finding(
         "JOB-HUNG-COLLECTIVE",
         sorted({r.node for r in s.live}),
-        f"{'hung' if long_quiet else 'stalled'}: every rank {verb} in `{g.place.op}` at "
-        f"{g.place.where or '?'} ({since})",
+        f"hung: every rank waits in `{g.place.op}` at {g.place.where or '?'} ({since})",
         _stack_evidence(s.groups, s.live),
-        severity=None if long_quiet else "warning",
         where=g.place.where,
         at=g.place.where or "?",
         op=g.place.op or "a collective",
         since=since,
         window=f"{s.window_s:.0f}",
     )
-    return ("hung" if long_quiet else "stalled"), f
+    return "hung", f
 
 
 def _rule_no_progress(s: _Seen) -> tuple[State, Finding] | None:
     if not s.everyone_idle:
         return None
+    ages = [a for r in s.live if (a := r.output_age_s) is not None]
+    if ages and min(ages) < s.hang_after_s:
+        f = kb_finding(
+            "JOB-WAITING",
+            sorted({r.node for r in s.live}),
+            f"waiting: no rank moved during the {s.window_s:.0f} s look; the job last printed "
+            f"{_ago(min(ages))} ago",
+            [f"{r.label} ({r.node}): cpu {r.cpu_pct}% wchan {r.wchan or 'n/a'}" for r in s.live],
+            op="their current place",
+            hang_after=f"{s.hang_after_s:.0f}",
+        )
+        return "waiting", f
     where = (
         "; stacks: " + describe_groups(s.groups, s.node_of)
         if s.groups
@@ -382,8 +419,16 @@ def _exits(views: Sequence[NodeView]) -> list[Exit]:
                 and causes[0].local_rank is not None
             ):
                 l2g = {causes[0].local_rank: causes[0].rank}
-            for e in exits(log, ranks_here, l2g):
-                out.append(e)
+            found = exits(log, ranks_here, l2g)
+            out += found
+            # A rank that died without a Python traceback (a signal, an abort after the
+            # NCCL watchdog): torchrun's summary still says who and how.
+            told = {e.rank for e in found}
+            for c in causes:
+                if c.rank is not None and c.rank not in told and c.exitcode not in (None, 0):
+                    how = c.traceback or f"exit code {c.exitcode}"
+                    where = failed_collective_where(log)
+                    out.append(Exit(log.node, c.rank, f"exit code {c.exitcode}", how, where, how))
     return out
 
 
@@ -425,7 +470,11 @@ def _crash(
     return kb_finding(
         "JOB-CRASHED",
         [pick.node],
-        f"crashed: {who} ({pick.node}) raised {pick.exc_type}: {pick.message[:160]}"
+        (
+            f"crashed: {who} ({pick.node}) ended with {pick.exc_type} ({pick.message[:160]})"
+            if pick.exc_type.startswith("exit code")
+            else f"crashed: {who} ({pick.node}) raised {pick.exc_type}: {pick.message[:160]}"
+        )
         + (f" at {pick.where}" if pick.where else "")
         + f"; {then}",
         [pick.line]

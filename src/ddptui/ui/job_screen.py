@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Label, Static
 Relook = Callable[[], Awaitable[dict[str, Any]]]
 STATE_STYLE = {
     "healthy": ("HEALTHY", "bold green"),
+    "waiting": ("WAITING", "bold cyan"),
     "hung": ("HUNG", "bold red"),
     "crashed": ("CRASHED", "bold red"),
     "slow": ("SLOW", "bold yellow"),
