@@ -10,6 +10,7 @@ from typing import Any
 
 from ddptui import __version__
 from ddptui.diagnosis.model import Finding, NodeResult, StepResult, node_status_from, step_status
+from ddptui.job.joblogs import classify, rank_lines, root_causes
 from ddptui.job.model import RankView
 from ddptui.job.run import JobLook
 from ddptui.job.stacks import describe_groups, rank_ranges
@@ -17,6 +18,7 @@ from ddptui.report.json_report import SCHEMA_VERSION
 
 STEP_TITLE = "Your training job"
 LOG_TAIL = 200
+TIMELINE_LINES = 40
 
 
 def rank_row(r: RankView) -> dict[str, Any]:
@@ -125,6 +127,33 @@ def build_job_report(
     }
 
 
+def timelines(look: JobLook) -> dict[str, dict[str, Any]]:
+    """Per rank (by global rank): its last lines from the job's logs, and what the
+    knowledge base reads in them (the same classification as `ddptui diagnose`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for view in look.views:
+        here = [r.rank for r in view.ranks if r.rank is not None]
+        l2g = {
+            r.local_rank: r.rank
+            for r in view.ranks
+            if r.local_rank is not None and r.rank is not None
+        }
+        if not here:  # no live process: the ranks torchrun's summary names
+            here = [c.rank for log in view.logs for c in root_causes(log) if c.rank is not None]
+        for rank in sorted(set(here)):
+            lines = [ln for log in view.logs for ln in rank_lines(log, rank, here, l2g)]
+            if not lines:
+                continue
+            first, _ = classify(lines, f"{view.node}:rank{rank}")
+            out[str(rank)] = {
+                "node": view.node,
+                "lines": lines[-TIMELINE_LINES:],
+                "finding": first.id if first else None,
+                "summary": first.summary if first else None,
+            }
+    return out
+
+
 def _job_data(look: JobLook) -> dict[str, Any]:
     v = look.verdict
     node_of = {r.rank: r.node for r in v.ranks if r.rank is not None}
@@ -159,6 +188,7 @@ def _job_data(look: JobLook) -> dict[str, Any]:
             for view in look.views
             for c in view.candidates
         ],
+        "timelines": timelines(look),
         "window_s": look.options.window_s,
         "notes": list(look.notes),
     }
