@@ -87,6 +87,12 @@ def test_last_error_is_joined_with_the_cause_on_the_next_line() -> None:
     assert noif["rank"] == 0  # NCCL's pid 846 is local rank 0 (torchrun's failure line)
 
 
+def test_the_users_frame_of_the_traceback_is_where() -> None:
+    _, doc, human = diagnose_json(str(GPU / "raw-torchrun/nproc2-on-1gpu.log"))
+    assert doc["first_failure"]["where"] == "ar_raw.py:4 in <module>"  # not torch's own frame
+    assert "in code: ar_raw.py:4 in <module>" in human
+
+
 def test_watchdog_timeout_names_the_collective() -> None:
     _, doc, human = diagnose_json(str(GPU / "job-hang/watchdog-timeout.log"))
     wd = next(f for f in doc["steps"][0]["findings"] if f["id"] == "WATCHDOG")

@@ -37,6 +37,7 @@ class LogHit:
     pid: int | None
     text: str
     match: Match
+    code: str | None = None  # "train.py:88 in step" from the traceback above the line
 
     @property
     def where(self) -> str:
@@ -137,7 +138,10 @@ class Diagnoser:
         if m is None:
             return
         sig = m.signature
-        hit = LogHit(self.order, cand.t, cand.source, cand.lineno, rank, local, head.pid, cand.text, m)
+        hit = LogHit(
+            self.order, cand.t, cand.source, cand.lineno, rank, local, head.pid, cand.text, m,
+            cand.where,
+        )
         self.counts[sig.id] = self.counts.get(sig.id, 0) + 1
         kept = self.per_id.setdefault(sig.id, [])
         if len(kept) < EVIDENCE_PER_ID:
@@ -234,7 +238,7 @@ class Diagnoser:
             h.match.fix_text(),
             tuple(f"{x.where}: {x.text.strip()[:400]}" for x in hits),
             rank,
-            None,
+            next((x.code for x in hits if x.code), None),
             tuple(x.where for x in hits),
         )
 

@@ -100,3 +100,31 @@ def parse_head(text: str, year: int) -> tuple[LineHead, int | None]:
         if pm is not None:
             pid = int(pm["pid"])
     return LineHead(t, rank, local, pid, body), stated_year
+
+
+_FRAME: Final = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S.*?)\s*$')
+_LIBRARY: Final = ("site-packages/", "dist-packages/", "/lib/python3", "<frozen")
+
+
+def traceback_where(before: list[str]) -> str | None:
+    """"file.py:123 in func" of the innermost frame of the user's own code in the Python
+    traceback that ends right above a line (`before`: the lines above it, nearest first,
+    launcher prefixes allowed); None when no traceback ends there or every frame is a
+    library's."""
+    frames: list[tuple[str, str, str]] = []
+    for raw in before:
+        body = parse_head(raw, 2000)[0].body
+        m = _FRAME.match(body)
+        if m is not None:
+            frames.append((m["file"], m["line"], m["func"]))
+            continue
+        stripped = body.strip()
+        if stripped.startswith("Traceback (most recent call last)"):
+            break
+        if body.startswith("    ") or (stripped and set(stripped) <= set("^~ ")):
+            continue  # the code line under a frame, or its ^^^^ markers (3.11+)
+        break
+    for file, line, func in frames:  # nearest first = innermost first
+        if not any(lib in file for lib in _LIBRARY):
+            return f"{file.rsplit('/', 1)[-1]}:{line} in {func}"
+    return None

@@ -60,6 +60,8 @@ def human_lines(diag: LogDiagnosis, seconds: float | None = None) -> list[str]:
         head = "First cause" if first.severity == "error" else "Most likely problem"
         out.append(f"{GLYPH[first.severity]} {head}: {first.id}{rank}")
         out.append(f"  {first.summary}")
+        if first.where:
+            out.append(f"  in code: {first.where}")
         out += _wrap("  cause: ", first.cause)
         out += _wrap("  fix:   ", first.fix)
         out.append("  evidence:")

@@ -11,13 +11,14 @@ digits, so two lines with one key have one verdict.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Final
 
 from ddptui.diagnosis.signatures import MAX_LINE, Signature
-from ddptui.logs.lineinfo import LineHead, parse_head, parse_time
+from ddptui.logs.lineinfo import LineHead, parse_head, parse_time, traceback_where
 from ddptui.logs.prefilter import Prefilter, default_prefilter
 
 LAST_ERROR: Final = "Last error:"
@@ -38,6 +39,7 @@ class Candidate:
     head: LineHead
     t: float | None  # its own time, or the last one its source printed before it
     sigs: tuple[Signature, ...]  # the signatures it may match (empty: context only)
+    where: str | None = None  # "train.py:88 in step": the user's frame of the traceback above
 
 
 def _this_year() -> int:
@@ -53,14 +55,16 @@ class _Cursor:
         self.last_t: float | None = None
 
     def candidate(
-        self, lineno: int, text: str, sigs: tuple[Signature, ...], before: Iterable[str] = ()
+        self, lineno: int, text: str, sigs: tuple[Signature, ...], before: Sequence[str] = ()
     ) -> Candidate:
+        """`before`: the lines above it, nearest first (for its time when it has none,
+        and the traceback that ends above it)."""
         head, year = parse_head(text, self.year)
         if year is not None:
             self.year = year
         t = head.t
         if t is None:
-            for prev in before:  # nearest earlier line with a time (chunk feed only)
+            for prev in before:  # nearest earlier line with a time
                 t, _ = parse_time(parse_head(prev, self.year)[0].body, self.year)
                 if t is not None:
                     break
@@ -68,7 +72,8 @@ class _Cursor:
             t = self.last_t
         else:
             self.last_t = t
-        return Candidate(self.source, lineno, text, head, t, sigs)
+        where = traceback_where(list(before)) if sigs and before else None
+        return Candidate(self.source, lineno, text, head, t, sigs, where)
 
 
 def _join(last_error: str, cause: str, year: int) -> str:
@@ -89,8 +94,11 @@ def from_lines(
     pf = pf or default_prefilter()
     cur = _Cursor(source)
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
+    recent: deque[str] = deque(maxlen=LOOKBACK)
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r\n")
+        above = recent.copy()
+        recent.append(line)
         if pending is not None:
             joined = _join(pending[1], line, cur.year)
             sigs = _sigs_for(pf, joined)
@@ -107,7 +115,8 @@ def from_lines(
                 cur.last_t = t if t is not None else cur.last_t
                 cur.year = year or cur.year
             continue
-        yield cur.candidate(lineno, line, sigs)
+        above.reverse()
+        yield cur.candidate(lineno, line, sigs, above)
     if pending is not None:
         yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
 
@@ -174,7 +183,7 @@ def from_chunks(
                 continue
             sigs = _sigs_for(pf, text)
             if sigs is not None:
-                before = (decode(b, encoding) for b in reversed(lines[max(0, i - LOOKBACK) : i]))
+                before = [decode(b, encoding) for b in reversed(lines[max(0, i - LOOKBACK) : i])]
                 yield cur.candidate(lineno, text, sigs, before)
     if pending is not None:
         yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())

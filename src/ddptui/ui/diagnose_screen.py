@@ -47,6 +47,9 @@ def diagnosis_text(report: dict[str, Any]) -> Text:
         out.append("\nFirst cause: ", "bold")
         out.append(f"{lead.get('id')}{rank}\n", "bold red")
         out.append(f"{lead.get('summary', '')}\n")
+        if lead.get("where"):
+            out.append("in code: ", "bold")
+            out.append(f"{lead['where']}\n")
         out.append("cause: ", "bold")
         out.append(f"{lead.get('cause', '')}\n")
         out.append("fix:   ", "bold green")
