@@ -7,6 +7,7 @@ import textwrap
 from datetime import datetime, timezone
 from typing import Final
 
+from ddptui.diagnosis.signatures import load_signatures
 from ddptui.logs.diagnose import LogDiagnosis, RankTimeline
 
 GLYPH: Final = {"error": "✘", "warning": "!", "info": "i"}
@@ -69,8 +70,10 @@ def human_lines(diag: LogDiagnosis, seconds: float | None = None) -> list[str]:
     others = [f for f in diag.findings if first is None or f.id != first.id]
     if others:
         out += ["", "Also in the logs:"]
+        consequences = {sig.id for sig in load_signatures() if sig.secondary}
         for f in others[:12]:
-            out.append(f"  {GLYPH.get(f.severity, ' ')} {f.id}: {f.summary}")
+            tail = " (a consequence)" if f.id in consequences else ""
+            out.append(f"  {GLYPH.get(f.severity, ' ')} {f.id}: {f.summary}{tail}")
         if len(others) > 12:
             out.append(f"  … {len(others) - 12} more (see the report)")
     timelines = [tl for tl in diag.timelines if tl.events]
