@@ -5,9 +5,9 @@ veth links).
 
 Each round runs `ddptui check --steps ssh,allreduce` (its sweep, read from the JSON
 report's tables.allreduce.sizes) and then bench/plain_allreduce.py under plain torchrun
-on every node (no ddptui, no TORCH_DISTRIBUTED_DEBUG). Rounds alternate the two, so a
-busy neighbour on this shared machine hits both alike; per size the best round of each
-is compared. Target: ddptui's busbw / the plain loop's >= 0.9.
+on every node (no ddptui, no TORCH_DISTRIBUTED_DEBUG). Rounds alternate the two (and
+which goes first), so a busy neighbour on this shared machine hits both alike; per size
+the best round of each is compared. Target: ddptui's busbw / the plain loop's >= 0.9.
 
 Needs root. Usage:
     .venv/bin/python bench/bench_bandwidth.py [--rounds 3] [--nodes 3]
@@ -35,10 +35,15 @@ PLAIN = ROOT / "bench" / "plain_allreduce.py"
 PLAIN_PORT = 29611  # not ddptui's MASTER_PORT, so the two never meet on a port
 
 
+def report_path(tb: Testbed) -> Path:
+    """Where ddptui_sweep() leaves the JSON report of its last run."""
+    return tb.workdir / "bw-check.json"
+
+
 def ddptui_sweep(tb: Testbed, timeout: float = 180) -> dict[int, float]:
     """busbw (GB/s) per size from one `ddptui check --steps ssh,allreduce`."""
     config = tb.write_config(timeouts={"step": 30, "allreduce": 120})
-    out = config.with_suffix(".bw.json")
+    out = report_path(tb)
     proc = subprocess.run(
         [
             sys.executable,
@@ -111,7 +116,11 @@ def compare(
     With `until`, stop as soon as the largest size reaches that ratio (tests: short)."""
     best: dict[int, tuple[float, float]] = {}
     for r in range(rounds):
-        ours, plain = ddptui_sweep(tb), plain_loop(tb)
+        # Alternate which goes first, so a trend in the machine's load favours neither.
+        if r % 2 == 0:
+            ours, plain = ddptui_sweep(tb), plain_loop(tb)
+        else:
+            plain, ours = plain_loop(tb), ddptui_sweep(tb)
         for size in sorted(set(ours) & set(plain)):
             a, b = best.get(size, (0.0, 0.0))
             best[size] = (max(a, ours[size]), max(b, plain[size]))
