@@ -45,28 +45,33 @@ def timeline_lines(tl: RankTimeline, events: int = EVENTS_SHOWN) -> list[str]:
     return out
 
 
+def cause_lines(diag: LogDiagnosis) -> list[str]:
+    """The verdict: the first cause with its fix and evidence, or why there is none."""
+    first = diag.first
+    if first is None and diag.problems and not diag.bytes_read:
+        return ["✘ No input could be read (see the messages above)."]
+    if first is None:
+        return ["✔ Nothing wrong found: no line matches a known failure."]
+    rank = f", rank {first.rank}" if first.rank is not None else ""
+    if first.severity == "error":
+        out = [f"{GLYPH['error']} First cause: {first.id}{rank}"]
+    else:
+        out = [f"{GLYPH['warning']} No failure found, but a warning: {first.id}{rank}"]
+    out.append(f"  {first.summary}")
+    if first.where:
+        out.append(f"  in code: {first.where}")
+    out += _wrap("  cause: ", first.cause)
+    out += _wrap("  fix:   ", first.fix)
+    out.append("  evidence:")
+    out += [f"    {ev[:300]}" for ev in first.evidence[:5]]
+    return out
+
+
 def human_lines(diag: LogDiagnosis, seconds: float | None = None) -> list[str]:
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     out = [f"ddptui diagnose: {diag.lines_read:,} lines ({_size(diag.bytes_read)}){took}", ""]
+    out += cause_lines(diag)
     first = diag.first
-    if first is None and diag.problems and not diag.bytes_read:
-        out.append("✘ No input could be read (see the messages above).")
-    elif first is None:
-        worst = next((f for f in diag.findings if f.severity == "warning"), None)
-        out.append("✔ Nothing wrong found: no line matches a known failure.")
-        if worst is not None:
-            out.append(f"  (warnings below: {worst.id})")
-    else:
-        rank = f", rank {first.rank}" if first.rank is not None else ""
-        head = "First cause" if first.severity == "error" else "Most likely problem"
-        out.append(f"{GLYPH[first.severity]} {head}: {first.id}{rank}")
-        out.append(f"  {first.summary}")
-        if first.where:
-            out.append(f"  in code: {first.where}")
-        out += _wrap("  cause: ", first.cause)
-        out += _wrap("  fix:   ", first.fix)
-        out.append("  evidence:")
-        out += [f"    {ev[:300]}" for ev in first.evidence[:5]]
     others = [f for f in diag.findings if first is None or f.id != first.id]
     if others:
         out += ["", "Also in the logs:"]
