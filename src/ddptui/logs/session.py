@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
 from ddptui.logs.diagnose import LogDiagnosis
+
+
+def utcnow() -> str:
+    """As the checklist stamps its reports (without importing the checklist's runner)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class SpecError(ValueError):
@@ -47,7 +53,6 @@ def run_diagnosis(
 ) -> tuple[LogDiagnosis, dict[str, Any], float]:
     """(diagnosis, report document, seconds).  SpecError / ConfigError / InputError for
     what the user must change; unreadable inputs are in the diagnosis' problems."""
-    from ddptui.checklist.runner import utcnow
     from ddptui.logs.inputs import Inputs, diagnose_inputs
     from ddptui.logs.report import InputInfo, build_log_report
 
