@@ -291,3 +291,13 @@ def test_job_core_imports_no_ui_no_ssh_no_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     heavy = {m for m in out.stdout.split() if m.split(".")[0] in ("textual", "asyncssh", "torch")}
     assert not heavy, sorted(heavy)[:5]
+
+
+def test_a_collective_in_flight_within_its_timeout_is_not_a_hang() -> None:
+    doc = load_dump((FIX / "flight-recorder-rank_0.json").read_bytes())
+    created = doc["entries"][3]["time_created_ns"] / 1e9  # #4, timeout 30 s
+    (f,) = flight_findings([parse_dump(0, doc, dumped_at=created + 5)], ["node0"])
+    assert f.id == "JOB-FR-INFLIGHT" and f.severity == "info"
+    assert "in flight for 5 s when dumped (timeout 30 s)" in f.summary
+    (f,) = flight_findings([parse_dump(0, doc, dumped_at=created + 38)], ["node0"])
+    assert f.id == "JOB-FR-TIMEOUT" and f.severity == "error"

@@ -68,6 +68,8 @@ class FrEntry:
     input_dtypes: str
     frames: tuple[str, ...]  # "file.py:12 in func", innermost first
     user_where: str | None  # the first frame outside torch
+    created_s: float | None = None  # wall clock, from time_created_ns
+    timeout_s: float | None = None
 
     @property
     def signature(self) -> tuple[str, str, str]:
@@ -81,6 +83,7 @@ class RankDump:
     entries: tuple[FrEntry, ...]
     pg_status: dict[str, dict[str, int]]
     pg_ranks: dict[str, str]
+    dumped_at: float | None = None  # when the file was written (its mtime), epoch seconds
 
 
 def _frame(f: Mapping[str, Any]) -> str:
@@ -88,7 +91,7 @@ def _frame(f: Mapping[str, Any]) -> str:
     return f"{name}:{f.get('line')} in {f.get('name')}"
 
 
-def parse_dump(rank: int, doc: Mapping[str, Any]) -> RankDump:
+def parse_dump(rank: int, doc: Mapping[str, Any], dumped_at: float | None = None) -> RankDump:
     entries = []
     for e in doc.get("entries") or ():
         if not isinstance(e, Mapping):
@@ -116,6 +119,8 @@ def parse_dump(rank: int, doc: Mapping[str, Any]) -> RankDump:
                 input_dtypes=json.dumps(e.get("input_dtypes")),
                 frames=frames,
                 user_where=user,
+                created_s=_num(e.get("time_created_ns"), 1e-9),
+                timeout_s=_num(e.get("timeout_ms"), 1e-3),
             )
         )
     status = {
@@ -128,7 +133,13 @@ def parse_dump(rank: int, doc: Mapping[str, Any]) -> RankDump:
         for pg, c in (doc.get("pg_config") or {}).items()
         if isinstance(c, Mapping)
     }
-    return RankDump(rank, str(doc.get("version") or "?"), tuple(entries), status, ranks)
+    return RankDump(rank, str(doc.get("version") or "?"), tuple(entries), status, ranks, dumped_at)
+
+
+def _num(value: object, scale: float) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) * scale
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,15 @@ class FrStop:
     ranks: tuple[int, ...]  # ranks that enqueued it
     missing: tuple[int, ...]  # ranks whose dump has no entry for it
     diverged: tuple[str, ...]  # "rank 1: all_gather [[4]] [\"Float\"]" where ranks differ
+    age_s: float | None = None  # how long it had been in flight when the dump was written
+    timeout_s: float | None = None
+
+    @property
+    def timed_out(self) -> bool | None:
+        """In flight past its timeout when dumped; None when the dump does not tell."""
+        if self.age_s is None or self.timeout_s is None:
+            return None
+        return self.age_s >= self.timeout_s
 
 
 def analyse(dumps: Sequence[RankDump]) -> list[FrStop]:
@@ -168,6 +188,12 @@ def analyse(dumps: Sequence[RankDump]) -> list[FrStop]:
             if not unfinished and not missing and len(sigs) == 1:
                 continue
             first = (unfinished or list(here.values()))[0]
+            owner = next((d for d in dumps if d.rank in here and here[d.rank] is first), None)
+            age = (
+                owner.dumped_at - first.created_s
+                if owner is not None and owner.dumped_at and first.created_s
+                else None
+            )
             diverged = (
                 tuple(
                     f"rank {r}: {e.op} {e.input_sizes} {e.input_dtypes}"
@@ -189,6 +215,8 @@ def analyse(dumps: Sequence[RankDump]) -> list[FrStop]:
                     tuple(sorted(here)),
                     missing,
                     diverged,
+                    round(age, 1) if age is not None else None,
+                    first.timeout_s,
                 )
             )
             break

@@ -35,6 +35,8 @@ def read_dumps(paths: Sequence[str]) -> tuple[list[RankDump], list[Finding]]:
         except OSError as exc:
             raise OfflineInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
         try:
+            # No dump time travels with a copied file: judged against the entries' own
+            # timeouts only where the dump says when it was written (a live look does).
             dumps.append(parse_dump(rank_from_name(path, i), load_dump(data)))
         except UnsafeDump as exc:
             bad.append(

@@ -271,7 +271,9 @@ def read_fr_records(views: Sequence[NodeView]) -> tuple[list[RankDump], list[Fin
             path = str(rec.get("path"))
             try:
                 data = base64.b64decode(str(rec["data_b64"]), validate=True)
-                dumps.append(parse_dump(int(rec.get("rank") or 0), load_dump(data)))
+                mtime = rec.get("mtime")
+                when = float(mtime) if isinstance(mtime, int | float) else None
+                dumps.append(parse_dump(int(rec.get("rank") or 0), load_dump(data), when))
             except (UnsafeDump, binascii.Error, ValueError) as exc:
                 bad.append(
                     kb_finding(
@@ -304,6 +306,24 @@ def flight_findings(dumps: Sequence[RankDump], nodes: list[str]) -> list[Finding
             )
             continue
         missing = f"; rank(s) {rank_ranges(stop.missing)} never enqueued it" if stop.missing else ""
+        if stop.timed_out is False and not stop.missing:
+            out.append(
+                kb_finding(
+                    "JOB-FR-INFLIGHT",
+                    nodes,
+                    f"flight recorder: collective #{stop.seq} ({stop.op}) was in flight for "
+                    f"{stop.age_s:.0f} s when dumped (timeout {stop.timeout_s:.0f} s), last "
+                    f"completed #{stop.last_completed}, at {stop.where or '?'}",
+                    [f"frames: {' <- '.join(stop.frames)}"],
+                    rank=stop.ranks[0] if stop.ranks else None,
+                    where=stop.where,
+                    seq=stop.seq,
+                    op=stop.op,
+                    age=f"{stop.age_s:.0f}",
+                    limit=f"{stop.timeout_s:.0f}",
+                )
+            )
+            continue
         out.append(
             kb_finding(
                 "JOB-FR-TIMEOUT",
