@@ -221,6 +221,20 @@ def _ppid(pid: int) -> int:
         return 0
 
 
+def _write_key_in_process(path: Path, comment: str) -> bool:
+    """An ed25519 key pair in OpenSSH format, written without a process (65 ssh-keygen
+    runs cost seconds on a loaded 2-core machine); False when asyncssh is missing."""
+    try:
+        import asyncssh  # the venv's; ssh-keygen is the fallback
+    except ImportError:
+        return False
+    key = asyncssh.generate_private_key("ssh-ed25519", comment=comment)
+    key.write_private_key(str(path))
+    path.chmod(0o600)
+    key.write_public_key(str(path.with_name(path.name + ".pub")))
+    return True
+
+
 def _names(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
 
@@ -431,8 +445,7 @@ class Testbed:
         self._is_up = True
         # The readiness probes each made sshd fork a pre-auth child; let those exit so a
         # fresh testbed reports pids(i) == [] and tests can assert "nothing left".
-        for i in range(self.n):
-            self.wait_quiet(i, timeout=10)
+        self._wait_all_quiet(timeout=10)
 
     def down(self) -> None:
         """Stop everything this testbed started and delete its namespaces and links.
@@ -495,7 +508,7 @@ class Testbed:
     # -- network ----------------------------------------------------------------------
 
     def _create_network(self) -> None:
-        # One `ip -batch` for the root namespace, one per node: a few ms in total.
+        # One `ip -batch` for the root namespace: namespaces, bridge and veth pairs.
         root = [f"netns add {self._ns(i)}" for i in range(self.n)]
         root += [
             f"link add {self.bridge} type bridge",
@@ -509,25 +522,24 @@ class Testbed:
             root.append(f"link add {self._veth(i)} type veth peer name eth0 netns {self._ns(i)}")
             root.append(f"link set {self._veth(i)} master {self.bridge} up")
         run(["ip", "-batch", "-"], input="\n".join(root) + "\n")
-        per_node = [
-            subprocess.Popen(
-                ["ip", "-n", self._ns(i), "-batch", "-"],
-                stdin=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+        # Each node's own interfaces are configured by its start script (_node_script),
+        # inside the node and in parallel: 64 `ip` processes spawned from this process
+        # one by one cost seconds on a loaded machine.
+        for i in range(self.n):
+            self._node_dir(i).mkdir(parents=True, exist_ok=True)
+            (self._node_dir(i) / "net.batch").write_text(
+                f"link set lo up\naddr add {self._ip(i)}/24 dev eth0\nlink set eth0 up\n"
             )
-            for i in range(self.n)
-        ]
-        for i, proc in enumerate(per_node):
-            cmds = f"link set lo up\naddr add {self._ip(i)}/24 dev eth0\nlink set eth0 up\n"
-            _, err = proc.communicate(cmds, timeout=30)
-            if proc.returncode != 0:
-                raise TestbedError(f"configuring {self._ns(i)} failed: {err}")
 
     def _purge(self) -> None:
         """Kill every process in this prefix's namespaces, delete its links and namespaces."""
         namespaces = [name for name in _names(NETNS_DIR) if self._owns_ns(name)]
-        in_netns = [p for ns in namespaces for p in netns_pids(ns)]
+        ids = set()
+        for ns in namespaces:  # one pass over /proc for all nodes, not one per node
+            with contextlib.suppress(FileNotFoundError):
+                st = (NETNS_DIR / ns).stat()
+                ids.add((st.st_dev, st.st_ino))
+        in_netns = ns_members("net", ids) if ids else []
         # ...and everything in those nodes' PID namespaces (the launchers sit in the root
         # one: never that).  SIGKILL of a node's sshd (its pid 1) would take its namespace
         # down anyway; killing all by pid also covers a node whose pid 1 is already gone.
@@ -566,6 +578,8 @@ class Testbed:
         for path, comment in jobs:
             for stale in (path, path.with_name(path.name + ".pub")):
                 stale.unlink(missing_ok=True)  # ssh-keygen would prompt to overwrite
+            if _write_key_in_process(path, comment):
+                continue
             procs.append(
                 subprocess.Popen(
                     ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
@@ -646,7 +660,7 @@ class Testbed:
         """The shell run inside node i's fresh UTS+mount namespaces before exec'ing sshd."""
         d = self._node_dir(i)
         q = shlex.quote
-        steps = [f"hostname {q(f'{self.prefix}-node{i}')}"]
+        steps = [f"ip -batch {q(str(d / 'net.batch'))}", f"hostname {q(f'{self.prefix}-node{i}')}"]
         bashrc = Path(pwd.getpwnam("root").pw_dir) / ".bashrc"
         if bashrc.exists():
             # Debian's bash sources ~/.bashrc for ssh commands; here it runs `pyenv init`
@@ -709,6 +723,11 @@ class Testbed:
         while pending:
             for i in sorted(pending):
                 self._check_sshd_running(i)
+                # Its log first: before its start script has configured eth0, a connect
+                # to the address would wait for ARP instead of being refused at once.
+                log = self._node_dir(i) / "sshd.log"
+                if not (log.exists() and b"Server listening on" in log.read_bytes()):
+                    continue
                 if tcp_connects(self._ip(i), SSH_PORT, timeout=0.5):
                     pending.discard(i)
             if pending and time.monotonic() > deadline:
@@ -832,6 +851,28 @@ class Testbed:
             if nspid_chain(pid)[-1:] == [node_pid]:
                 return pid
         return None
+
+    def _wait_all_quiet(self, timeout: float) -> None:
+        """wait_quiet() for every node at once: one pass over /proc per poll."""
+        netns = {}
+        for i in range(self.n):
+            st = (NETNS_DIR / self._ns(i)).stat()
+            netns[(st.st_dev, st.st_ino)] = i
+        pidns = {x: i for i, x in self._pidns.items() if x is not None}
+        ours = {n.sshd_pid for n in self.nodes} | {p.pid for p in self._sshd.values()}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            busy = [
+                entry.name
+                for entry in Path("/proc").iterdir()
+                if entry.name.isdigit()
+                and int(entry.name) not in ours
+                and (ns_id(entry.name, "net") in netns or ns_id(entry.name, "pid") in pidns)
+                and is_alive(entry.name)
+            ]
+            if not busy:
+                return
+            time.sleep(0.02)
 
     def wait_quiet(self, i: int, timeout: float = 10) -> list[int]:
         """Poll pids(i) until it is empty or timeout; return what is left."""
