@@ -88,3 +88,31 @@ async def _r_looks_again() -> None:
 def test_missing_facts_read_na() -> None:
     cells = rank_cells({"rank": 0, "node": "node0", "pid": 5, "state": "S"})
     assert cells[4:7] == ("n/a", "n/a", "n/a")
+
+
+def test_look_report_on_this_machine_feeds_the_view(tmp_path: Path) -> None:
+    """A real look (host: local, whatever runs here) is a valid report the view shows."""
+    from ddptui.config import ClusterConfig
+    from ddptui.job.report import look_report
+    from ddptui.report.schema import ReportModel
+
+    config = ClusterConfig.model_validate(
+        {"master": {"addr": "127.0.0.1", "port": 29500}, "nodes": [{"host": "local"}]}
+    )
+    report = asyncio.run(look_report(config, str(tmp_path / "c.yaml")))
+    ReportModel.model_validate(report)
+    assert report["steps"][0]["id"] == "job" and report["job"]["state"]
+
+    async def relook() -> dict[str, Any]:
+        return report
+
+    async def scenario() -> None:
+        screen = JobScreen(hung_report(), relook=relook)
+        async with _Host(screen).run_test(size=(140, 40)) as pilot:
+            await pilot.press("r")
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+            label = str(screen.query_one("#job-verdict", Label).render())
+            assert "HUNG" not in label or report["job"]["state"] == "hung"
+
+    asyncio.run(scenario())

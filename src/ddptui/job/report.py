@@ -12,7 +12,7 @@ from ddptui import __version__
 from ddptui.diagnosis.model import Finding, NodeResult, StepResult, node_status_from, step_status
 from ddptui.job.joblogs import classify, rank_lines, root_causes
 from ddptui.job.model import RankView
-from ddptui.job.run import JobLook
+from ddptui.job.run import JobLook, JobOptions, look_at_job
 from ddptui.job.stacks import describe_groups, rank_ranges
 from ddptui.report.json_report import SCHEMA_VERSION
 
@@ -192,3 +192,17 @@ def _job_data(look: JobLook) -> dict[str, Any]:
         "window_s": look.options.window_s,
         "notes": list(look.notes),
     }
+
+
+async def look_report(
+    config: Any,
+    config_path: str,
+    *,
+    transports: dict[str, Any] | None = None,
+    options: JobOptions | None = None,
+) -> dict[str, Any]:
+    """One look at the job as the report document: what the TUI's job view shows. Pass
+    the session's transports to reuse its connections (they are left open)."""
+    look = await look_at_job(config, config_path, options or JobOptions(), transports=transports)
+    master = {"addr": config.master.addr, "port": config.master.port}
+    return build_job_report(look, config.name, master)
