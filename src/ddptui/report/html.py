@@ -98,11 +98,13 @@ padding:10px 14px;margin:10px 0}
 .finding dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:6px 0}
 .finding dt{font-weight:600;color:var(--muted)}.finding dd{margin:0}
 details{margin:6px 0}summary{cursor:pointer;color:var(--muted);font-weight:600}
-.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:12px}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:12px}
 .card{border:1px solid var(--line);border-radius:6px;padding:8px 12px}
 .card h3{font-size:14px}
-.spark-row{display:grid;grid-template-columns:78px 160px 1fr;align-items:center;gap:8px;
-font-size:12px;white-space:nowrap}.spark-row .v{color:var(--muted);font-variant-numeric:tabular-nums}
+.spark-row{display:grid;grid-template-columns:96px 140px 1fr;align-items:center;gap:8px;
+font-size:12px;white-space:nowrap}
+.spark-row>span:first-child{overflow:hidden;text-overflow:ellipsis}
+.spark-row .v{color:var(--muted);font-variant-numeric:tabular-nums}
 .card .gpus{font-size:12px;color:var(--muted);margin:2px 0 4px}
 svg.spark{display:block}
 .shot{margin:0;max-width:1000px}
@@ -447,13 +449,14 @@ def _spark_row(label: str, values: Sequence[float | None], colour: str, *, pct: 
     text = NONE if top is None else f"max {top:.0f}%" if pct else f"max {human_rate(top)}"
     chart = sparkline(
         values,
-        width=160,
+        width=140,
         height=28,
         ceiling=100 if pct else None,
         colour=colour,
         label=f"{label} {text}",
     )
-    return f'<div class="spark-row"><span>{_e(label)}</span>{chart}<span class="v">{_e(text)}</span></div>'
+    name = f'<span title="{_e(label)}">{_e(label)}</span>'  # a long port name is cut: full here
+    return f'<div class="spark-row">{name}{chart}<span class="v">{_e(text)}</span></div>'
 
 
 def _metrics(report: Mapping[str, Any], names: list[str]) -> str:
