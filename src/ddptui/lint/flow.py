@@ -96,7 +96,12 @@ def ident(expr: ast.expr) -> str | None:
 
 def is_rank_name(name: str) -> bool:
     low = name.lower()
-    return ("rank" in low and "world" not in low and "size" not in low) or low in _RANK_IDS
+    if low in _RANK_IDS:
+        return True
+    # `ranks`, `rank_list`, `world_rank_size`, `ranking` name many ranks or none
+    return "rank" in low and not any(
+        w in low for w in ("ranks", "list", "world", "size", "ranking")
+    )
 
 
 def own_nodes(root: ast.AST) -> Iterator[ast.AST]:

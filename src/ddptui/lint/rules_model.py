@@ -435,7 +435,8 @@ def seed(s: Script, f: Flow) -> Iterator[Hit]:
         for c in s.calls
         if (f.collective(c) or "").endswith("all_reduce") and "grad" in ast.unparse(c)
     ]
-    if grads and not any((f.collective(c) or "").endswith("broadcast") for c in s.calls):
+    trains = any(f.is_backward(c) for c in s.calls)
+    if grads and trains and not any((f.collective(c) or "").endswith("broadcast") for c in s.calls):
         yield Hit.at(
             "DDP-SEED",
             grads[0],

@@ -211,6 +211,8 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     continue
                 if f.is_rank_test(node.test):
                     why = "a rank-dependent condition"
+                elif not _over_data(s, f, loop):
+                    continue  # a loop over a dict or a list: the same on every rank
                 else:
                     if tainted is None:
                         tainted = _tainted(s, f, loop)
@@ -234,6 +236,22 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     collective=skipped,
                 )
                 break
+
+
+def _over_data(s: Script, f: Flow, loop: ast.AST) -> bool:
+    """A loop over the training data: it runs backward passes, or iterates a DataLoader."""
+    if loop in f.training_loops():
+        return True
+    it = loop.iter if isinstance(loop, ast.For | ast.AsyncFor) else None
+    while (
+        isinstance(it, ast.Call)
+        and it.args
+        and last(s.call_name(it)) in ("enumerate", "tqdm", "iter", "zip")
+    ):
+        it = it.args[0]
+    return it is not None and any(
+        isinstance(o, ast.Call) and last(s.call_name(o)) == "DataLoader" for o in s.origins(it)
+    )
 
 
 def _loop_of(s: Script, node: ast.AST) -> ast.AST | None:
@@ -279,7 +297,12 @@ def mixed_collectives(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         parent = s.parents.get(call)
         here = any(_is_wait(c) for c in s.function_calls(s.scope_of(call)))
-        later = not isinstance(parent, ast.Assign) and any(_is_wait(c) for c in s.calls)
+        # returned or passed on: waited for elsewhere; `handles.append(...)`: then waits
+        later = (
+            _handed_on(s, parent)
+            if isinstance(parent, ast.Assign)
+            else any(_is_wait(c) for c in s.calls)
+        )
         early = _read_before_wait(s, call, parent)
         if early is not None:
             yield Hit.at(
@@ -302,6 +325,23 @@ def mixed_collectives(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 collective=what,
             )
+
+
+def _handed_on(s: Script, assign: ast.Assign) -> bool:
+    """The work handle leaves the function: returned, stored, or passed to a call."""
+    names = {ast.unparse(t) for t in assign.targets}
+    for n in ast.walk(s.scope_of(assign)):
+        if isinstance(n, ast.Return) and n.value is not None and ast.unparse(n.value) in names:
+            return True
+        if isinstance(n, ast.Call) and any(ast.unparse(a) in names for a in n.args):
+            return True
+        if (
+            isinstance(n, ast.Assign)
+            and n is not assign
+            and any(ast.unparse(v) in names for v in [n.value])
+        ):
+            return True
+    return False
 
 
 def _read_before_wait(s: Script, call: ast.Call, parent: ast.AST | None) -> int | None:
