@@ -216,6 +216,9 @@ def test_healthy_job_is_never_stuck_then_crash_names_the_oom_rank(
         assert "OutOfMemoryError: CUDA out of memory" in ff["summary"]
         assert "Connection closed by peer" in ff["summary"] or "then failed" in ff["summary"]
         assert "Reduce the per-GPU batch size" in ff["fix"]  # RANK-CUDA-OOM's fix
+        timelines = report["job"]["timelines"]  # one per rank, read with the knowledge base
+        assert timelines["2"]["finding"] == "RANK-CUDA-OOM" and timelines["2"]["node"] == "node2"
+        assert any("Connection closed by peer" in ln for ln in timelines["0"]["lines"])
         assert not any(snapshot(tb).values()), "ddptui left something on a node"
 
         given = [f"node{i}:{log}" for i, log in enumerate(logs)]
