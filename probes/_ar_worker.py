@@ -21,6 +21,7 @@ RANK = int(os.environ.get("RANK", "-1"))
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 STATE = {"phase": "start", "since": time.time()}
+CPU_SIZE_BUDGET_S = 1.0  # timed seconds per size on CPU, at most (see fitting_iters)
 
 
 def out(kind, **data):
@@ -133,11 +134,16 @@ def timed_allreduce(torch, dist, group, device, size, warmup, iters):
             recv.copy_(send)
         dist.all_reduce(recv, group=group)
 
+    warm_started = time.perf_counter()
     for _ in range(warmup):
         once()
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)
+    else:
+        iters = fitting_iters(
+            torch, dist, group, iters, (time.perf_counter() - warm_started) / max(1, warmup)
+        )
     dist.barrier(group=group)
     if cuda:
         begin = torch.cuda.Event(enable_timing=True)
@@ -158,7 +164,17 @@ def timed_allreduce(torch, dist, group, device, size, warmup, iters):
     dist.all_reduce(recv, group=group)
     ok = float(recv.min().item()) == float(WORLD) == float(recv.max().item())
     del send, recv
-    return numel * 4, took, ok
+    return numel * 4, took, ok, iters
+
+
+def fitting_iters(torch, dist, group, wanted, per_iter_s):
+    """On CPU (gloo over TCP, maybe a slow or busy link) the timed iterations of a size
+    fit in CPU_SIZE_BUDGET_S, between 3 and `wanted`, judged from the warm-up. Every rank
+    must run the same count: the smallest proposal wins."""
+    proposal = int(CPU_SIZE_BUDGET_S / per_iter_s) if per_iter_s > 0 else wanted
+    agreed = torch.tensor([max(3, min(wanted, proposal))], dtype=torch.int64)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=group)
+    return int(agreed.item())
 
 
 def sweep(torch, dist, device):
@@ -176,7 +192,7 @@ def sweep(torch, dist, device):
     )
     for i, size in enumerate(sizes):
         warmup, iters = iterations(i)
-        nbytes, took, ok = timed_allreduce(torch, dist, group, device, size, warmup, iters)
+        nbytes, took, ok, iters = timed_allreduce(torch, dist, group, device, size, warmup, iters)
         algbw = nbytes / took / 1e9
         busbw = algbw * 2 * (WORLD - 1) / WORLD if WORLD > 1 else None
         out(
