@@ -111,3 +111,29 @@ def test_lint_is_pure_core_nothing_heavy_is_imported() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     roots = {m.split(".")[0] for m in out.stdout.split()}
     assert not roots & {"torch", "textual", "asyncssh", "click", "pydantic"}
+
+
+def test_any_python_is_audited_without_a_crash() -> None:
+    # ddptui's own sources and some of the standard library: odd constructs (match, async,
+    # walrus, decorators, nested classes) must never break the audit
+    import ast as stdlib_ast
+    import asyncio
+    import concurrent.futures
+
+    import ddptui
+
+    roots = [Path(ddptui.__file__).parent, Path(asyncio.__file__).parent]
+    files = [p for r in roots for p in sorted(r.rglob("*.py"))[:30]]
+    files.append(Path(stdlib_ast.__file__))
+    files.append(Path(concurrent.futures.__file__).with_name("process.py"))
+    result = lint_paths(files)
+    assert result.problems == ()
+    assert len(result.files) == 62
+
+
+def test_too_deep_an_expression_is_an_input_problem_not_a_crash(tmp_path: Path) -> None:
+    deep = tmp_path / "generated.py"
+    deep.write_text("x = " + "+".join(["1"] * 5000) + "\n")
+    result = lint_paths([deep])
+    assert result.exit_code == 2
+    assert "cannot be parsed as Python" in result.problems[0]
