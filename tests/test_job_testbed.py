@@ -327,3 +327,28 @@ def test_unreachable_node_bad_regex_and_missing_pyspy(tb: Testbed, tmp_path: Pat
         assert "Traceback" not in proc.stderr
     finally:
         stop_job(tb)
+
+
+def test_ctrl_c_mid_look_exits_130_and_leaves_nothing(tb: Testbed, tmp_path: Path) -> None:
+    import signal
+
+    try:
+        fake_job(tb, tmp_path, "delta", 29704, [0, 1, 2])
+        before = settled(tb)
+        config = tb.write_config(tmp_path / "cluster.yaml")
+        proc = subprocess.Popen(
+            [PY, "-m", "ddptui", "job", str(config), "--window", "20"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")},
+        )
+        # Interrupt once the probes run on every node (more than the job's processes).
+        wait_for(lambda: all(len(tb.pids(i)) > len(before[i]) for i in range(3)), 30, "probes")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 130, out
+        assert "Traceback" not in out
+        assert_untouched(tb, before)
+    finally:
+        stop_job(tb)

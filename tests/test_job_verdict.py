@@ -273,3 +273,15 @@ def test_h100_post_mortem_of_the_watchdog_abort() -> None:
     assert v.state == "crashed" and f.rank == 0 and f.where == "hang.py:12 in <module>"
     assert "exit code -6" in f.summary and "SIGABRT" in f.summary
     assert "collective 4 (ALLREDUCE)" in f.cause  # the knowledge base's WATCHDOG reading
+
+
+def test_the_jobs_real_launch_environment_is_audited_with_the_env_rules() -> None:
+    """The torchrun agents' own environments (redacted on the node) go through the env
+    step's rules: an NCCL variable set on one node only is named."""
+    a, b = views(rank(0, (ALL_REDUCE, SLEEP_BETWEEN), grew=5), rank(1, (ALL_REDUCE,), grew=5))
+    a = replace(a, agent={"pid": 10, "env": {"NCCL_IB_DISABLE": "1", "PATH": "/usr/bin"}})
+    b = replace(b, agent={"pid": 10, "env": {"PATH": "/usr/bin"}})
+    seen = [a, b]
+    found = side_findings(seen, judge(seen, window_s=2), _config(), None, [])
+    env = [f for f in found if f.id.startswith("ENV-")]
+    assert env and any("NCCL_IB_DISABLE" in f.summary for f in env), [f.id for f in found]
