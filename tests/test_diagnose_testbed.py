@@ -70,3 +70,23 @@ def test_logs_read_on_the_nodes_redacted_bounded_and_nothing_left(make_testbed) 
     doc = json.loads(result.stdout)
     assert result.exit_code == 0, result.output  # the failure was in the part not read
     assert doc["steps"][0]["data"]["bytes"] <= 1 << 20
+
+
+def test_a_node_that_cannot_be_reached_is_said_and_the_others_are_diagnosed(make_testbed) -> None:  # type: ignore[no-untyped-def]
+    tb = make_testbed(1, stem="dgtb", subnet_base="10.91")
+    conf = tb.config_dict()
+    dead = {**conf["nodes"][0], "host": tb.nodes[0].ip.rsplit(".", 1)[0] + ".250", "name": "gone"}
+    conf["nodes"].append(dead)
+    conf["ssh"]["connect_timeout"] = 2
+    cfg = tb.workdir / "two.yaml"
+    cfg.write_text(json.dumps(conf))
+    log = tb.workdir / "train.log"
+    log.write_text((GPU / "nccl-env/cvd_empty.log").read_text())
+    result = CliRunner().invoke(main, ["diagnose", "--config", str(cfg), f"*:{log}", "--json", "-"])
+    assert result.exit_code == 2, result.output
+    assert "gone: cannot connect" in result.stderr
+    assert "Traceback" not in result.output
+    doc = json.loads(result.stdout)
+    assert doc["first_failure"]["finding"] == "ENV-NOGPU-VISIBLE"
+    unreadable = [f for f in doc["steps"][0]["findings"] if f["id"] == "LOGS-UNREADABLE"]
+    assert unreadable and "gone: cannot connect" in unreadable[0]["evidence"][0]
