@@ -22,6 +22,7 @@ from ddptui.report.views import (
     clean_line,
     differ,
     env_items,
+    failing_first,
     fix_commands,
     fmt_value,
     gpu_facts,
@@ -267,6 +268,7 @@ def _st(result: Mapping[str, Any] | None, compact: bool) -> str:
 
 def _steps(report: Mapping[str, Any], names: list[str]) -> str:
     compact = len(names) > COMPACT_NODES
+    names = failing_first(report, names) if compact else names
     head = ["<th>step</th>", "<th>status</th>", "<th>time</th>"]
     head += [f'<th class="node">{_e(n)}</th>' for n in names]
     rows, more = [], []

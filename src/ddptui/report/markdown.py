@@ -23,6 +23,7 @@ from ddptui.report.views import (
     clean_line,
     differ,
     env_items,
+    failing_first,
     fix_commands,
     fmt_value,
     gpu_facts,
@@ -200,6 +201,7 @@ def _status(result: Mapping[str, Any]) -> str:
 
 def _steps(report: Mapping[str, Any], names: list[str]) -> list[str]:
     compact = len(names) > COMPACT_NODES
+    names = failing_first(report, names) if compact else names
     prefix = name_prefix(names) if compact else ""
     head = ["step", "status", "time", *(esc(n[len(prefix) :]) for n in names)]
     rows, more = [], []

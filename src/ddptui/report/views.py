@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddptui.diagnosis.model import majority_value, odd_nodes
+from ddptui.diagnosis.model import STATUS_RANK, majority_value, odd_nodes
 from ddptui.metrics import human_bytes
 from ddptui.report.svg import finite, gpu_peaks
 from ddptui.stepmeta import ORDER, TITLES
@@ -43,6 +43,21 @@ def step_title(step: Mapping[str, Any]) -> str:
 def node_result(step: Mapping[str, Any], node: str) -> Mapping[str, Any] | None:
     result = (step.get("nodes") or {}).get(node)
     return result if isinstance(result, Mapping) else None
+
+
+def failing_first(report: Mapping[str, Any], names: list[str]) -> list[str]:
+    """Node columns for a wide cluster: the nodes with the worst status first, the
+    earliest step first among equals (as the TUI orders them), then config order, so a
+    failing node is never off to the right of 60 green columns."""
+    worst = {n: (0, 0) for n in names}  # (-worst status, first step it happened at)
+    for i, step in enumerate(steps_of(report)):
+        for n in names:
+            r = node_result(step, n)
+            rank = STATUS_RANK.get(str(r.get("status")), 0) if r is not None else 0
+            if -rank < worst[n][0]:
+                worst[n] = (-rank, i)
+    position = {n: i for i, n in enumerate(names)}
+    return sorted(names, key=lambda n: (*worst[n], position[n]))
 
 
 def report_tables(report: Mapping[str, Any]) -> dict[str, Any]:
