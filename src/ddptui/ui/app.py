@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 QUIT_BOUND_S = 8.0
 STATUS_CHARS = 12  # "✘ fail 28.1s"
+STEP_CHARS = max(len(s) for s in ORDER)  # "allreduce"
 
 
 def _append_time(path: str) -> None:
@@ -199,7 +200,7 @@ class DdptuiApp(App[int]):
     def _room(self) -> int:
         """Characters the node columns share (left of the metrics pane)."""
         left = int(self.size.width * 0.6) - 2
-        return left - 11 - STATUS_CHARS - 2
+        return left - (STEP_CHARS + 2) - STATUS_CHARS - 2
 
     def _build_table(self) -> None:
         """The matrix: step rows, one column per node that fits (failing nodes first,
@@ -208,7 +209,9 @@ class DdptuiApp(App[int]):
         cursor = table.cursor_coordinate
         self.columns = node_columns(self.node_names, self.results, self._room(), self.node_filter)
         table.clear(columns=True)
-        table.add_column("step", key="step")
+        # A fixed width: an auto-sized column is measured on the table's next idle, and
+        # a rebuild (filter, failing nodes moving first) could show it at its label's 4.
+        table.add_column("step", key="step", width=STEP_CHARS)
         table.add_column("status", key="status", width=STATUS_CHARS)
         for name in self.columns.nodes:
             table.add_column(name, key=name, width=self.columns.width)
@@ -235,11 +238,13 @@ class DdptuiApp(App[int]):
             cells.append(self._cell(nr.status, nr.summary) if nr else self._cell("pending", ""))
         if self.columns.rest:
             state, text = group_cell(result, self.columns.rest)
-            cells.append(self._cell(state, text, 40))
+            cells.append(self._cell(state, text, 40, glyph=False))  # counts carry glyphs
         return cells
 
-    def _cell(self, status: str, text: str, limit: int | None = None) -> Text:
-        label = f"{GLYPH[status]} {text}".rstrip()
+    def _cell(
+        self, status: str, text: str, limit: int | None = None, *, glyph: bool = True
+    ) -> Text:
+        label = f"{GLYPH[status]} {text}".rstrip() if glyph else text
         limit = limit or self.columns.width
         if len(label) > limit:
             label = label[: limit - 1] + "…"
@@ -362,7 +367,7 @@ class DdptuiApp(App[int]):
     def _refresh_chrome(self) -> None:
         self._tick()
         done = all(s in self.results for s in ORDER)
-        text, kind = banner_text(first_failure(self.results), self.running, done)
+        text, kind = banner_text(first_failure(self.results), self.running, done, self.results)
         self.query_one(Banner).show(text, kind)
         self._refresh_detail()
 
@@ -383,7 +388,8 @@ class DdptuiApp(App[int]):
         if not self.results:
             # First frame: plain text. rich.markdown (markdown-it) loads once there is
             # something worth formatting, off the start-up path.
-            self.query_one("#detail", Static).update(Text(text))
+            plain = text.replace("## ", "").replace("**", "")  # no Markdown syntax on screen
+            self.query_one("#detail", Static).update(Text(plain))
             return
         from rich.markdown import Markdown
 

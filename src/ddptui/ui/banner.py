@@ -13,6 +13,8 @@ class Banner(Static):
     Banner.fail { border: tall $error; color: $text; background: $error 20%; text-style: bold; }
     Banner.pass { border: tall $success; background: $success 15%; }
     Banner.running { border: tall $accent; }
+    Banner.warn { border: tall $warning; background: $warning 15%; }
+    Banner.error { border: tall $error; background: $error 10%; }
     """
 
     def show(self, text: str, kind: str) -> None:

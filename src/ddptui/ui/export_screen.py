@@ -44,6 +44,10 @@ class ExportScreen(ModalScreen[tuple[str, str] | None]):
         if not path:
             self.notify("Give a file path.", severity="warning")
             return
+        # A typed extension says what the user wants: report.html is HTML whatever
+        # the format picker still shows (JSON in a .html file helps nobody).
+        by_ext = {ext: name for name, ext in self.EXT.items()}
+        fmt = by_ext.get(path.rsplit(".", 1)[-1].lower(), fmt) if "." in path else fmt
         self.dismiss((fmt, path))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:

@@ -25,7 +25,8 @@ class HeaderBar(Static):
             (f"{name}", "bold"),
             f" · {nodes} node(s) · ",
             f"{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d} · ",
-            (f"{GLYPH[style]} {label}", STYLE[style]),
+            # "·" (pending) after the " · " separator would read "· · WAITING": no glyph.
+            (f"{GLYPH[style]} {label}" if style != "pending" else label, STYLE[style]),
         )
         if replay is not None:
             text.append(f" · REPLAY of {replay or 'a saved session'} (read-only)", "bold reverse")

@@ -28,6 +28,7 @@ STATE_STYLE = {
     "none": ("NO JOB FOUND", "bold red"),
     "ambiguous": ("AMBIGUOUS", "bold red"),
 }
+KEYS_HINT = "esc closes · r looks again · read-only: ddptui never stops or signals your job"
 COLUMNS = ("rank", "node", "pid", "st", "cpu%", "rss", "quiet", "where")
 SEVERITY_GLYPH = {"error": ("✘", "red"), "warning": ("!", "yellow"), "info": ("i", "dim")}
 
@@ -66,7 +67,9 @@ def verdict_text(report: dict[str, Any]) -> Text:
     )
     text = Text()
     text.append(f" {label} ", style=f"{style} reverse")
-    text.append(f"  {job.get('headline') or ''}")
+    headline = str(job.get("headline") or "")
+    if headline.lower() != label.lower():  # not "NO JOB FOUND  no job found"
+        text.append(f"  {headline}")
     return text
 
 
@@ -118,6 +121,7 @@ class JobScreen(ModalScreen[None]):
     JobScreen DataTable { height: auto; max-height: 45%; }
     JobScreen #job-groups { height: auto; padding: 0 1; }
     JobScreen VerticalScroll { height: 1fr; padding: 0 1; }
+    JobScreen #job-keys { height: 1; width: 100%; padding: 0 1; color: $text-muted; }
     """
 
     def __init__(self, report: dict[str, Any], *, relook: Relook | None = None) -> None:
@@ -133,6 +137,7 @@ class JobScreen(ModalScreen[None]):
             yield Static(groups_text(self.report), id="job-groups")
             with VerticalScroll():
                 yield Static(findings_text(self.report), id="job-findings")
+            yield Label(KEYS_HINT, id="job-keys")
 
     def on_mount(self) -> None:
         self._fill()
@@ -147,7 +152,9 @@ class JobScreen(ModalScreen[None]):
             if g.get("odd")
             for r in g["ranks"]
         }
-        for row in (self.report.get("job") or {}).get("ranks") or ():
+        ranks = (self.report.get("job") or {}).get("ranks") or ()
+        table.display = bool(ranks)  # no job found: no empty table header
+        for row in ranks:
             cells = rank_cells(row)
             style = "bold red" if row.get("rank") in odd else ""
             table.add_row(*(Text(c, style=style) for c in cells))

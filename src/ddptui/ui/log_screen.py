@@ -92,7 +92,14 @@ class LogScreen(ModalScreen[None]):
                 f" {self.node}: streamed output ({len(self.lines)} lines) and the "
                 "evidence behind its findings · esc closes"
             )
-            yield Log(max_lines=LINES_PER_NODE + 200, highlight=True, id="log")
+            # With findings, open at the top where their evidence is listed (the stream's
+            # end is often a launcher's traceback); without, at the latest lines.
+            yield Log(
+                max_lines=LINES_PER_NODE + 200,
+                highlight=True,
+                auto_scroll=not self.findings,
+                id="log",
+            )
 
     def on_mount(self) -> None:
         log = self.query_one(Log)

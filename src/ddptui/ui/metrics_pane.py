@@ -102,7 +102,7 @@ class MetricsPane(VerticalScroll):
         super().__init__(**kwargs)
         self.nodes = nodes
         self.model: Any = None
-        self._seen = -1
+        self._seen: tuple[int, int] | None = None
 
     def compose(self) -> Any:
         yield Static(Text("live metrics", style="bold"))
@@ -119,14 +119,18 @@ class MetricsPane(VerticalScroll):
         self.nodes = nodes
         self.query(NodeMetrics).remove()
         self.mount_all([NodeMetrics(node) for node in nodes])
-        self._seen = -1
+        self._seen = None
 
     def repaint(self) -> None:
-        if self.model is None or self.model.version == self._seen:
+        # Inside the scrollbar (many nodes) and each NodeMetrics' padding: a line any
+        # wider wraps its sparkline onto a line of its own.
+        width = self.scrollable_content_region.width - 2
+        # The width is part of what was painted: a replay's model never changes, and its
+        # first paint can come before the layout gave the pane its width.
+        if self.model is None or width <= 0 or (self.model.version, width) == self._seen:
             return
-        self._seen = self.model.version
+        self._seen = (self.model.version, width)
         snap = self.model.snapshot()
-        width = self.size.width - 2
         top = self.scroll_offset.y
         bottom = top + self.size.height
         for widget in self.query(NodeMetrics):
@@ -139,4 +143,4 @@ class MetricsPane(VerticalScroll):
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
         if any(w.stale for w in self.query(NodeMetrics)):
-            self._seen = -1  # the nodes scrolled into view get painted at the next tick
+            self._seen = None  # the nodes scrolled into view get painted at the next tick

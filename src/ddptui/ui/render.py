@@ -3,9 +3,19 @@ and shared with replay."""
 
 from __future__ import annotations
 
-from ddptui.diagnosis.model import GLYPH, Finding, StepResult
+from collections.abc import Mapping
 
-__all__ = ["GLYPH", "STYLE", "banner_text", "detail_markdown", "finding_markdown"]
+from ddptui.diagnosis.model import GLYPH, Finding, StepResult
+from ddptui.stepmeta import ORDER
+
+__all__ = [
+    "GLYPH",
+    "STYLE",
+    "banner_text",
+    "detail_markdown",
+    "finding_markdown",
+    "first_attention",
+]
 
 STYLE = {
     "pass": "green",
@@ -64,10 +74,36 @@ def detail_markdown(
     return "\n".join(parts)
 
 
+def first_attention(results: Mapping[str, StepResult]) -> StepResult | None:
+    """The first step (checklist order) that ended in error, else in warn: what the
+    banner leads with when nothing failed."""
+    for status in ("error", "warn"):
+        for step in ORDER:
+            r = results.get(step)
+            if r is not None and r.status == status:
+                return r
+    return None
+
+
+def _attention_text(r: StepResult) -> str:
+    f = r.primary
+    nodes = [n for n, nr in r.nodes.items() if nr.status == r.status]
+    where = f" on {', '.join(f.nodes if f is not None and f.nodes else nodes)}" if nodes or f else ""
+    label = "ERROR" if r.status == "error" else "WARN"
+    if f is None:
+        reasons = [nr.summary for nr in r.nodes.values() if nr.status == r.status]
+        return f"{GLYPH[r.status]} {label} at {r.id}{where}: {reasons[0] if reasons else r.title}"
+    return f"{GLYPH[r.status]} {label} at {r.id}{where}: {f.summary}\n  Fix: {f.fix}"
+
+
 def banner_text(
-    first: dict[str, str | list[str] | None] | None, running: str | None, done: bool
+    first: dict[str, str | list[str] | None] | None,
+    running: str | None,
+    done: bool,
+    results: Mapping[str, StepResult] | None = None,
 ) -> tuple[str, str]:
-    """(text, style class) of the banner: the first failure and its fix lead."""
+    """(text, style class) of the banner: the first failure and its fix lead; with
+    no failure, the first step in error or warning (never "passed" under a WARN)."""
     if first is not None:
         nodes = ", ".join(first.get("nodes") or []) or "-"
         return (
@@ -76,6 +112,12 @@ def banner_text(
         )
     if running:
         return f"… running {running}", "running"
+    other = first_attention(results or {})
+    if other is not None:
+        return _attention_text(other), other.status
     if done:
+        skipped = [s for s, r in (results or {}).items() if r.status == "skip"]
+        if skipped:
+            return f"✔ every step that ran passed ({', '.join(skipped)} skipped)", "pass"
         return "✔ every step passed", "pass"
-    return "Connected steps wait for you: enter = next step, a = all, q = quit", "idle"
+    return "Connected: the steps wait for you. enter = next step, a = all, q = quit", "idle"
