@@ -102,6 +102,15 @@ def test_watchdog_timeout_names_the_collective() -> None:
     assert "rank 0" in human  # the [rank0]: prefix
 
 
+def test_a_missing_net_plugin_is_a_warning_not_a_failure() -> None:
+    code, doc, human = diagnose_json(str(GPU / "nccl-env/net_plugin.log"))
+    assert code == 0  # the job ran, on NCCL's own Socket transport
+    warn = next(f for f in doc["steps"][0]["findings"] if f["id"] == "NET-PLUGIN-MISSING")
+    assert warn["severity"] == "warning"
+    assert "NCCL_NET_PLUGIN=nosuchplugin" in warn["cause"]
+    assert "No failure found, but a warning: NET-PLUGIN-MISSING" in human
+
+
 def test_duplicate_gpu_leads_over_its_consequences() -> None:
     _, doc, _ = diagnose_json(str(GPU / "ddptui/check-2nodes-1gpu.json"))
     ids = [f["id"] for f in doc["steps"][0]["findings"]]
