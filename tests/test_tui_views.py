@@ -8,7 +8,10 @@ evidence, and the job view says its keys and shows no empty table."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from textual.app import App
@@ -17,6 +20,7 @@ from textual.widgets import DataTable, Input, Label, Log, Static
 from ddptui.config import parse_config
 from ddptui.diagnosis.model import Finding, NodeResult, StepResult
 from ddptui.metrics import MetricsModel
+from ddptui.report.load import results_from_report
 from ddptui.stepmeta import ORDER
 from ddptui.ui.app import STEP_CHARS, DdptuiApp
 from ddptui.ui.banner import Banner
@@ -26,6 +30,9 @@ from ddptui.ui.job_screen import KEYS_HINT, JobScreen
 from ddptui.ui.log_screen import LogScreen
 from ddptui.ui.matrix import GROUP
 from ddptui.ui.metrics_pane import MetricsPane, NodeMetrics
+
+REPORTS = Path(__file__).parent / "fixtures" / "reports"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def config(n: int) -> Any:
@@ -225,3 +232,39 @@ def test_detail_pane_first_frame_shows_no_markdown_syntax() -> None:
     asyncio.run(scenario())
 
 
+
+
+def test_recorded_64_node_run_leads_with_the_failing_nodes() -> None:
+    """A real 64-node testbed run (node17 and node40 could not reach MASTER_PORT; the
+    collectives then hung everywhere), recorded and trimmed to its results."""
+    report = json.loads((REPORTS / "port_64nodes.json").read_text())
+    results = results_from_report(report)
+    names = [n["name"] for n in report["nodes"]]
+    cfg = parse_config(
+        "name: testbed-qa\nmaster: {addr: 10.96.2.1, port: 29500}\nnodes: ["
+        + ", ".join(f"{{host: 10.96.2.{i + 1}, name: {n}}}" for i, n in enumerate(names))
+        + "]\n",
+        "cluster.yaml",
+    )
+
+    async def scenario() -> None:
+        app = DdptuiApp(cfg, "cluster.yaml", autoconnect=False)
+        async with app.run_test(size=(160, 50)) as pilot:
+            for result in results.values():
+                app._on_step(result)
+            await pilot.press("n")  # the first failing cell
+            app.clock = lambda: app.started
+            app._tick()
+            await pilot.pause()
+            table = app.query_one("#checklist", DataTable)
+            labels = [str(c.label) for c in table.columns.values()]
+            assert labels[2:4] == ["node17", "node40"] and labels[-1] == "+57 more"
+            assert app._selected() == ("port", "node17")
+            banner = text_of(app.query_one(Banner))
+            assert banner.startswith("✘ FAIL at port on node17, node40")
+            assert str(table.get_cell("port", GROUP)) == "✔57"
+            if os.environ.get("DDPTUI_WRITE_DOCS"):
+                shot = app.export_screenshot(title="ddptui: 64 nodes, two cannot reach the master")
+                (DOCS / "tui-64-nodes.svg").write_text(shot)
+
+    asyncio.run(scenario())
