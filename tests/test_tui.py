@@ -146,7 +146,8 @@ def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbe
             detail = app.detail_source
             replayed, _, replay_detail = await replay_state(app.saver.path, "node1")
             assert replayed["cells"] == seen["cells"]
-            assert replayed["banner"] == seen["banner"] and replayed["verdict"] == "fail"
+            assert replayed["banner"] == seen["banner"]
+            assert replayed["verdict"] == seen["verdict"] == "FAIL (4/7 run)"
             assert replay_detail == detail
             # the detail pane explains the selected failure
             await pilot.press("n")

@@ -357,8 +357,6 @@ class DdptuiApp(App[int]):
         if not self.results and self.running is None:
             state = "connecting" if self.core is not None else "ready"
             return state, state.upper()
-        if self.replay_data is not None:
-            return run_state(self.results, [s for s in ORDER if s in self.results])
         return run_state(self.results, ORDER, self.running)
 
     def _verdict(self) -> str:
