@@ -31,9 +31,9 @@ def test_ddptui_busbw_is_within_10_percent_of_a_plain_gloo_loop(
     make_testbed: Callable[..., Testbed],
 ) -> None:
     tb = make_testbed(3, stem="bw", subnet_base="10.95")
-    best = compare(tb, rounds=4, until=0.9)
+    seen = compare(tb, rounds=4, until=0.9)
     top = max(CPU_SIZES)
-    ours, plain = best[top]
+    ours, plain = max(seen[top][0]), max(seen[top][1])
     assert ours >= 0.9 * plain, f"16 MiB: ddptui {ours:.3f} GB/s, plain loop {plain:.3f} GB/s"
     # Why it holds: DETAIL still wraps init and the verified allreduce (its fingerprint
     # check logs the 1024-element tensor), but no collective of the sweep.
