@@ -286,7 +286,9 @@ def test_no_canary_on_the_tui_screens_or_exports(
             log = app.screen.query_one(Log)
             screens["log view"] = "\n".join(log.lines)
             screens["log screen"] = app.export_screenshot()
-            screens["app logs"] = "\n".join("\n".join(v) for v in app.logs.values())
+            screens["app logs"] = "\n".join(
+                "\n".join(app.log_lines(node)[0]) for node in app.node_names
+            )
             await pilot.press("escape")
             for fmt, path in exports.items():
                 await pilot.press("e")
