@@ -111,6 +111,16 @@ def test_a_missing_net_plugin_is_a_warning_not_a_failure() -> None:
     assert "No failure found, but a warning: NET-PLUGIN-MISSING" in human
 
 
+def test_an_interface_alias_is_a_warning() -> None:
+    code, doc, _ = diagnose_json(str(GPU / "nccl-env/ifname_exact_missing.log"))
+    assert code == 0
+    warn = next(f for f in doc["steps"][0]["findings"] if f["id"] == "NET-IFNAME-ALIAS")
+    assert "with eth0:1 it uses eth0" in warn["cause"]
+    assert diagnose_json(str(GPU / "raw-torchrun/ifname-ib9-missing.log"))[1]["first_failure"][
+        "finding"
+    ] == "BOOT-NOIF"  # "set to ib9" is no alias
+
+
 def test_duplicate_gpu_leads_over_its_consequences() -> None:
     _, doc, _ = diagnose_json(str(GPU / "ddptui/check-2nodes-1gpu.json"))
     ids = [f["id"] for f in doc["steps"][0]["findings"]]
