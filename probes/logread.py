@@ -19,8 +19,15 @@ def expand(pattern):
     return [p for p in found if os.path.isfile(p)]
 
 
+CONTROL = bytes(list(range(0, 9)) + list(range(14, 27)) + list(range(28, 32)))
+
+
 def binary_head(head):
-    return bool(head) and head.count(b"\0") > len(head) // 100
+    """NUL bytes or control bytes no text log holds (the login side's rule too)."""
+    if not head:
+        return False
+    control = len(head) - len(head.translate(None, CONTROL))
+    return head.count(b"\0") > len(head) // 100 or control > len(head) // 20
 
 
 def encoding_of(head):
