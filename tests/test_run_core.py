@@ -113,3 +113,36 @@ def test_tui_j_opens_the_job_view(tmp_path: Any, monkeypatch: pytest.MonkeyPatch
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_tui_d_opens_the_log_diagnosis(tmp_path: Any) -> None:
+    """`d` in the checklist opens the diagnosis of log files: a path in, the cause out."""
+    from textual.widgets import Input
+
+    from ddptui.ui.diagnose_screen import DiagnoseScreen
+
+    log = tmp_path / "rank1.log"
+    log.write_text(
+        "[rank1]: torch.distributed.DistNetworkError: The server socket has failed to listen "
+        "on any local network address. port: 29500, useIpv6: false, code: -98, name: "
+        "EADDRINUSE, message: address already in use\n"
+    )
+
+    async def scenario() -> None:
+        app = DdptuiApp(demo_config(), "<demo>", autoconnect=False)
+        async with app.run_test(size=(160, 50)) as pilot:
+            await pilot.press("d")
+            await pilot.pause(0.2)
+            assert isinstance(app.screen, DiagnoseScreen)
+            app.screen.query_one(Input).value = str(log)
+            await pilot.press("enter")
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                await pilot.pause(0.1)
+                shot = app.export_screenshot()
+                if "PORT-INUSE" in shot:
+                    break
+            assert "PORT-INUSE" in app.export_screenshot()
+            await pilot.press("escape")
+
+    asyncio.run(scenario())

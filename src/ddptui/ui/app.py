@@ -67,6 +67,7 @@ class DdptuiApp(App[int]):
         Binding("p", "prev_failure", "Prev fail"),
         Binding("l", "logs", "Logs"),
         Binding("j", "job", "Job"),
+        Binding("d", "diagnose", "Diagnose logs"),
         Binding("slash", "filter_nodes", "Filter", show=False),
         Binding("e", "export", "Export"),
         Binding("q", "quit_app", "Quit"),
@@ -559,6 +560,13 @@ class DdptuiApp(App[int]):
             return
         self.push_screen(JobScreen(report, relook=self._job_report))
 
+    def action_diagnose(self) -> None:
+        """Post-mortem of log files (local paths, or NODE:GLOB read on the nodes)."""
+        from ddptui.ui.diagnose_screen import DiagnoseScreen
+
+        config_path = None if self.source.startswith("<") else self.source
+        self.push_screen(DiagnoseScreen(config_path=config_path))
+
     def action_export(self) -> None:
         from ddptui.ui.export_screen import ExportScreen
 
@@ -638,6 +646,7 @@ class DdptuiApp(App[int]):
             ),
             ("l", "Logs of selected node", "Open the node's log", self.action_logs),
             ("j", "Job view", "Your running or hung job: who is stuck, where", self.action_job),
+            ("d", "Diagnose log files", "Classify log files: the first cause and its fix", self.action_diagnose),
             ("/", "Filter nodes", "Show only nodes whose name contains…", self.action_filter_nodes),
             ("e", "Export report", "Write JSON / Markdown / HTML", self.action_export),
             ("q", "Quit", "Stop everything on the nodes and quit", self.action_quit_app),
