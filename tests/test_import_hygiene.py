@@ -18,6 +18,16 @@ CORE = [
     "ddptui.headless",
     "ddptui.probeset",
     "ddptui.transport",
+    "ddptui.checklist.run",
+    "ddptui.diagnosis.logstore",
+    "ddptui.diagnosis.kb",
+    "ddptui.diagnosis.ranking",
+    "ddptui.logs.diagnose",
+    "ddptui.job.verdict",
+    "ddptui.job.flight",
+    "ddptui.job.ras",
+    "ddptui.job.stacks",
+    "ddptui.lint",
 ]
 
 
