@@ -8,10 +8,13 @@ hostname, its own ``/etc/hosts``, a masked ``/root/.bashrc`` and its own ``/proc
 sees only its own processes (its sshd is pid 1 there), as a real machine does.  The
 filesystem is otherwise shared: the test interpreter (``Testbed.python``) exists on every
 node.  Pids in this module's API are pids of the root namespace (the login node's view);
-``node_pid()``/``root_pid()`` translate.  Neighbour (ARP) tables between nodes start cold.
+``node_pid()``/``root_pid()`` translate.  Neighbour (ARP) tables between nodes start cold;
+the nodes share the host kernel's neighbour-table limits, so testbeds of 16 nodes or more
+raise them (``neighbour_room``) to what as many separate machines would have.
 
 See /work/shared/reference/testbed-notes.md for the traps this module works around.
-Needs root, iproute2, util-linux (nsenter, unshare), OpenSSH server and client.
+Needs root, iproute2, util-linux (nsenter, unshare, setpriv), OpenSSH server and client;
+arptables for block_arp().
 """
 
 from __future__ import annotations
