@@ -8,6 +8,7 @@ evidence, and the job view says its keys and shows no empty table."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from textual.widgets import DataTable, Input, Label, Log, Static
 
 from ddptui.config import parse_config
 from ddptui.diagnosis.model import Finding, NodeResult, StepResult
-from ddptui.metrics import MetricsModel
+from ddptui.metrics import MetricsModel, sparkline
 from ddptui.report.load import results_from_report
 from ddptui.stepmeta import ORDER
 from ddptui.ui.app import STEP_CHARS, DdptuiApp
@@ -29,7 +30,7 @@ from ddptui.ui.header import HeaderBar
 from ddptui.ui.job_screen import KEYS_HINT, JobScreen
 from ddptui.ui.log_screen import LogScreen
 from ddptui.ui.matrix import GROUP
-from ddptui.ui.metrics_pane import MetricsPane, NodeMetrics
+from ddptui.ui.metrics_pane import MetricsPane, NodeMetrics, rate_top
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -268,3 +269,31 @@ def test_recorded_64_node_run_leads_with_the_failing_nodes() -> None:
                 (DOCS / "tui-64-nodes.svg").write_text(shot)
 
     asyncio.run(scenario())
+
+
+def test_an_idle_nic_draws_a_flat_sparkline_and_a_busy_one_its_shape() -> None:
+    idle: list[float | None] = [0.0, 0.0, 60.0, 0.0, 198.0, 0.0]  # heartbeats at "0 B/s"
+    assert set(sparkline(idle, 0, rate_top(idle))) == {"▁"}
+    busy: list[float | None] = [1e6, 5e8, None, 1e9]
+    drawn = sparkline(busy, 0, rate_top(busy))
+    assert drawn[1] != "▁" and drawn[2] == " " and drawn[3] == "█"
+
+
+def test_quit_keeps_the_last_garbage_collection_off_the_exit() -> None:
+    """What is alive at quit dies with the process: frozen, the interpreter's final
+    collection skips it (256 streaming nodes: 0.4-0.9 s of CPU from q to exit instead
+    of 1.0-1.8 s)."""
+
+    async def scenario() -> None:
+        app = DdptuiApp(config(2), "c.yaml", autoconnect=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("q")
+            await pilot.pause(0.3)
+        assert app.return_code == 0
+
+    gc.unfreeze()
+    try:
+        asyncio.run(scenario())
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import time
 from pathlib import Path
@@ -623,6 +624,9 @@ class DdptuiApp(App[int]):
         if self.core is not None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.core.stop(save_timeout=5), QUIT_BOUND_S)
+        # Everything alive now dies with the process: keep the interpreter's last garbage
+        # collection off it (256 streaming nodes: CPU from q to exit 1.0-1.8 s -> 0.4-0.9 s).
+        gc.freeze()
         self.exit(0)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:

@@ -3,6 +3,7 @@ sample); only the nodes in view repaint, so 256 streaming nodes cost what a scre
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.text import Text
@@ -12,6 +13,7 @@ from textual.widgets import Static
 from ddptui.metrics import NA, human_bytes, human_rate, sparkline
 
 REPAINT_S = 0.5  # metrics repaint at most ~2 Hz, and only when the model changed
+IDLE_BPS = 10_000.0  # below 10 kB/s a NIC is idle as far as a sparkline is concerned
 
 
 class NodeMetrics(Static):
@@ -82,11 +84,19 @@ class NodeMetrics(Static):
                 ("rx", rate.rx_Bps if rate else None),
                 ("tx", rate.tx_Bps if rate else None),
             ):
+                spark = series.spark(f"{kind}_{d}:{name}", spark_w)
                 lines.append(
                     Text(f"  {name[:7]:<7} {d} {human_rate(value):>11}  ")
-                    + Text(sparkline(series.spark(f"{kind}_{d}:{name}", spark_w)), style="magenta")
+                    + Text(sparkline(spark, 0, rate_top(spark)), style="magenta")
                 )
         self.update(Text("\n").join(lines))
+
+
+def rate_top(values: list[float | None]) -> float:
+    """The top of a rate sparkline: the window's peak, but at least IDLE_BPS, so an idle
+    link's heartbeats (a few B/s beside "0 B/s") draw as a flat line, not full bars."""
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    return max([IDLE_BPS, *present])
 
 
 def _na(value: float | None, unit: str) -> str:
