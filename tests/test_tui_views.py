@@ -30,7 +30,7 @@ from ddptui.ui.header import HeaderBar
 from ddptui.ui.job_screen import KEYS_HINT, JobScreen
 from ddptui.ui.log_screen import LogScreen
 from ddptui.ui.matrix import GROUP
-from ddptui.ui.metrics_pane import MetricsPane, NodeMetrics, rate_top
+from ddptui.ui.metrics_pane import METRICS_NODES, MetricsPane, NodeMetrics, rate_top
 
 REPORTS = Path(__file__).parent / "fixtures" / "reports"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -297,3 +297,32 @@ def test_quit_keeps_the_last_garbage_collection_off_the_exit() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_many_nodes_detail_and_metrics_show_the_failing_ones_not_all() -> None:
+    """256 nodes: the detail pane names the nodes not passing and sums up the rest (256
+    bullets cost ~0.6 s of CPU per key); the metrics pane holds at most METRICS_NODES
+    widgets, failing nodes first, and follows the `/` filter."""
+    n = 256
+    bad = StepResult("ssh", "ssh", "fail", 1.0, {
+        f"node{i}": NodeResult("fail" if i in (7, 200) else "pass", "x") for i in range(n)
+    })
+
+    async def scenario() -> None:
+        app = DdptuiApp(config(n), "c.yaml", autoconnect=False)
+        async with app.run_test(size=(160, 50)) as pilot:
+            app._on_step(bad)
+            await pilot.pause()
+            detail = app.detail_source
+            assert "**node7**" in detail and "**node200**" in detail
+            assert "**254 nodes pass**: node0, node1" in detail and "**node3**" not in detail
+            shown = [w.node for w in app.query(NodeMetrics)]
+            assert len(shown) == METRICS_NODES and shown[:2] == ["node7", "node200"]
+            hidden = app.query_one(".metrics-hidden", Static)
+            assert f"{n - METRICS_NODES} more node(s)" in text_of(hidden)
+            app._set_filter("node25")
+            await pilot.pause()
+            shown = [w.node for w in app.query(NodeMetrics)]
+            assert shown == ["node25", *(f"node25{i}" for i in range(6))]
+
+    asyncio.run(scenario())

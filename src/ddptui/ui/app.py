@@ -31,7 +31,7 @@ from ddptui.ui.banner import Banner
 from ddptui.ui.checklist_table import ChecklistTable
 from ddptui.ui.header import HeaderBar
 from ddptui.ui.matrix import GROUP, Columns, group_cell, node_columns
-from ddptui.ui.metrics_pane import MetricsPane
+from ddptui.ui.metrics_pane import METRICS_NODES, MetricsPane
 from ddptui.ui.render import GLYPH, STYLE, banner_text, detail_markdown
 
 if TYPE_CHECKING:
@@ -187,7 +187,6 @@ class DdptuiApp(App[int]):
 
     def _config_ready(self) -> None:
         self.node_names = [n.display for n in self.config.nodes]
-        self.query_one(MetricsPane).set_nodes(self.node_names)
         if self._replay is not None:
             self._show_replay(self._replay)
         self._build_table()
@@ -223,6 +222,12 @@ class DdptuiApp(App[int]):
         for step_id in ORDER:
             table.add_row(step_id, *self._row_cells(step_id), key=step_id)
         table.move_cursor(row=cursor.row, column=cursor.column)
+        # The metrics pane follows the matrix: its nodes first (failing ones lead), the
+        # filter applies, at most METRICS_NODES widgets.
+        shown = [*self.columns.nodes, *self.columns.rest]
+        self.query_one(MetricsPane).set_nodes(
+            shown[:METRICS_NODES], len(self.node_names) - min(len(shown), METRICS_NODES)
+        )
 
     def _row_cells(self, step_id: str) -> list[Text]:
         result = self.results.get(step_id)
