@@ -4,6 +4,9 @@ key-to-repaint latency, quit time.
 
 Usage (needs tmux; no root, no network; about 2 minutes):
     .venv/bin/python bench/bench_tui.py [--startup-runs 7] [--window 30] [--presses 30]
+    .venv/bin/python bench/bench_tui.py --nodes 256 --startup-runs 1 --warmup 45
+(--nodes N: N local nodes instead of 32; 256 need a longer warm-up for their probes
+to start. A quit slower than 20 s is reported as such, not raised.)
 
 1. Start-up: `.venv/bin/ddptui` (embedded local demo) in a 160x50 tmux pane; wall time
    from `tmux new` to the app's first frame (the app writes the time of its first
@@ -28,6 +31,7 @@ and the tmux server runs on its own socket (-L) and is killed at the end.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import statistics
@@ -201,7 +205,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms"
+    return f"{seconds * 1000:.0f} ms" if math.isfinite(seconds) else "not within 20 s"
 
 
 def wait_quit(
@@ -229,12 +233,14 @@ def wait_quit(
             break
         time.sleep(0.01)
     if t_app is None or t_all is None:
+        # Reported as "> timeout" with the rest of the figures (the finally block kills
+        # whatever is left), not raised: the measurements so far would be lost.
         left = [p for p, s in probes.items() if alive(p, s)]
-        raise RuntimeError(
-            f"{timeout:g} s after q: app {app} alive={alive(app, app_start)}, probes left={left}"
-            f"\nscreen:\n{capture(name)}"
+        print(
+            f"{timeout:g} s after q: app {app} alive={alive(app, app_start)}, probes left={left}",
+            file=sys.stderr,
         )
-    return t_app, t_all
+    return (t_app or math.inf), (t_all or math.inf)
 
 
 # --------------------------------------------------------------------------- 1. start-up
@@ -298,7 +304,7 @@ def importtime(repeats: int = 3) -> tuple[float, list[tuple[float, float, int, s
 
 def write_config(n: int) -> Path:
     lines = [
-        "name: bench32",
+        f"name: bench{n}",
         "master:",
         "  addr: 127.0.0.1",
         f"python: {sys.executable}",
@@ -333,11 +339,11 @@ def bench_streaming(  # noqa: PLR0912, PLR0915 - one scenario, read top to botto
 ) -> dict[str, Any]:
     res: dict[str, Any] = {}
     cfg = write_config(nodes)
-    name = "n32"
+    name = f"n{nodes}"
     try:
         t0 = time.perf_counter()
         new_session(name, f"cd {ROOT} && {VENV_BIN / 'ddptui'} {cfg}")
-        t_frame = wait_for_text(name, "ddptui bench32", timeout=30)
+        t_frame = wait_for_text(name, f"ddptui bench{nodes}", timeout=30 + nodes / 8)
         res["first_frame_s"] = t_frame - t0
         app = app_pid(name)
         server = int(tmux("display", "-p", "-t", name, "#{pid}").strip())
@@ -575,7 +581,7 @@ def main() -> None:  # noqa: PLR0915 - mostly the table
         f"| quit (`q`) to app + all {s['probes_at_quit']} probes gone | {ms(s['quit_all_s'])} | "
         "recorded probe pid/starttime pairs all gone |"
     )
-    print(f'| {n}-node first frame | {ms(s["first_frame_s"])} | one run, header "ddptui bench32" |')
+    print(f'| {n}-node first frame | {ms(s["first_frame_s"])} | one run, header "ddptui bench{n}" |')
     print(
         f"\nload average (1 min) at window start/end: "
         f"{s['loadavg_1m'][0]:.2f} / {s['loadavg_1m'][1]:.2f}; "
