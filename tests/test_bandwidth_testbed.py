@@ -4,7 +4,7 @@ one-rank case (busbw n/a), as a user runs them: `ddptui check` in a subprocess.
 The comparison runs on a shared 2-core machine where a neighbour's burst can halve one
 measurement, so it is built to be robust rather than lucky: rounds alternate ddptui and
 the plain loop, each side keeps its best round, the largest size (16 MiB, the least
-latency-bound) is compared, and it stops as soon as the ratio holds (at most 4 rounds).
+latency-bound) is compared, and it stops as soon as the ratio holds (at most 5 rounds; usually the first).
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ def test_ddptui_busbw_is_within_10_percent_of_a_plain_gloo_loop(
     make_testbed: Callable[..., Testbed],
 ) -> None:
     tb = make_testbed(3, stem="bw", subnet_base="10.95")
-    seen = compare(tb, rounds=4, until=0.9)
+    seen = compare(tb, rounds=5, until=0.9)
     top = max(CPU_SIZES)
     ours, plain = max(seen[top][0]), max(seen[top][1])
-    assert ours >= 0.9 * plain, f"16 MiB: ddptui {ours:.3f} GB/s, plain loop {plain:.3f} GB/s"
+    assert ours >= 0.9 * plain, (
+        f"16 MiB, GB/s per round: ddptui {seen[top][0]}, loop {seen[top][1]}"
+    )
     # Why it holds: DETAIL still wraps init and the verified allreduce (its fingerprint
     # check logs the 1024-element tensor), but no collective of the sweep.
     ar = next(s for s in json.loads(report_path(tb).read_text())["steps"] if s["id"] == "allreduce")
