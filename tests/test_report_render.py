@@ -27,6 +27,7 @@ import pytest
 from ddptui.report.html import clean_screenshot, render_html
 from ddptui.report.markdown import clean_line, fix_commands, render_markdown
 from ddptui.report.svg import downsample, human_rate, series, sparkline, text_sparkline
+from ddptui.report.views import COMPACT_NODES, failing_first
 
 REPORTS = Path(__file__).resolve().parent / "fixtures" / "reports"
 # Real `ddptui check --json` reports from a lent H100: gpu-h100/ddptui as recorded before
@@ -59,7 +60,9 @@ def test_the_real_gpu_reports_are_among_the_fixtures() -> None:
 
 
 def node_names(report: dict[str, Any]) -> list[str]:
-    return [n["name"] for n in report["nodes"]]
+    """The steps matrix's node columns: config order, failing nodes first when wide."""
+    names = [n["name"] for n in report["nodes"]]
+    return failing_first(report, names) if len(names) > COMPACT_NODES else names
 
 
 # --------------------------------------------------------------------------- Markdown helpers

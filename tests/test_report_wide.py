@@ -1,6 +1,7 @@
-"""Reports of a wide cluster put the failing nodes' columns first, as the TUI does: in a
-64-column matrix a node that failed at `port` must not sit off to the right of 40 green
-columns, and among nodes that all failed a later step, the one that failed first leads."""
+"""Report headers and wide clusters. Wide: the failing nodes' columns come first, as the
+TUI does: in a 64-column matrix a node that failed at `port` must not sit off to the
+right of 40 green columns; among nodes that all failed a later step, the one that failed
+first leads. Header: a report without a config does not say "config ?"."""
 
 from __future__ import annotations
 
@@ -59,3 +60,13 @@ def test_wide_html_and_markdown_matrices_lead_with_the_failing_nodes() -> None:
     assert columns[:3] == ["node17", "node40", "node0"]
     head = next(line for line in render_markdown(report).splitlines() if line.startswith("| step"))
     assert head.split(" | ")[3:6] == ["node17", "node40", "node0"]
+
+
+def test_a_report_without_a_config_does_not_say_config_question_mark() -> None:
+    """`ddptui diagnose` on local files has no config: the header leaves it out."""
+    report = wide_report()
+    report.pop("config", None)
+    assert "config" not in render_markdown(report).splitlines()[2]
+    assert "config <code>?" not in render_html(report)
+    report["config"] = "cluster.yaml"
+    assert "config `cluster.yaml`" in render_markdown(report).splitlines()[2]

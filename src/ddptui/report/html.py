@@ -224,7 +224,8 @@ def _header(report: Mapping[str, Any], names: list[str], name: Any) -> str:
     total = finite((report.get("timings") or {}).get("total_s"))
     when = f"{_e(report.get('started_at') or '?')} → {_e(report.get('finished_at') or '?')}"
     meta.append(when + (f" ({total:.1f} s)" if total is not None else ""))
-    meta.append(f"config <code>{_e(report.get('config') or '?')}</code>")
+    if report.get("config"):  # diagnose on local files has none: no "config ?"
+        meta.append(f"config <code>{_e(report.get('config'))}</code>")
     return (
         f"<header><h1>ddptui {_e(report.get('command') or 'check')}: {_e(name)} "
         f'<span class="badge {_e(verdict)}">'

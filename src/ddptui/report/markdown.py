@@ -149,7 +149,8 @@ def _header(report: Mapping[str, Any], names: list[str]) -> list[str]:
     when = f"{esc(report.get('started_at') or '?')} → {esc(report.get('finished_at') or '?')}"
     total = finite((report.get("timings") or {}).get("total_s"))
     meta.append(when + (f" ({total:.1f} s)" if total is not None else ""))
-    meta.append(f"config {code(report.get('config') or '?')}")
+    if report.get("config"):  # diagnose on local files has none: no "config ?"
+        meta.append(f"config {code(report.get('config'))}")
     return [
         f"# ddptui {esc(report.get('command') or 'check')}: {esc(name)} — "
         f"{GLYPH.get(verdict, '')} {esc(verdict.upper())}",
