@@ -146,3 +146,42 @@ def test_tui_d_opens_the_log_diagnosis(tmp_path: Any) -> None:
             await pilot.press("escape")
 
     asyncio.run(scenario())
+
+
+def test_script_is_audited_before_launch_in_check_and_tui(tmp_path: Any) -> None:
+    """`script:` in cluster.yaml: the training script is linted before anything runs;
+    check prints the headline and the report carries the findings; the TUI's banner
+    says it."""
+    import json
+
+    from ddptui.config import load_config
+
+    (tmp_path / "train.py").write_text(
+        "import torch\nmodel = torch.nn.DataParallel(torch.nn.Linear(2, 2))\n"
+    )
+    cfg_path = tmp_path / "cluster.yaml"
+    cfg_path.write_text(
+        "master: {addr: 127.0.0.1, port: 29500}\nnodes: [{host: local, name: node0}]\n"
+        "script: train.py\n"
+    )
+    report_path = tmp_path / "r.json"
+    env = {"XDG_STATE_HOME": str(tmp_path)}
+    out = CliRunner(env=env).invoke(
+        cli.main, ["check", str(cfg_path), "--steps", "ssh", "--no-metrics",
+                   "--json", str(report_path)]
+    )
+    assert "script train.py: 1 warning (first: DDP-DATAPARALLEL at line 2)" in out.output
+    lint = json.loads(report_path.read_text())["lint"]
+    assert lint["findings"][0]["id"] == "DDP-DATAPARALLEL" and lint["findings"][0]["line"] == 2
+
+    async def scenario() -> None:
+        app = DdptuiApp(load_config(cfg_path), str(cfg_path))
+        async with app.run_test(size=(160, 50)) as pilot:
+            deadline = time.monotonic() + 20
+            while "ssh" not in app.results and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            await pilot.pause(0.2)
+            assert "DDP-DATAPARALLEL" in str(app.query_one("#banner").render())
+            await pilot.press("q")
+
+    asyncio.run(scenario())

@@ -303,6 +303,8 @@ async def _session(
         loop.add_signal_handler(sig, _interrupt)
     try:
         printer.start()
+        if (line := core.script_headline()) is not None:
+            printer.note(line)
         await core.run_steps(step_ids)
     except asyncio.CancelledError:
         if not interrupted:

@@ -44,6 +44,9 @@ class HeadlessPrinter:
             bold=True,
         )
 
+    def note(self, text: str) -> None:
+        self._echo(f"  {text}", fg="yellow" if " error" in text else None)
+
     def node(self, step: str, node: str, result: NodeResult) -> None:
         took = f" ({result.duration_s:.2f}s)" if result.duration_s else ""
         line = (

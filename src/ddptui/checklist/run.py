@@ -85,6 +85,13 @@ class RunCore:
             self.config, self.config_path, on_node=self._on_node, on_step=self._on_step
         )
         self.session.logs.subscribe(lambda line: self._emit(RunEvent("log", line=line)))
+        # The job's entry point (`script:`), audited before anything is launched: pure
+        # AST, a few ms, nothing runs.
+        self.lint: Any = None
+        if self.config.script:
+            from ddptui.lint import lint_paths
+
+            self.lint = lint_paths([self.config.script])
         if self.autosave:
             self.saver = Autosaver(self.config.name)
             self.session.info = self.saver.info
@@ -126,7 +133,15 @@ class RunCore:
 
     def report(self) -> dict[str, Any]:
         """The one report document (JSON-ready), as the run stands now."""
-        return build_report(self.session, metrics=self.model)
+        report = build_report(self.session, metrics=self.model)
+        if self.lint is not None:
+            report["lint"] = {"script": self.config.script, "headline": self.lint.headline(),
+                              **self.lint.to_dict()}
+        return report
+
+    def script_headline(self) -> str | None:
+        """One line on the audited training script (`script:`), or None."""
+        return f"script {self.lint.headline()}" if self.lint is not None else None
 
     def pending(self) -> list[str]:
         return [s for s in self.selected if s not in self.session.results]

@@ -373,6 +373,9 @@ class DdptuiApp(App[int]):
         self._tick()
         done = all(s in self.results for s in ORDER)
         text, kind = banner_text(first_failure(self.results), self.running, done, self.results)
+        script = self.core.script_headline() if self.core is not None else None
+        if script and kind != "fail":
+            text += f"\n  {script} (ddptui lint for the details)"
         self.query_one(Banner).show(text, kind)
         self._refresh_detail()
 
