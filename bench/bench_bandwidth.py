@@ -5,7 +5,8 @@ veth links).
 
 Each round runs `ddptui check --steps ssh,allreduce` (its sweep, read from the JSON
 report's tables.allreduce.sizes) and then bench/plain_allreduce.py under plain torchrun
-on every node (no ddptui, no TORCH_DISTRIBUTED_DEBUG). Rounds alternate the two (and
+on every node, started over SSH as ddptui starts its ranks (no ddptui, no
+TORCH_DISTRIBUTED_DEBUG). Rounds alternate the two (and
 which goes first), so a busy neighbour on this shared machine hits both alike; per size
 the headline is the median over rounds of ddptui's busbw / the loop's in that round. Target: ddptui's busbw / the plain
 loop's >= 0.9 at the largest size.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -84,23 +85,25 @@ def plain_loop(
 ) -> dict[int, float]:
     """busbw (GB/s) per size from plain torchrun + plain_allreduce.py on every node."""
     spec = json.dumps({"sizes": list(sizes), "iters": [list(p) for p in iters], "device": "cpu"})
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_", "NCCL_"))}
-    env.update(GLOO_SOCKET_IFNAME="eth0", PYTHONUNBUFFERED="1")  # as ddptui's config sets
     procs = []
     for i in range(tb.n):
-        argv = [
-            tb.python, "-m", "torch.distributed.run", "--nnodes", str(tb.n),
-            "--node-rank", str(i), "--nproc-per-node", "1",
-            "--master-addr", tb.nodes[0].ip, "--master-port", str(PLAIN_PORT),
-            str(PLAIN), spec,
-        ]  # fmt: skip
+        # Over SSH, as ddptui starts its ranks: each rank then lives in its own login
+        # session, so the kernel schedules it as it schedules ddptui's (autogroups).
+        command = shlex.join(
+            [
+                "env", "GLOO_SOCKET_IFNAME=eth0", "PYTHONUNBUFFERED=1",  # as ddptui's config
+                tb.python, "-m", "torch.distributed.run", "--nnodes", str(tb.n),
+                "--node-rank", str(i), "--nproc-per-node", "1",
+                "--master-addr", tb.nodes[0].ip, "--master-port", str(PLAIN_PORT),
+                str(PLAIN), spec,
+            ]
+        )  # fmt: skip
         procs.append(
             subprocess.Popen(
-                tb.nsenter_argv(i, argv),
+                tb.ssh_argv(i, command),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                env=env,
             )
         )
     outputs = []
