@@ -126,6 +126,12 @@ class DdptuiApp(App[int]):
     # ------------------------------------------------------------------ what views read
 
     @property
+    def _main(self) -> Screen[Any]:
+        """The checklist's screen, also while a modal (logs, job, diagnosis) is on top:
+        the clock and the run's events keep updating it underneath."""
+        return self.screen_stack[0] if self.screen_stack else self.screen
+
+    @property
     def session(self) -> Session | None:
         return self.core.session if self.core is not None else None
 
@@ -164,7 +170,7 @@ class DdptuiApp(App[int]):
         trace = os.environ.get("DDPTUI_TRACE_FIRST_FRAME")
         if trace:  # for bench/bench_tui.py: when the first frame was drawn (wall clock)
             self.call_after_refresh(_append_time, trace)
-        self.query_one("#checklist", DataTable).focus()
+        self._main.query_one("#checklist", DataTable).focus()
         self.set_interval(1.0, self._tick)
         if self.config is None:
             # First frame: the checklist without node columns; the config (pydantic,
@@ -206,7 +212,7 @@ class DdptuiApp(App[int]):
     def _build_table(self) -> None:
         """The matrix: step rows, one column per node that fits (failing nodes first,
         the passing rest collapsed into one column); rebuilt when that set changes."""
-        table = self.query_one("#checklist", DataTable)
+        table = self._main.query_one("#checklist", DataTable)
         cursor = table.cursor_coordinate
         self.columns = node_columns(self.node_names, self.results, self._room(), self.node_filter)
         table.clear(columns=True)
@@ -225,7 +231,7 @@ class DdptuiApp(App[int]):
         # The metrics pane follows the matrix: its nodes first (failing ones lead), the
         # filter applies, at most METRICS_NODES widgets.
         shown = [*self.columns.nodes, *self.columns.rest]
-        self.query_one(MetricsPane).set_nodes(
+        self._main.query_one(MetricsPane).set_nodes(
             shown[:METRICS_NODES], len(self.node_names) - min(len(shown), METRICS_NODES)
         )
 
@@ -262,7 +268,7 @@ class DdptuiApp(App[int]):
         if wanted.keys != self.columns.keys:
             self._build_table()  # failing nodes move to the front
             return
-        table = self.query_one("#checklist", DataTable)
+        table = self._main.query_one("#checklist", DataTable)
         cells = self._row_cells(step_id)
         for key, cell in zip(("status", *self.columns.keys), cells, strict=True):
             table.update_cell(step_id, key, cell, update_width=False)
@@ -282,7 +288,7 @@ class DdptuiApp(App[int]):
             self.results[result.id] = result
         if view.metrics is not None:
             self._replay_metrics = view.metrics
-            self.query_one(MetricsPane).model = view.metrics
+            self._main.query_one(MetricsPane).model = view.metrics
         self.elapsed_frozen = view.elapsed_s
 
     def _on_event(self, event: RunEvent) -> None:
@@ -296,13 +302,13 @@ class DdptuiApp(App[int]):
             self._refresh_row(event.step)
             self._refresh_chrome()
         elif event.kind == "metrics" and self.core is not None:
-            self.query_one(MetricsPane).model = self.core.model
+            self._main.query_one(MetricsPane).model = self.core.model
         elif event.kind == "saved" and event.message and not self._autosave_warned:
             self._autosave_warned = True  # once: it would say the same after every step
             self.notify(event.message, severity="warning", timeout=10)
 
     def _on_node(self, step: str, node: str, result: NodeResult) -> None:
-        table = self.query_one("#checklist", DataTable)
+        table = self._main.query_one("#checklist", DataTable)
         if node in self.columns.nodes:
             table.update_cell(step, node, self._cell(result.status, result.summary))
         self._refresh_detail()
@@ -347,10 +353,10 @@ class DdptuiApp(App[int]):
     def _tick(self) -> None:
         replay = self.replay_data is not None
         if self.config is None:
-            self.query_one(HeaderBar).update(f"ddptui · loading {self.source} …")
+            self._main.query_one(HeaderBar).update(f"ddptui · loading {self.source} …")
             return
         state, label = self._state()
-        self.query_one(HeaderBar).update_state(
+        self._main.query_one(HeaderBar).update_state(
             self.config.name or self.source,
             len(self.node_names),
             self.elapsed_frozen if replay else self.clock() - self.started,
@@ -376,11 +382,11 @@ class DdptuiApp(App[int]):
         script = self.core.script_headline() if self.core is not None else None
         if script and kind != "fail":
             text += f"\n  {script} (ddptui lint for the details)"
-        self.query_one(Banner).show(text, kind)
+        self._main.query_one(Banner).show(text, kind)
         self._refresh_detail()
 
     def _selected(self) -> tuple[str, str | None]:
-        table = self.query_one("#checklist", DataTable)
+        table = self._main.query_one("#checklist", DataTable)
         row, col = table.cursor_coordinate
         step = ORDER[min(max(row, 0), len(ORDER) - 1)]
         keys = self.columns.nodes
@@ -397,11 +403,11 @@ class DdptuiApp(App[int]):
             # First frame: plain text. rich.markdown (markdown-it) loads once there is
             # something worth formatting, off the start-up path.
             plain = text.replace("## ", "").replace("**", "")  # no Markdown syntax on screen
-            self.query_one("#detail", Static).update(Text(plain))
+            self._main.query_one("#detail", Static).update(Text(plain))
             return
         from rich.markdown import Markdown
 
-        self.query_one("#detail", Static).update(Markdown(text))
+        self._main.query_one("#detail", Static).update(Markdown(text))
 
     def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
         self._refresh_detail()
@@ -455,7 +461,7 @@ class DdptuiApp(App[int]):
         return False
 
     def _move_to(self, step: str, col: int | None = None, *, node: str | None = None) -> None:
-        table = self.query_one("#checklist", DataTable)
+        table = self._main.query_one("#checklist", DataTable)
         if node is not None:
             col = 2 + self.columns.nodes.index(node) if node in self.columns.nodes else None
         _, current = table.cursor_coordinate
@@ -477,7 +483,7 @@ class DdptuiApp(App[int]):
         if not cells:
             self.notify("No failures.")
             return
-        table = self.query_one("#checklist", DataTable)
+        table = self._main.query_one("#checklist", DataTable)
         here = (table.cursor_coordinate.row, table.cursor_coordinate.column)
         ahead = [c for c in cells if (c > here if direction > 0 else c < here)]
         target = (
@@ -615,7 +621,7 @@ class DdptuiApp(App[int]):
         if self._quitting:
             return
         self._quitting = True
-        self.query_one(Banner).show("stopping everything on the nodes…", "running")
+        self._main.query_one(Banner).show("stopping everything on the nodes…", "running")
         self.run_worker(
             self._stop_and_exit(),
             name="quit",
