@@ -107,7 +107,9 @@ def build_job_report(
         for v in look.views
         if v.logs
     }
-    return {
+    from ddptui.report.schema import validate_report
+
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "ddptui_version": __version__,
         "command": "job",
@@ -125,6 +127,7 @@ def build_job_report(
         "logs": logs,
         "job": step.data,
     }
+    return validate_report(doc, "job report")  # the one report model, as check's
 
 
 def timelines(look: JobLook) -> dict[str, dict[str, Any]]:

@@ -136,8 +136,10 @@ def build_log_report(
     finished_at: str,
     seconds: float,
 ) -> dict[str, Any]:
+    from ddptui.report.schema import validate_report
+
     step = step_result(diag, inputs, seconds)
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "ddptui_version": __version__,
         "command": "diagnose",
@@ -155,3 +157,4 @@ def build_log_report(
         "logs": {},
         "metrics": None,
     }
+    return validate_report(doc, "diagnose report")  # the one report model, as check's
