@@ -40,17 +40,10 @@ class AllreduceStep(Step):
     async def check(
         self, ctx: StepContext, nodes: dict[str, NodeResult]
     ) -> tuple[list[Finding], dict[str, Any]]:
-        missing = [t.name for t in ctx.targets if t.name in ctx.unreachable]
-        if missing:
-            return [
-                kb_finding(
-                    "AR-NOT-ALL-NODES",
-                    missing,
-                    f"the allreduce needs every node; {', '.join(missing)} not reachable",
-                )
-            ], {}
-        gpus = await self._gpu_counts(ctx)
-        backend = "nccl" if gpus and all(n > 0 for n in gpus.values()) else "gloo"
+        absent = self.not_all_nodes(ctx, "AR-NOT-ALL-NODES", "the allreduce")
+        if absent is not None:
+            return [absent], {}
+        backend, gpus = await self.backend(ctx)
         findings: list[Finding] = []
         if backend == "gloo" and any(n > 0 for n in gpus.values()):
             with_gpu = [n for n, c in gpus.items() if c > 0]
@@ -77,6 +70,18 @@ class AllreduceStep(Step):
             status, summary, node_data = per_node[t.name]
             self.set_node(ctx, nodes, t.name, NodeResult(status, summary, node_data))
         return findings, data
+
+    def not_all_nodes(self, ctx: StepContext, fid: str, what: str) -> Finding | None:
+        """A collective needs every node: the finding naming those the ssh step lost."""
+        missing = [t.name for t in ctx.targets if t.name in ctx.unreachable]
+        if not missing:
+            return None
+        return kb_finding(fid, missing, f"{what} needs every node; {', '.join(missing)} not reachable")
+
+    async def backend(self, ctx: StepContext) -> tuple[str, dict[str, int]]:
+        """("nccl" when every node has a GPU, else "gloo"), and each node's GPU count."""
+        gpus = await self._gpu_counts(ctx)
+        return ("nccl" if gpus and all(n > 0 for n in gpus.values()) else "gloo"), gpus
 
     async def _gpu_counts(self, ctx: StepContext) -> dict[str, int]:
         counts: dict[str, int] = {}

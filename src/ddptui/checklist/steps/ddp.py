@@ -71,17 +71,10 @@ class DdpStep(AllreduceStep):
     async def check(
         self, ctx: StepContext, nodes: dict[str, NodeResult]
     ) -> tuple[list[Finding], dict[str, Any]]:
-        missing = [t.name for t in ctx.targets if t.name in ctx.unreachable]
-        if missing:
-            return [
-                kb_finding(
-                    "DDP-NOT-ALL-NODES",
-                    missing,
-                    f"DDP needs every node; {', '.join(missing)} not reachable",
-                )
-            ], {}
-        gpus = await self._gpu_counts(ctx)
-        backend = "nccl" if gpus and all(n > 0 for n in gpus.values()) else "gloo"
+        absent = self.not_all_nodes(ctx, "DDP-NOT-ALL-NODES", "DDP")
+        if absent is not None:
+            return [absent], {}
+        backend, _ = await self.backend(ctx)
         run = DdpRun(
             backend=backend,
             deadline_s=ctx.config.timeouts.ddp,
