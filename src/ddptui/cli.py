@@ -289,32 +289,45 @@ async def _session(
             printer.step(event.result)
 
     core.subscribe(show)
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    interrupted = False
-
-    def _interrupt() -> None:
-        nonlocal interrupted
-        interrupted = True
-        if task is not None:
-            task.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, _interrupt)
-    try:
-        printer.start()
-        if (line := core.script_headline()) is not None:
-            printer.note(line)
-        await core.run_steps(step_ids)
-    except asyncio.CancelledError:
-        if not interrupted:
-            raise
-    finally:
-        # Whatever happened, nothing we started may outlive us on any node.
-        await asyncio.shield(core.stop())
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+    with CtrlC() as ctrl_c:
+        try:
+            printer.start()
+            if (line := core.script_headline()) is not None:
+                printer.note(line)
+            await core.run_steps(step_ids)
+        except asyncio.CancelledError:
+            if not ctrl_c.hit:
+                raise
+        finally:
+            # Whatever happened, nothing we started may outlive us on any node.
+            await asyncio.shield(core.stop())
+    interrupted = ctrl_c.hit
     return core.report(), interrupted, core.saver
+
+
+class CtrlC:
+    """Within `with CtrlC() as c:` on a running loop, Ctrl-C and SIGTERM cancel the
+    current task (the run stops, bounded, instead of a KeyboardInterrupt anywhere);
+    `c.hit` says whether that happened, so the caller exits 130."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+
+    def _interrupt(self) -> None:
+        self.hit = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def __enter__(self) -> CtrlC:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._loop.add_signal_handler(sig, self._interrupt)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._loop.remove_signal_handler(sig)
 
 
 def _write_reports(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import signal
 import sys
 from typing import Any, TextIO
 
@@ -234,29 +233,16 @@ def exit_code(state: str, findings: Any) -> int:
 
 
 async def _look(cfg: Any, source: str, options: Any) -> Any:
+    from ddptui.cli import CtrlC
     from ddptui.job.run import look_at_job
 
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    interrupted = False
-
-    def _interrupt() -> None:
-        nonlocal interrupted
-        interrupted = True
-        if task is not None:
-            task.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, _interrupt)
-    try:
-        return await look_at_job(cfg, source, options)
-    except asyncio.CancelledError:
-        if not interrupted:
-            raise
-        return None
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+    with CtrlC() as ctrl_c:
+        try:
+            return await look_at_job(cfg, source, options)
+        except asyncio.CancelledError:
+            if not ctrl_c.hit:
+                raise
+            return None
 
 
 def _size(n: int | None) -> str:
