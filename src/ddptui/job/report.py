@@ -14,7 +14,7 @@ from ddptui.job.joblogs import classify, rank_lines, root_causes
 from ddptui.job.model import RankView
 from ddptui.job.run import JobLook, JobOptions, look_at_job
 from ddptui.job.stacks import describe_groups, rank_ranges
-from ddptui.report.json_report import SCHEMA_VERSION
+from ddptui.report.json_report import SCHEMA_VERSION, failure_of
 
 STEP_TITLE = "Your training job"
 LOG_TAIL = 200
@@ -72,20 +72,7 @@ def _node_results(look: JobLook, findings: tuple[Finding, ...]) -> dict[str, Nod
 
 def first_failure(findings: Sequence[Finding]) -> dict[str, Any] | None:
     primary = next((f for f in findings if f.severity == "error"), None)
-    if primary is None:
-        return None
-    out: dict[str, Any] = {
-        "step": "job",
-        "nodes": list(primary.nodes),
-        "finding": primary.id,
-        "summary": primary.summary,
-        "fix": primary.fix,
-    }
-    if primary.rank is not None:
-        out["rank"] = primary.rank
-    if primary.where:
-        out["where"] = primary.where
-    return out
+    return failure_of("job", primary) if primary is not None else None
 
 
 def build_job_report(

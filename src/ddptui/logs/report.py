@@ -111,20 +111,9 @@ def status_severity(status: str) -> str:
 
 
 def first_failure(first: Finding | None) -> dict[str, Any] | None:
-    if first is None or first.severity != "error":
-        return None
-    out: dict[str, Any] = {
-        "step": STEP_ID,
-        "nodes": list(first.nodes),
-        "finding": first.id,
-        "summary": first.summary,
-        "fix": first.fix,
-    }
-    if first.rank is not None:
-        out["rank"] = first.rank
-    if first.where:
-        out["where"] = first.where
-    return out
+    from ddptui.report.json_report import failure_of
+
+    return failure_of(STEP_ID, first) if first is not None and first.severity == "error" else None
 
 
 def build_log_report(

@@ -9,7 +9,7 @@ from typing import Any
 
 from ddptui import __version__
 from ddptui.diagnosis.logstore import LogStore
-from ddptui.diagnosis.model import StepResult, bandwidth_outliers, odd_nodes
+from ddptui.diagnosis.model import Finding, StepResult, bandwidth_outliers, odd_nodes
 from ddptui.stepmeta import ORDER
 
 SCHEMA_VERSION = 1
@@ -36,19 +36,24 @@ def first_failure(results: Mapping[str, StepResult]) -> dict[str, Any] | None:
                 "summary": f"{step_id} failed",
                 "fix": "",
             }
-        out: dict[str, Any] = {
-            "step": step_id,
-            "nodes": list(primary.nodes),
-            "finding": primary.id,
-            "summary": primary.summary,
-            "fix": primary.fix,
-        }
-        if primary.rank is not None:  # CONTRACT.md 2026-11-23: the rank and place, when known
-            out["rank"] = primary.rank
-        if primary.where:
-            out["where"] = primary.where
-        return out
+        return failure_of(step_id, primary)
     return None
+
+
+def failure_of(step_id: str, primary: Finding) -> dict[str, Any]:
+    """The report's `first_failure` for a step and its finding (check, job, diagnose)."""
+    out: dict[str, Any] = {
+        "step": step_id,
+        "nodes": list(primary.nodes),
+        "finding": primary.id,
+        "summary": primary.summary,
+        "fix": primary.fix,
+    }
+    if primary.rank is not None:  # CONTRACT.md 2026-11-23: the rank and place, when known
+        out["rank"] = primary.rank
+    if primary.where:
+        out["where"] = primary.where
+    return out
 
 
 def run_state(
