@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import secrets
 import tempfile
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from ddptui.logs.inputs import Inputs
+from ddptui.logs.sharedfs import Plan, SharedFile, Sighting, plan
 
 PROBE: Final = "logread"
 SLACK_S: Final = 120.0  # reading and redacting 64 MiB on a slow node
@@ -56,107 +58,215 @@ class Spool:
         self._dir.cleanup()
 
 
+@dataclass
+class RemoteRead:
+    """What reading NODE:GLOB specs did: the spool to clean up, where each input was read,
+    the plan (which files were one file seen from several nodes), notes per file, and
+    the nodes' host names (for naming the node a log's host name points at)."""
+
+    spool: Spool
+    hosts: dict[str, str] = field(default_factory=dict)  # label -> node that read it
+    plan: Plan = field(default_factory=Plan)
+    notes: list[str] = field(default_factory=list)
+    hostnames: dict[str, str] = field(default_factory=dict)  # node -> its hostname
+    order: list[str] = field(default_factory=list)  # the config's node order
+    nproc_per_node: int | None = 1
+    files: dict[str, SharedFile] = field(default_factory=dict)  # label -> file
+
+
 def _take(
-    rec: dict[str, Any], node: str, spool: Spool, spooled: dict[str, Any],
-    files: list[tuple[str, Path]], problems: list[str],
+    rec: dict[str, Any], node: str, spool: Spool | None, spooled: dict[str, Any],
+    files: list[tuple[str, Path]], problems: list[str], labels: Mapping[str, str],
+    notes: list[str],
 ) -> None:
     """One record of the logread probe."""
     kind, path = rec.get("kind"), str(rec.get("path", ""))
-    if kind == "file":
+    label = labels.get(path, f"{node}:{path}")
+    if kind == "file" and spool is not None:
         target = spool.new_file()
         spooled[path] = target.open("w", encoding="utf-8")
-        files.append((f"{node}:{path}", target))
+        files.append((label, target))
     elif kind == "lines" and path in spooled:
         spooled[path].write(str(rec.get("text", "")) + "\n")
+    elif kind == "file_end":
+        if rec.get("replaced"):
+            notes.append(f"{label}: replaced between the look and the read (rotated?); read the new file")
+        elif isinstance(rec.get("grew"), int) and rec["grew"] > 0:
+            notes.append(
+                f"{label}: grew by {rec['grew']:,} bytes while it was read (a live log); "
+                "read up to where it was when reading began, counted once"
+            )
     elif kind == "file_error":
-        problems.append(f"{node}:{path}: {rec.get('error')}")
+        problems.append(f"{label}: {rec.get('error')}")
     elif kind == "error":
         problems.append(f"{node}: log reader failed: {rec.get('message')}")
     elif kind == "nomatch":
         problems.append(f"{node}: no file matches {rec.get('glob')!r}")
 
 
-async def _read_node(
-    transport: Any, node: str, globs: list[str], params: dict[str, Any], spool: Spool,
-    inputs: Inputs, files: list[tuple[str, Path]], timeout: float,
-) -> None:
+async def _records(
+    run: Any, node: str, what: str, deadline: float, problems: list[str]
+) -> AsyncIterator[dict[str, Any]]:
+    loop = asyncio.get_running_loop()
+    while True:
+        left = deadline - loop.time()
+        if left <= 0:
+            problems.append(f"{node}: {what} took too long; stopped")
+            return
+        try:
+            rec = await run.next_record(timeout=left)
+        except asyncio.TimeoutError:
+            continue
+        if rec is None:
+            return
+        run.records.clear()  # records are spooled or kept small: memory stays bounded
+        yield rec
+
+
+async def _finish(run: Any, node: str, problems: list[str]) -> None:
+    out = await run.wait(5.0)
+    problem = out.problem()
+    if problem and not any(p.startswith(f"{node}: ") for p in problems):
+        problems.append(f"{node}: log reader failed: {problem}")
+
+
+async def _survey_node(
+    transport: Any, node: str, globs: list[str], params: dict[str, Any], deadline: float,
+    inputs: Inputs, sightings: list[Sighting], hostnames: dict[str, str],
+) -> bool:
+    """Ask the node what its globs match and what identifies each file; False when the
+    node could not be asked."""
     from ddptui.transport.base import ConnectFailure
 
     try:
         await transport.connect()
-        run = await transport.start_probe(PROBE, {**params, "globs": globs})
+        run = await transport.start_probe(PROBE, {**params, "mode": "survey", "globs": globs})
     except ConnectFailure as exc:
         inputs.problems.append(f"{node}: cannot connect: {exc}")
-        return
-    spooled: dict[str, Any] = {}
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+        return False
     try:
-        while True:
-            left = deadline - loop.time()
-            if left <= 0:
-                inputs.problems.append(f"{node}: reading the logs took over {timeout:.0f} s; stopped")
-                break
-            try:
-                rec = await run.next_record(timeout=left)
-            except asyncio.TimeoutError:
-                continue
-            if rec is None:
-                break
-            run.records.clear()  # records are spooled to disk: memory stays bounded
-            _take(rec, node, spool, spooled, files, inputs.problems)
-        out = await run.wait(5.0)
-        problem = out.problem()
-        if problem and not any(p.startswith(f"{node}: ") for p in inputs.problems):
-            inputs.problems.append(f"{node}: log reader failed: {problem}")
+        async for rec in _records(run, node, "looking at the files", deadline, inputs.problems):
+            kind = rec.get("kind")
+            if kind == "seen":
+                seen = Sighting.from_record(node, rec)
+                if seen is not None:
+                    sightings.append(seen)
+            elif kind == "host":
+                hostnames[node] = str(rec.get("hostname") or "")
+            else:
+                _take(rec, node, None, {}, [], inputs.problems, {}, [])
+        await _finish(run, node, inputs.problems)
+    finally:
+        await run.stop()
+    return True
+
+
+async def _read_node(
+    transport: Any, node: str, mine: list[SharedFile], params: dict[str, Any], spool: Spool,
+    inputs: Inputs, files: list[tuple[str, Path]], deadline: float, notes: list[str],
+) -> None:
+    paths = [f.on(node).path for f in mine]
+    labels = {f.on(node).path: f.label for f in mine}
+    expect = {f.on(node).path: f.on(node).ino for f in mine}
+    run = await transport.start_probe(
+        PROBE, {**params, "mode": "read", "paths": paths, "expect": expect}
+    )
+    spooled: dict[str, Any] = {}
+    try:
+        async for rec in _records(run, node, "reading the logs", deadline, inputs.problems):
+            _take(rec, node, spool, spooled, files, inputs.problems, labels, notes)
+        await _finish(run, node, inputs.problems)
     finally:
         for fh in spooled.values():
             fh.close()
         await run.stop()
 
 
+def _visibility_notes(plan: Plan, asked: Mapping[str, set[str]]) -> list[str]:
+    """Shared files, and files on a shared filesystem that some asked nodes do not see."""
+    notes = []
+    for f in plan.files:
+        if f.shared:
+            notes.append(f"{f.label}: shared ({f.where()})")
+        if not (f.shared or f.network):
+            continue
+        wanted = set().union(*(asked.get(s.node, set()) for s in f.sightings))
+        missing = sorted(n for n, g in asked.items() if g & wanted and n not in f.nodes)
+        if missing:
+            notes.append(
+                f"{f.label}: not seen on {', '.join(missing)} (a different mount there, "
+                "or not visible yet); read where it was seen"
+            )
+        if f.changing:
+            notes.append(f"{f.label}: the nodes saw different sizes (written to meanwhile)")
+    return notes
+
+
 async def _read_all(
     config_path: str, specs: Sequence[str], inputs: Inputs, spool: Spool, max_bytes: int
-) -> tuple[list[tuple[str, Path]], dict[str, str]]:
+) -> RemoteRead:
     from ddptui.checklist.runner import targets_from
     from ddptui.config import load_config
     from ddptui.transport import close_transports, make_transports
 
     config = load_config(config_path)
     targets = targets_from(config)
-    per_node = split_specs(specs, [t.name for t in targets])
+    order = [t.name for t in targets]
+    per_node = split_specs(specs, order)
     chosen = [t for t in targets if t.name in per_node]
     transports = make_transports(config, chosen)
     params = {"max_bytes": max_bytes, "salt": secrets.token_hex(8)}
     timeout = config.timeouts.step + SLACK_S
+    nproc = config.nproc_per_node if isinstance(config.nproc_per_node, int) else None
+    out = RemoteRead(spool, order=order, nproc_per_node=nproc)
+    sightings: list[Sighting] = []
     files: dict[str, list[tuple[str, Path]]] = {t.name: [] for t in chosen}
+    loop = asyncio.get_running_loop()
     try:
+        deadline = loop.time() + timeout
         await asyncio.gather(
             *(
-                _read_node(
-                    transports[t.name], t.name, per_node[t.name], params, spool, inputs,
-                    files[t.name], timeout,
+                _survey_node(
+                    transports[t.name], t.name, per_node[t.name], params, deadline, inputs,
+                    sightings, out.hostnames,
                 )
                 for t in chosen
             )
         )
+        out.plan = plan(sightings, order)
+        deadline = loop.time() + timeout
+        await asyncio.gather(
+            *(
+                _read_node(
+                    transports[t.name], t.name, out.plan.assigned(t.name), params, spool,
+                    inputs, files[t.name], deadline, out.notes,
+                )
+                for t in chosen
+                if out.plan.assigned(t.name)
+            )
+        )
     finally:
         await close_transports(transports)
-    hosts = {label: t.name for t in chosen for label, _ in files[t.name]}
-    return [f for t in chosen for f in files[t.name]], hosts
+    asked = {n: set(g) for n, g in per_node.items()}
+    out.notes[:0] = _visibility_notes(out.plan, asked)
+    out.files = {f.label: f for f in out.plan.files}
+    out.hosts = {label: t.name for t in chosen for label, _ in files[t.name]}
+    for t in chosen:
+        for label, path in files[t.name]:
+            fh = path.open("rb")
+            inputs.add_stream(fh, label, fh.close)
+    return out
 
 
 def read_remote(
     config_path: str, specs: Sequence[str], inputs: Inputs, *, max_bytes: int
-) -> tuple[Spool, dict[str, str]]:
-    """Read NODE:GLOB specs on the nodes into `inputs`; (spool to clean up, {label: node})."""
+) -> RemoteRead:
+    """Read NODE:GLOB specs on the nodes into `inputs`, each file once: every node first
+    says what it would read, files seen from several nodes are read on one of them.  The
+    caller cleans up `.spool`."""
     spool = Spool()
     try:
-        files, hosts = asyncio.run(_read_all(config_path, specs, inputs, spool, max_bytes))
-        for label, path in files:
-            fh = path.open("rb")
-            inputs.add_stream(fh, label, fh.close)
+        return asyncio.run(_read_all(config_path, specs, inputs, spool, max_bytes))
     except BaseException:
         spool.cleanup()
         raise
-    return spool, hosts
