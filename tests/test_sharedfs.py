@@ -1,0 +1,144 @@
+"""One file, one read: which sightings are one file (network filesystems seen from several
+clients, one kernel's files seen from several namespaces), who reads it, and who wrote the
+lines a finding quotes.  Pure: sightings as the logread probe reports them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ddptui.logs.diagnose import diagnose_lines
+from ddptui.logs.sharedfs import Sighting, group, plan
+from ddptui.logs.writers import Layout, attribute
+from ddptui.probeset import probe_source
+
+BOOT = {"a": "boot-a", "b": "boot-b", "c": "boot-c"}
+
+
+def seen(node: str, path: str, *, ino: int = 7, dev: str = "0:50", fstype: str = "nfs4",
+         source: str = "nas:/home", size: int = 100, mtime: int = 1, boot: str | None = None,
+         head: str = "h", tail: str = "t") -> Sighting:
+    return Sighting(node, path, size, mtime, ino, dev, fstype, source,
+                    fstype in ("nfs4", "lustre", "gpfs"), boot or BOOT[node], head, tail)
+
+
+def test_nfs_file_seen_by_three_clients_is_one_file_read_once() -> None:
+    # st_dev differs per client mount (0:50, 0:61, 0:44); the inode is the server's.
+    s = [seen("a", "/home/u/r1.log", dev="0:50"), seen("b", "/home/u/r1.log", dev="0:61"),
+         seen("c", "/nfs/home/u/r1.log", dev="0:44")]
+    files = group(s)
+    assert len(files) == 1 and files[0].nodes == ["a", "b", "c"]
+    p = plan(s, ["a", "b", "c"])
+    assert p.bytes_planned == 100 and p.bytes_seen == 300
+    assert files[0].shared and p.files[0].label.endswith("/r1.log") and ":" not in p.files[0].label
+
+
+def test_clients_naming_the_server_differently_match_by_inode_size_time_and_hashes() -> None:
+    a = seen("a", "/home/u/x.log", source="nas1:/home")
+    b = seen("b", "/home/u/x.log", source="10.0.0.5:/home")
+    assert len(group([a, b])) == 1
+    other = seen("b", "/home/u/x.log", source="10.0.0.5:/home", tail="t2")  # content differs
+    assert len(group([a, other])) == 2
+
+
+def test_local_files_of_different_machines_stay_apart_even_with_equal_inodes() -> None:
+    # Two machines' /tmp/train.log: same path, dev and inode by chance, different kernels.
+    s = [seen(n, "/tmp/train.log", fstype="ext4", source="/dev/sda1", dev="8:1", ino=12)
+         for n in "abc"]
+    p = plan(s, ["a", "b", "c"])
+    assert len(p.files) == 3
+    assert sorted(f.label for f in p.files) == ["a:/tmp/train.log", "b:/tmp/train.log", "c:/tmp/train.log"]
+    assert {f.reader for f in p.files} == {"a", "b", "c"}
+
+
+def test_one_kernel_seen_from_several_namespaces_is_one_file_but_a_private_tmpfs_is_not() -> None:
+    # The testbed: every node is a namespace of one kernel; node b mounted a tmpfs of its own.
+    shared = [seen(n, "/srv/logs/r0.log", fstype="ext4", source="/dev/vda", dev="254:0",
+                   boot="k") for n in "abc"]
+    private = seen("b", "/scratch/r1.log", fstype="tmpfs", source="tmpfs", dev="0:88", boot="k")
+    host_dir = seen("a", "/scratch/r1.log", fstype="ext4", source="/dev/vda", dev="254:0",
+                    ino=99, boot="k")
+    p = plan([*shared, private, host_dir], ["a", "b", "c"])
+    labels = sorted(f.label for f in p.files)
+    assert labels == ["/srv/logs/r0.log", "a:/scratch/r1.log", "b:/scratch/r1.log"]
+
+
+def test_reads_are_spread_over_the_nodes_that_see_them() -> None:
+    s = [seen(n, f"/home/r{i}.log", ino=100 + i, size=100 << 20) for i in range(8)
+         for n in ["a", "b", "c"]]
+    p = plan(s, ["a", "b", "c"])
+    per = {n: len(p.assigned(n)) for n in "abc"}
+    assert sorted(per.values()) == [2, 3, 3], per
+
+
+def test_a_live_log_is_read_where_it_was_largest() -> None:
+    s = [seen("a", "/home/live.log", size=100, mtime=1), seen("b", "/home/live.log", size=180, mtime=2),
+         seen("c", "/home/live.log", size=120, mtime=1)]
+    (f,) = plan(s, ["a", "b", "c"]).files
+    assert f.reader == "b" and f.changing
+
+
+def test_the_same_file_under_two_paths_on_one_node_is_read_once() -> None:
+    s = [seen("a", "/home/u/r.log"), seen("a", "/home/link/r.log")]
+    (f,) = group(s)
+    assert f.nodes == ["a"] and len(f.sightings) == 1
+
+
+OOM = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 336.00 MiB."
+NCCL = (
+    "ceo-host2:4242:4242 [0] transport/net_socket.cc:499 NCCL WARN NET/Socket : peer "
+    "10.0.0.1<5> message truncated : receiving 1048576 bytes instead of 65536"
+)
+
+
+def test_the_oom_names_rank_1_on_the_node_the_layout_puts_it_never_the_reader() -> None:
+    diag = diagnose_lines(["[rank1]: step 3", OOM], "/home/u/rank1.log")
+    s = [seen(n, "/home/u/rank1.log") for n in "abc"]
+    files = {f.label: f for f in plan(s, ["a", "b", "c"]).files}
+    out, writers = attribute(diag, files, Layout(("a", "b", "c"), 1, {}))
+    assert out.first is not None and out.first.rank == 1
+    assert out.first.nodes == ("/home/u/rank1.log",)
+    assert "on b (" in out.first.summary
+    assert writers[out.first.id].node == "b"
+    # With 2 ranks per node, rank 1 runs on the first node.
+    out2, _ = attribute(diag, files, Layout(("a", "b", "c"), 2, {}))
+    assert out2.first is not None and "on a (" in out2.first.summary
+    # Not known (no fixed layout): the file is named, and no node.
+    out3, w3 = attribute(diag, files, Layout(("a", "b", "c"), None, {}))
+    assert out3.first is not None and out3.first.summary == diag.first.summary  # type: ignore[union-attr]
+    assert w3[out3.first.id].node is None
+
+
+def test_the_host_in_nccls_prefix_names_the_node() -> None:
+    diag = diagnose_lines([NCCL], "/home/u/all.log")
+    s = [seen(n, "/home/u/all.log") for n in "abc"]
+    files = {f.label: f for f in plan(s, ["a", "b", "c"]).files}
+    hostnames = {"a": "ceo-host0", "b": "ceo-host1", "c": "ceo-host2.cluster"}
+    out, writers = attribute(diag, files, Layout(("a", "b", "c"), None, hostnames))
+    fid = diag.findings[0].id
+    assert writers[fid].node == "c", writers
+    assert "its lines name host ceo-host2" in out.findings[0].summary
+
+
+def _identity(path: Path) -> dict[str, object]:
+    """Run the probe side's identity() on this machine, as a node would."""
+    src = probe_source("logread").split("\ndef expand(")[0]  # the libraries, not main()
+    code = src + f"\nimport json\nprint(json.dumps(identity({str(path)!r})))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_probe_identity_of_a_real_file_and_of_a_symlink_to_it(tmp_path: Path) -> None:
+    f = tmp_path / "r.log"
+    f.write_bytes(b"head" + b"x" * 200_000 + b"tail")
+    (tmp_path / "link.log").symlink_to(f)
+    a, b = _identity(f), _identity(tmp_path / "link.log")
+    assert a["ino"] == b["ino"] and a["dev"] == b["dev"] and a["boot"] and a["fstype"] != "?"
+    assert a["head"] == b["head"] and a["tail"] != a["head"]
+    one = Sighting.from_record("a", {"path": str(f), **a})
+    two = Sighting.from_record("b", {"path": str(tmp_path / "link.log"), **b})
+    assert one is not None and two is not None and len(group([one, two])) == 1
