@@ -133,6 +133,7 @@ async def _finish(run: Any, node: str, problems: list[str]) -> None:
 async def _survey_node(
     transport: Any, node: str, globs: list[str], params: dict[str, Any], deadline: float,
     inputs: Inputs, sightings: list[Sighting], hostnames: dict[str, str],
+    odd: dict[tuple[str, str], list[str]],
 ) -> bool:
     """Ask the node what its globs match and what identifies each file; False when the
     node could not be asked."""
@@ -153,6 +154,8 @@ async def _survey_node(
                     sightings.append(seen)
             elif kind == "host":
                 hostnames[node] = str(rec.get("hostname") or "")
+            elif kind == "file_error":
+                odd.setdefault((str(rec.get("path")), str(rec.get("error"))), []).append(node)
             else:
                 _take(rec, node, None, {}, [], inputs.problems, {}, [])
         await _finish(run, node, inputs.problems)
@@ -220,6 +223,7 @@ async def _read_all(
     nproc = config.nproc_per_node if isinstance(config.nproc_per_node, int) else None
     out = RemoteRead(spool, order=order, nproc_per_node=nproc)
     sightings: list[Sighting] = []
+    odd: dict[tuple[str, str], list[str]] = {}  # (path, why) -> the nodes that said it
     files: dict[str, list[tuple[str, Path]]] = {t.name: [] for t in chosen}
     loop = asyncio.get_running_loop()
     try:
@@ -228,11 +232,18 @@ async def _read_all(
             *(
                 _survey_node(
                     transports[t.name], t.name, per_node[t.name], params, deadline, inputs,
-                    sightings, out.hostnames,
+                    sightings, out.hostnames, odd,
                 )
                 for t in chosen
             )
         )
+        # One note per odd file, however many nodes see it (a loop in a shared folder).
+        inputs.problems += [
+            f"{path}: {why} (on {', '.join(sorted(nodes, key=order.index))})"
+            if len(nodes) > 1
+            else f"{nodes[0]}:{path}: {why}"
+            for (path, why), nodes in odd.items()
+        ]
         out.plan = plan(sightings, order)
         deadline = loop.time() + timeout
         await asyncio.gather(
