@@ -15,6 +15,7 @@ from ddptui.logs.sharedfs import Sighting, group, plan
 from ddptui.logs.writers import Layout, attribute
 from ddptui.probeset import probe_source
 
+GPU_FIX = Path(__file__).parent / "fixtures" / "gpu-h100"
 BOOT = {"a": "boot-a", "b": "boot-b", "c": "boot-c"}
 
 
@@ -142,3 +143,52 @@ def test_probe_identity_of_a_real_file_and_of_a_symlink_to_it(tmp_path: Path) ->
     one = Sighting.from_record("a", {"path": str(f), **a})
     two = Sighting.from_record("b", {"path": str(tmp_path / "link.log"), **b})
     assert one is not None and two is not None and len(group([one, two])) == 1
+
+
+def _redaction() -> dict[str, object]:
+    ns: dict[str, object] = {"__name__": "redact_under_test", "PARAMS": {}}
+    src = probe_source("env").split("\ndef main(")[0]
+    exec(compile(src, "<probe env>", "exec"), ns)  # noqa: S102 - our own probe source
+    return ns
+
+
+def test_redacting_a_batch_of_lines_equals_redacting_each_line_as_before() -> None:
+    """logread redacts 256 KiB batches, with shortcuts (a literal every secret shape
+    holds, only lines holding a secret word meet the assignment rules): the result is
+    what the rules give line by line, without the shortcuts."""
+    ns = _redaction()
+    redact, rules = ns["redact_text"], ns
+
+    def reference(text: str, known: list[str], salt: str) -> str:  # the rules, no shortcuts
+        marker = rules["marker"]
+        for value in known:
+            text = text.replace(value, marker(salt, value))  # type: ignore[operator]
+        for pattern in rules["SECRET_VALUE_PATTERNS"]:  # type: ignore[attr-defined]
+            text = pattern.sub(lambda m: marker(salt, m.group(0)), text)  # type: ignore[operator]
+        text = rules["URL_USERINFO"].sub(  # type: ignore[attr-defined]
+            lambda m: m.group(1) + marker(salt, m.group(2)) + m.group(3), text  # type: ignore[operator]
+        )
+        text = rules["TEXT_BEARER"].sub(lambda m: m.group(1) + marker(salt, m.group(2)), text)  # type: ignore[attr-defined, operator]
+        for pattern in (rules["TEXT_ASSIGNMENT"], rules["TEXT_FLAG"]):
+            text = rules["_redact_assigned"](pattern, text, salt)  # type: ignore[operator]
+        return text
+
+    planted = [
+        "export HF_TOKEN=hf_Zq8vTn3LwR5kP2mX9cY7bJ4dF6gH1sA0 now",
+        "url https://u:" + "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8@example.com/x",
+        'Authorization: Bearer abcdefgh12345678 and "api_key": "k-123456789"',
+        "train.py --password hunter22 --lr 0.1 --wandb_key=abc123xyz",
+        "AKIAABCDEFGHIJKLMNOP sk-proj-abcdefghijklmnopqrstuv eyJhbGciOi.eyJzdWIiOi.sig",
+        "İstanbul db_password: s3cr3t!",  # lower() of İ is two characters long
+        "[I1123 TCPStore.cpp:271] [c10d - trace] get key:/default_pg/0//cuda//1 keys: 3",
+        "tokens/s 181234 session=abc",
+    ]
+    texts = [p.read_text(errors="replace") for p in sorted(GPU_FIX.rglob("*.log"))][:40]
+    lines = [ln for t in texts for ln in t.splitlines()] + planted * 3
+    known = ["s3cr3t!", "hunter22"]
+    one_by_one = [reference(ln, known, "salt") for ln in lines]
+    assert redact("\n".join(lines), known, "salt") == "\n".join(one_by_one)  # type: ignore[operator]
+    assert [redact(ln, known, "salt") for ln in lines] == one_by_one  # type: ignore[operator]
+    out = "\n".join(one_by_one)
+    for secret in ("hf_Zq8vTn3", "A1b2C3d4E5f6", "hunter22", "s3cr3t!", "abcdefgh12345678"):
+        assert secret not in out

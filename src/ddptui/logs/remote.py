@@ -72,6 +72,7 @@ class RemoteRead:
     order: list[str] = field(default_factory=list)  # the config's node order
     nproc_per_node: int | None = 1
     files: dict[str, SharedFile] = field(default_factory=dict)  # label -> file
+    node_bytes: dict[str, int] = field(default_factory=dict)  # bytes the probes read, per node
 
 
 def _take(
@@ -133,7 +134,7 @@ async def _finish(run: Any, node: str, problems: list[str]) -> None:
 async def _survey_node(
     transport: Any, node: str, globs: list[str], params: dict[str, Any], deadline: float,
     inputs: Inputs, sightings: list[Sighting], hostnames: dict[str, str],
-    odd: dict[tuple[str, str], list[str]],
+    odd: dict[tuple[str, str], list[str]], node_bytes: dict[str, int],
 ) -> bool:
     """Ask the node what its globs match and what identifies each file; False when the
     node could not be asked."""
@@ -154,6 +155,8 @@ async def _survey_node(
                     sightings.append(seen)
             elif kind == "host":
                 hostnames[node] = str(rec.get("hostname") or "")
+            elif kind == "done" and isinstance(rec.get("read_bytes"), int):
+                node_bytes[node] = node_bytes.get(node, 0) + rec["read_bytes"]
             elif kind == "file_error":
                 odd.setdefault((str(rec.get("path")), str(rec.get("error"))), []).append(node)
             else:
@@ -167,6 +170,7 @@ async def _survey_node(
 async def _read_node(
     transport: Any, node: str, mine: list[SharedFile], params: dict[str, Any], spool: Spool,
     inputs: Inputs, files: list[tuple[str, Path]], deadline: float, notes: list[str],
+    node_bytes: dict[str, int],
 ) -> None:
     paths = [f.on(node).path for f in mine]
     labels = {f.on(node).path: f.label for f in mine}
@@ -177,6 +181,8 @@ async def _read_node(
     spooled: dict[str, Any] = {}
     try:
         async for rec in _records(run, node, "reading the logs", deadline, inputs.problems):
+            if rec.get("kind") == "done" and isinstance(rec.get("read_bytes"), int):
+                node_bytes[node] = node_bytes.get(node, 0) + rec["read_bytes"]
             _take(rec, node, spool, spooled, files, inputs.problems, labels, notes)
         await _finish(run, node, inputs.problems)
     finally:
@@ -232,7 +238,7 @@ async def _read_all(
             *(
                 _survey_node(
                     transports[t.name], t.name, per_node[t.name], params, deadline, inputs,
-                    sightings, out.hostnames, odd,
+                    sightings, out.hostnames, odd, out.node_bytes,
                 )
                 for t in chosen
             )
@@ -250,7 +256,7 @@ async def _read_all(
             *(
                 _read_node(
                     transports[t.name], t.name, out.plan.assigned(t.name), params, spool,
-                    inputs, files[t.name], deadline, out.notes,
+                    inputs, files[t.name], deadline, out.notes, out.node_bytes,
                 )
                 for t in chosen
                 if out.plan.assigned(t.name)

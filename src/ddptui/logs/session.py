@@ -131,6 +131,7 @@ def _attributed(diag: LogDiagnosis, read: RemoteRead) -> tuple[LogDiagnosis, dic
         ],
         "bytes_seen": plan.bytes_seen,
         "bytes_planned": plan.bytes_planned,
+        "node_read_bytes": dict(read.node_bytes),
         "notes": list(diag.notes),
     }
     return diag, extra
