@@ -292,11 +292,17 @@ def _redact_named(text, salt):
             i = low.find(word, end)
     if not lines:
         return text
+    spans = sorted(lines)
+    # The candidate lines go through the rules together (a line end stops every rule),
+    # then back to their places.
+    redacted = _assigned_rules("\n".join(text[s:e] for s, e in spans), salt).split("\n")
+    if len(redacted) != len(spans):  # cannot happen (no marker holds a line end); be safe
+        redacted = [_assigned_rules(text[s:e], salt) for s, e in spans]
     out = []
     done = 0
-    for start, end in sorted(lines):
+    for (start, end), line in zip(spans, redacted):
         out.append(text[done:start])
-        out.append(_assigned_rules(text[start:end], salt))
+        out.append(line)
         done = end
     out.append(text[done:])
     return "".join(out)

@@ -18,6 +18,7 @@ import errno
 import glob
 import gzip
 import os
+import re
 import socket
 import time
 
@@ -85,6 +86,26 @@ def open_bounded(path, max_bytes):
     return fh, {"size": size, "offset": offset, "gzip": False}
 
 
+TRAILING_CR = re.compile(r"\r+$", re.M)
+
+
+def send_lines(path, block, encoding, known, salt):
+    """Whole lines (bytes, no final newline) as `lines` records of about BATCH_CHARS,
+    each line cut to MAX_LINE_CHARS and every one redacted (a batch at a time)."""
+    text = block.decode(encoding, "replace")
+    if "\r" in text:
+        text = TRAILING_CR.sub("", text)
+    lines = text.split("\n")
+    if max(map(len, lines)) > MAX_LINE_CHARS:
+        text = "\n".join(line[:MAX_LINE_CHARS] for line in lines)
+    start = 0
+    while start <= len(text):
+        end = text.find("\n", start + BATCH_CHARS)
+        end = len(text) if end < 0 else end
+        emit("lines", path=path, text=redact_text(text[start:end], known, salt))
+        start = end + 1
+
+
 def send_file(path, max_bytes, known, salt):
     try:
         fh, info = open_bounded(path, max_bytes)
@@ -101,39 +122,31 @@ def send_file(path, max_bytes, known, salt):
             emit("file_error", path=path, error="binary data, not a text log")
             return False
         encoding = encoding_of(head)
-        left = max_bytes - len(head) if info["gzip"] else None
+        # A live log keeps growing: read up to its size when it was opened (bounded
+        # time; what it writes meanwhile is said by the caller, not chased).
+        left = max_bytes - len(head) if info["gzip"] else info["size"] - info["offset"] - len(head)
         emit("file", path=path, truncated=bool(info["offset"]), **info)
         pending = head
-        batch, chars = [], 0
         while True:
-            if left is not None and left <= 0:
-                break
-            try:
-                data = fh.read(1 << 20)
-            except (OSError, EOFError) as exc:
-                emit("file_error", path=path, error="read stopped: %s" % exc)
-                data = b""
-            if left is not None:
+            data = b""
+            if left > 0:
+                try:
+                    data = fh.read(min(1 << 20, left))
+                except (OSError, EOFError) as exc:
+                    emit("file_error", path=path, error="read stopped: %s" % exc)
                 left -= len(data)
             pending += data
             if not data:
-                lines, pending = ([pending] if pending else []), b""
+                block, pending = pending, b""
             else:
                 cut = pending.rfind(b"\n")
                 if cut < 0:
                     continue
-                lines, pending = pending[:cut].split(b"\n"), pending[cut + 1 :]
-            for raw in lines:
-                line = raw.decode(encoding, "replace").rstrip("\r")[:MAX_LINE_CHARS]
-                batch.append(line)
-                chars += len(line) + 1
-                if chars >= BATCH_CHARS:
-                    emit("lines", path=path, text=redact_text("\n".join(batch), known, salt))
-                    batch, chars = [], 0
+                block, pending = pending[:cut], pending[cut + 1 :]
+            if block or data:
+                send_lines(path, block, encoding, known, salt)
             if not data:
                 break
-        if batch:
-            emit("lines", path=path, text=redact_text("\n".join(batch), known, salt))
     return True
 
 
