@@ -131,40 +131,72 @@ async def _finish(run: Any, node: str, problems: list[str]) -> None:
         problems.append(f"{node}: log reader failed: {problem}")
 
 
-async def _survey_node(
-    transport: Any, node: str, globs: list[str], params: dict[str, Any], deadline: float,
-    inputs: Inputs, sightings: list[Sighting], hostnames: dict[str, str],
-    odd: dict[tuple[str, str], list[str]], node_bytes: dict[str, int],
-) -> bool:
-    """Ask the node what its globs match and what identifies each file; False when the
-    node could not be asked."""
+@dataclass
+class Survey:
+    """What the nodes said they would read (before anything is read)."""
+
+    sightings: list[Sighting] = field(default_factory=list)
+    hostnames: dict[str, str] = field(default_factory=dict)  # node -> its host name
+    odd: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (path, why) -> nodes
+    problems: list[str] = field(default_factory=list)
+    unreachable: set[str] = field(default_factory=set)
+    node_bytes: dict[str, int] = field(default_factory=dict)
+
+    def odd_problems(self, order: Sequence[str]) -> list[str]:
+        """One note per odd file, however many nodes see it (a loop in a shared folder)."""
+        rank = {n: i for i, n in enumerate(order)}
+        return [
+            f"{path}: {why} (on {', '.join(sorted(nodes, key=lambda n: rank.get(n, 0)))})"
+            if len(nodes) > 1
+            else f"{nodes[0]}:{path}: {why}"
+            for (path, why), nodes in self.odd.items()
+        ]
+
+
+async def survey_node(
+    transport: Any, node: str, globs: list[str], timeout: float, out: Survey,
+    max_files: int = 256,
+) -> None:
+    """Ask one node what its globs match and what identifies each file (logread's survey
+    mode: nothing is read but the 2 x 64 KiB hashed)."""
     from ddptui.transport.base import ConnectFailure
 
     try:
         await transport.connect()
-        run = await transport.start_probe(PROBE, {**params, "mode": "survey", "globs": globs})
+        params = {"mode": "survey", "globs": globs, "max_files": max_files,
+                  "deadline_s": max(5.0, timeout - 10)}
+        res = await transport.run_probe(PROBE, params, timeout=timeout)
     except ConnectFailure as exc:
-        inputs.problems.append(f"{node}: cannot connect: {exc}")
-        return False
-    try:
-        async for rec in _records(run, node, "looking at the files", deadline, inputs.problems):
-            kind = rec.get("kind")
-            if kind == "seen":
-                seen = Sighting.from_record(node, rec)
-                if seen is not None:
-                    sightings.append(seen)
-            elif kind == "host":
-                hostnames[node] = str(rec.get("hostname") or "")
-            elif kind == "done" and isinstance(rec.get("read_bytes"), int):
-                node_bytes[node] = node_bytes.get(node, 0) + rec["read_bytes"]
-            elif kind == "file_error":
-                odd.setdefault((str(rec.get("path")), str(rec.get("error"))), []).append(node)
-            else:
-                _take(rec, node, None, {}, [], inputs.problems, {}, [])
-        await _finish(run, node, inputs.problems)
-    finally:
-        await run.stop()
-    return True
+        out.problems.append(f"{node}: cannot connect: {exc}")
+        out.unreachable.add(node)
+        return
+    for rec in res.records:
+        kind = rec.get("kind")
+        if kind == "seen":
+            seen = Sighting.from_record(node, rec)
+            if seen is not None:
+                out.sightings.append(seen)
+        elif kind == "host":
+            out.hostnames[node] = str(rec.get("hostname") or "")
+        elif kind == "done" and isinstance(rec.get("read_bytes"), int):
+            out.node_bytes[node] = out.node_bytes.get(node, 0) + rec["read_bytes"]
+        elif kind == "file_error":
+            out.odd.setdefault((str(rec.get("path")), str(rec.get("error"))), []).append(node)
+        else:
+            _take(rec, node, None, {}, [], out.problems, {}, [])
+    problem = res.problem()
+    if problem and not any(p.startswith(f"{node}: ") for p in out.problems):
+        out.problems.append(f"{node}: log reader failed: {problem}")
+
+
+async def survey_all(
+    transports: Mapping[str, Any], globs: Mapping[str, list[str]], timeout: float
+) -> Survey:
+    out = Survey()
+    await asyncio.gather(
+        *(survey_node(transports[n], n, g, timeout, out) for n, g in globs.items() if g)
+    )
+    return out
 
 
 async def _read_node(
@@ -228,29 +260,13 @@ async def _read_all(
     timeout = config.timeouts.step + SLACK_S
     nproc = config.nproc_per_node if isinstance(config.nproc_per_node, int) else None
     out = RemoteRead(spool, order=order, nproc_per_node=nproc)
-    sightings: list[Sighting] = []
-    odd: dict[tuple[str, str], list[str]] = {}  # (path, why) -> the nodes that said it
     files: dict[str, list[tuple[str, Path]]] = {t.name: [] for t in chosen}
     loop = asyncio.get_running_loop()
     try:
-        deadline = loop.time() + timeout
-        await asyncio.gather(
-            *(
-                _survey_node(
-                    transports[t.name], t.name, per_node[t.name], params, deadline, inputs,
-                    sightings, out.hostnames, odd, out.node_bytes,
-                )
-                for t in chosen
-            )
-        )
-        # One note per odd file, however many nodes see it (a loop in a shared folder).
-        inputs.problems += [
-            f"{path}: {why} (on {', '.join(sorted(nodes, key=order.index))})"
-            if len(nodes) > 1
-            else f"{nodes[0]}:{path}: {why}"
-            for (path, why), nodes in odd.items()
-        ]
-        out.plan = plan(sightings, order)
+        found = await survey_all(transports, per_node, timeout)
+        inputs.problems += found.problems + found.odd_problems(order)
+        out.hostnames, out.node_bytes = found.hostnames, found.node_bytes
+        out.plan = plan(found.sightings, order)
         deadline = loop.time() + timeout
         await asyncio.gather(
             *(
