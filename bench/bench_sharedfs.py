@@ -7,7 +7,7 @@ generator (one of them with the planted failure), then times, in subprocesses:
   local:  ddptui diagnose DIR/rank0.log ... DIR/rankN.log
   shared: ddptui diagnose --config C '*:DIR/*.log' --max-mb (size + 16)
 and reports what the shared run diagnosed (`data.bytes`), what the nodes' probes read
-(`rchar` of each probe process: the reads plus the 2 x 64 KiB hashed per file and node),
+(`rchar` of each probe process: the reads plus the 2 x 4 KiB hashed per file and node),
 and what reading every node's sighting would have cost (`data.bytes_seen`).
 
     sudo .venv/bin/python bench/bench_sharedfs.py [--nodes 8] [--size-mb 100] [--repeat 3]

@@ -300,9 +300,9 @@ def _redact_named(text, salt):
         redacted = [_assigned_rules(text[s:e], salt) for s, e in spans]
     out = []
     done = 0
-    for (start, end), line in zip(spans, redacted):
+    for i, (start, end) in enumerate(spans):
         out.append(text[done:start])
-        out.append(line)
+        out.append(redacted[i])
         done = end
     out.append(text[done:])
     return "".join(out)

@@ -12,7 +12,11 @@
 # PARAMS: {"user": name or None, "match": regex or None, "salt": hex, "window_s": float,
 #   "pyspy": path or None, "stacks": bool, "native": bool, "allow_pause": bool,
 #   "log_globs": [glob], "fallback_logs": [path] (read only when no job runs here),
-#   "log_lines": int, "ras": bool, "fr": bool, "trigger_dump": bool}
+#   "log_lines": int, "ras": bool, "fr": bool, "trigger_dump": bool,
+#   "log_paths": [path] (exact: the files the login node gave this node to read, each
+#   file once across nodes), "fallback_paths": [path] (the same, only when no job runs
+#   here), "fr_paths": [{"path", "rank"}] (flight recorder dumps left by a job that is
+#   gone: read only when no job runs here)}
 # stdlib only; must run on Python 3.8+.
 import base64
 import glob
@@ -376,8 +380,18 @@ def trigger_dump(env, ranks):
     return results
 
 
+def read_fr_path(path, rank):
+    """A dump the job left behind (the job is gone): read as it is, never stale."""
+    rec = read_fr_file(path, rank, 0.0)
+    rec["stale"] = False
+    return rec
+
+
 def read_fr(prefix, rank, since):
-    path = "%s%d" % (prefix, rank)
+    return read_fr_file("%s%d" % (prefix, rank), rank, since)
+
+
+def read_fr_file(path, rank, since):
     try:
         st = os.stat(path)
     except OSError:
@@ -482,6 +496,7 @@ def main():
         user=user or pwd.getpwuid(uid).pw_name,
         me_uid=os.getuid(),
         pid_ns_nested=len(status_field(os.getpid(), "NSpid")) > 1,
+        boot=boot_id(),
         **ptrace_facts(),
     )
     cands = []
@@ -504,16 +519,25 @@ def main():
     chosen = cands[0] if cands else None
     log_files = {}
     globs = list(PARAMS.get("log_globs") or [])
+    paths = [str(p) for p in PARAMS.get("log_paths") or []]
     if chosen is None:  # no live job here: read where it wrote last time, if known
         globs += list(PARAMS.get("fallback_logs") or [])
+        paths += [str(p) for p in PARAMS.get("fallback_paths") or []]
     for pattern_glob in globs:
         for path in sorted(glob.glob(os.path.expanduser(pattern_glob)))[:MAX_LOG_FILES]:
             if os.path.isfile(path):
                 log_files.setdefault(path, set())
+    for path in paths[:MAX_LOG_FILES]:
+        if os.path.isfile(path):
+            log_files.setdefault(path, set())
     known = []
     if chosen is not None:
         known = observe(chosen, table, btime, salt, window, log_files)
     read_logs(log_files, known, salt)
+    if chosen is None:
+        for item in PARAMS.get("fr_paths") or []:
+            rec = read_fr_path(str(item.get("path")), _int(item.get("rank")))
+            emit("fr", postmortem=True, **rec)
     emit("done", found=chosen is not None)
 
 
@@ -732,9 +756,14 @@ def read_logs(files, known, salt):
                 pass
         lines, err = tail_lines(path, known, salt, limit)
         writers = sorted({p for other, ps in files.items() for p in ps if _same(other, st)})
+        try:
+            fid = identity(path)
+        except OSError:
+            fid = None
         emit(
             "log",
             path=shown,
+            fid=fid,
             size=st.st_size,
             mtime=st.st_mtime,
             age_s=round(time.time() - st.st_mtime, 1),

@@ -192,3 +192,58 @@ def test_redacting_a_batch_of_lines_equals_redacting_each_line_as_before() -> No
     out = "\n".join(one_by_one)
     for secret in ("hf_Zq8vTn3", "A1b2C3d4E5f6", "hunter22", "s3cr3t!", "abcdefgh12345678"):
         assert secret not in out
+
+
+def test_job_reads_each_dump_once_per_rank_and_each_shared_log_once() -> None:
+    from ddptui.job.sharedfiles import assign, dump_rank
+
+    prefixes = ["~/.cache/fr_trace/", "/scratch/fr/rank_"]
+    assert dump_rank("/home/u/.cache/fr_trace/nccl_trace_rank_12", prefixes) == 12
+    assert dump_rank("/scratch/fr/rank_3", prefixes) == 3
+    assert dump_rank("/scratch/fr/rank_3.tmp", prefixes) is None
+    assert dump_rank("/scratch/fr/other_3", ["/scratch/fr/rank_"]) is None
+    dumps = [seen(n, f"/home/u/.cache/fr_trace/rank_{r}", ino=500 + r, mtime=10) for r in range(3)
+             for n in "abc"]
+    old = [seen("a", "/home/u/.cache/fr_trace/old/rank_1", ino=600, mtime=1)]
+    logs = [seen(n, "/home/u/train.log", ino=700) for n in "abc"]
+    own = [seen("b", "/tmp/b.log", ino=800, fstype="ext4", source="/dev/sda1")]
+    p = assign([*dumps, *old, *logs, *own], ["a", "b", "c"], {"b": ["/tmp/b.log"]}, prefixes)
+    ranks = sorted(d["rank"] for ds in p.fr_paths.values() for d in ds)
+    assert ranks == [0, 1, 2]  # one dump per rank, the newest, from one node each
+    assert all("/old/" not in d["path"] for ds in p.fr_paths.values() for d in ds)
+    assert sum(len(v) for v in p.log_paths.values()) == 1
+    assert p.fallback_paths == {"b": ["/tmp/b.log"]} and p.owners == {"/tmp/b.log": "b"}
+    assert any("older flight recorder dump" in n for n in p.notes)
+
+
+def test_job_merges_copies_of_one_log_and_names_the_writer_not_the_reader() -> None:
+    from ddptui.job.model import node_from_records
+    from ddptui.job.sharedfiles import merge_views
+    from ddptui.job.verdict import _exits
+
+    fid = {"size": 10, "mtime_ns": 1, "ino": 42, "dev": "0:51", "fstype": "nfs4",
+           "source": "nas:/home", "network": True, "boot": "", "head": "h", "tail": "t"}
+    lines = ["[rank0]: step 1", "[rank1]: Traceback (most recent call last):",
+             '[rank1]:   File "/w/train.py", line 9, in step',
+             "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"]
+    views = [
+        node_from_records(n, [{"kind": "host", "hostname": f"h{n}"},
+                              {"kind": "log", "path": "/home/u/all.log", "fid": {**fid, "boot": f"k{n}"},
+                               "lines": lines, "pids": []}])
+        for n in ("n0", "n1", "n2")
+    ]
+    merged = merge_views(views)
+    kept = [log for v in merged for log in v.logs]
+    assert len(kept) == 1 and kept[0].seen_on == ("n0", "n1", "n2") and kept[0].writers == ()
+    (e,) = _exits(merged)
+    # Rank 1 by its prefix; no node is known to run it: the file is named, not n0 (its reader).
+    assert e.rank == 1 and e.node == "/home/u/all.log"
+    # With torchrun's summary naming the host of rank 1, that host's node.
+    summary = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-25_10:00:00",
+               "  host      : hn1", "  rank      : 1 (local_rank: 0)",
+               "  exitcode  : 1 (pid: 77)", "  error_file: <N/A>", "  traceback : x", "====="]
+    views2 = [node_from_records(v.node, [{"kind": "host", "hostname": f"h{v.node}"},
+              {"kind": "log", "path": "/home/u/all.log", "fid": {**fid, "boot": f"k{v.node}"},
+               "lines": lines + summary, "pids": []}]) for v in views]
+    (e2,) = _exits(merge_views(views2))
+    assert e2.rank == 1 and e2.node == "n1"

@@ -16,6 +16,7 @@ from ddptui.config import ClusterConfig
 from ddptui.diagnosis.model import Finding
 from ddptui.job import lastknown
 from ddptui.job.model import NodeView, node_from_records
+from ddptui.job.sharedfiles import ReadPlan, merge_views, survey_reads
 from ddptui.job.side import ambiguity, side_findings
 from ddptui.job.verdict import JobVerdict, judge
 from ddptui.transport import make_transports
@@ -89,7 +90,12 @@ async def look_at_job(
     salt = secrets.token_hex(8)
     logs = split_log_args(options.logs, [t.name for t in targets])
     remembered = lastknown.load(config_path) if options.remember else {}
+    remembered_fr = lastknown.load_fr(config_path) if options.remember else {}
     by_name = {n.display: n for n in config.nodes}
+    order = [t.name for t in targets]
+    globs = {n: logs.get(None, []) + logs.get(n, []) for n in order}
+    fallback = {n: [] if options.logs else remembered.get(n, []) for n in order}
+    reads = ReadPlan()
 
     async def one(t: NodeTarget) -> NodeView:
         params: dict[str, Any] = {
@@ -101,8 +107,11 @@ async def look_at_job(
             "stacks": options.stacks,
             "native": options.native,
             "allow_pause": options.allow_pause,
-            "log_globs": logs.get(None, []) + logs.get(t.name, []),
-            "fallback_logs": [] if options.logs else remembered.get(t.name, []),
+            "log_globs": [] if t.name in reads.surveyed else globs[t.name],
+            "fallback_logs": [] if t.name in reads.surveyed else fallback[t.name],
+            "log_paths": reads.log_paths.get(t.name, []),
+            "fallback_paths": reads.fallback_paths.get(t.name, []),
+            "fr_paths": reads.fr_paths.get(t.name, []),
             "trigger_dump": options.trigger_dump,
         }
         view = await _probe(transports[t.name], t, params, options.window_s + PROBE_SLACK_S)
@@ -111,7 +120,13 @@ async def look_at_job(
         return view
 
     try:
+        if any(globs.values()) or any(fallback.values()) or remembered_fr:
+            # Shared filesystems: each node says what it would read; each file is read once.
+            reads = await survey_reads(
+                transports, order, globs, fallback, remembered_fr, PROBE_SLACK_S
+            )
         views = tuple(await asyncio.gather(*(one(t) for t in targets)))
+        views = merge_views(views, reads.owners)
     finally:
         if own:
             await asyncio.gather(
@@ -124,7 +139,7 @@ async def look_at_job(
             "ambiguous", unclear.summary, (unclear,), (), verdict.ranks, None, (), (), ()
         )
     findings = side_findings(views, verdict, config, options.match, targets)
-    notes: list[str] = []
+    notes: list[str] = [*reads.problems, *reads.notes]
     if options.trigger_dump:
         notes += [
             f"--trigger-dump: the job on {v.node} sets no TORCH_NCCL_DEBUG_INFO_PIPE_FILE; "

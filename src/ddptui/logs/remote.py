@@ -158,7 +158,7 @@ async def survey_node(
     max_files: int = 256,
 ) -> None:
     """Ask one node what its globs match and what identifies each file (logread's survey
-    mode: nothing is read but the 2 x 64 KiB hashed)."""
+    mode: nothing is read but the first and last 4 KiB, hashed)."""
     from ddptui.transport.base import ConnectFailure
 
     try:
@@ -190,11 +190,12 @@ async def survey_node(
 
 
 async def survey_all(
-    transports: Mapping[str, Any], globs: Mapping[str, list[str]], timeout: float
+    transports: Mapping[str, Any], globs: Mapping[str, list[str]], timeout: float,
+    max_files: int = 256,
 ) -> Survey:
     out = Survey()
     await asyncio.gather(
-        *(survey_node(transports[n], n, g, timeout, out) for n, g in globs.items() if g)
+        *(survey_node(transports[n], n, g, timeout, out, max_files) for n, g in globs.items() if g)
     )
     return out
 

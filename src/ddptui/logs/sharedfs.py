@@ -11,7 +11,7 @@ What makes two sightings one file:
     nodes) but the inode number is the server's;
   - a network filesystem whose clients name the server differently (`nfs1:/home` and
     `10.0.0.5:/home`): the same inode, size, mtime and hashes of the first and last
-    64 KiB.
+    4 KiB.
 Anything else is a file of its own, kept once per node that has it.
 """
 
