@@ -6,6 +6,8 @@ file, kept under its name; a symlink loop is one note, not one per node."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -83,5 +85,58 @@ def test_shared_rank_logs_are_read_once_and_a_node_local_tmpfs_keeps_its_node(ma
     nogpu = next(f for f in doc["steps"][0]["findings"] if f["id"] == "ENV-NOGPU-VISIBLE")
     assert nogpu["nodes"] == [f"{names[1]}:{scratch}/local.log"]
     assert "shared (" in result.stderr or "shared (" in result.output
+    for i in range(3):
+        assert tb.pids(i) == [], tb.pids(i)
+
+
+FR = Path(__file__).parent / "fixtures" / "job" / "flight-recorder-rank_0.json"
+
+
+def test_job_reads_each_ranks_dump_in_a_shared_fr_trace_once(make_testbed, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A job that is gone left one flight recorder dump per rank in a folder every node
+    mounts (~/.cache/fr_trace): each is read once, by one node, attributed to its rank by
+    its name; rank 1 never enqueued the collective the others wait in."""
+    from ddptui.job import lastknown
+
+    tb = make_testbed(3, stem="sfs", subnet_base="10.87")
+    cfg = tb.write_config(tmp_path / "cluster.yaml")
+    names = [n["name"] for n in json.loads(cfg.read_text())["nodes"]]
+    frdir = tb.workdir / "fr_trace"
+    frdir.mkdir()
+    doc = json.loads(FR.read_text())
+    for rank in range(3):
+        mine = dict(doc)
+        if rank == 1:  # stopped one collective early
+            mine["entries"] = doc["entries"][:-1]
+        (frdir / f"rank_{rank}").write_text(json.dumps(mine))
+    (frdir / "notes.txt").write_text("not a dump\n")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    # What the last look at the live job remembered: its output, its dump prefix.
+    remembered = lastknown._file(str(cfg))
+    remembered.parent.mkdir(parents=True)
+    remembered.write_text(json.dumps({
+        "config": str(cfg),
+        "nodes": {n: [str(tb.workdir / f"{n}.log")] for n in names},
+        "fr": {n: f"{frdir}/rank_" for n in names},
+    }))
+    assert lastknown.load_fr(str(cfg)) == {n: [f"{frdir}/rank_"] for n in names}
+    out = tmp_path / "job.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddptui", "job", str(cfg), "--json", str(out)],
+        capture_output=True, text=True, timeout=90,
+    )
+    report = json.loads(out.read_text())
+    notes = report["job"]["notes"]
+    dumps = [n for n in notes if n.startswith("flight recorder dump of rank")]
+    assert len(dumps) == 3, (notes, proc.stdout, proc.stderr)
+    for rank in range(3):
+        (note,) = [n for n in dumps if n.startswith(f"flight recorder dump of rank {rank}:")]
+        assert f"{frdir}/rank_{rank}" in note and f"seen on {', '.join(names)}" in note
+    readers = {n.rsplit("read once on ", 1)[1].rstrip(")") for n in dumps}
+    assert len(readers) >= 2, dumps  # spread over the nodes
+    fr = [f for f in report["steps"][0]["findings"] if f["id"].startswith("JOB-FR")]
+    assert fr and fr[0]["id"] == "JOB-FR-TIMEOUT", fr
+    assert "rank(s) 1 never enqueued it" in fr[0]["summary"]
+    assert "ranks with the entry: 0, 2" in " ".join(fr[0]["evidence"]), fr[0]["evidence"]
     for i in range(3):
         assert tb.pids(i) == [], tb.pids(i)
