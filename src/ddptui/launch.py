@@ -60,13 +60,13 @@ def open_tui(config: str | None) -> int:
     try:
         code = app.run()
     except Exception:  # noqa: BLE001 - last resort: a bug in ddptui is exit 3, not a traceback
-        from ddptui.cli import _internal_error
+        from ddptui.cli.common import internal_error
 
-        return _internal_error()
+        return internal_error()
     if app.config_error is not None:
-        from ddptui.cli import _report_load_error
+        from ddptui.cli.common import report_load_error
 
-        return _report_load_error(app.config_error)
+        return report_load_error(app.config_error)
     return code or 0
 
 
