@@ -65,12 +65,36 @@ def report_load_error(exc: BaseException) -> int:
     return internal_error(exc)
 
 
+# Options that say where the cluster comes from besides CONFIG (a scheduler's allocation, a
+# hostfile, ...): (option decorator, parameter name) pairs. Every command that runs on a
+# cluster (open, check, job, diagnose) wears @cluster_source_options and so gets them all;
+# load_config_or_exit() is where their values are read. Empty today: CONFIG alone.
+CLUSTER_SOURCE_OPTIONS: tuple[tuple[Callable[[Callable[..., Any]], Callable[..., Any]], str], ...] = ()
+_SOURCE_KEY = "ddptui.cluster_source"
+
+
 def cluster_source_options(command: Callable[P, R]) -> Callable[P, R]:
-    """The options that say where the cluster comes from, for every command that runs on
-    one (open, check, job, diagnose). Today that is the CONFIG argument alone, which each
-    command declares itself; a new source of nodes (a scheduler's allocation, a hostfile)
-    adds its options here, once, and every such command gets them."""
-    return command
+    """Give command the CLUSTER_SOURCE_OPTIONS. Their values do not reach the command's
+    own parameters: they are kept on the click context (cluster_source() reads them), so
+    adding a source is a change here and in load_config_or_exit, not in every command."""
+    names = [name for _, name in CLUSTER_SOURCE_OPTIONS]
+
+    @functools.wraps(command)
+    def with_source(*args: P.args, **kwargs: P.kwargs) -> R:
+        source = {name: kwargs.pop(name) for name in names if name in kwargs}
+        click.get_current_context().meta[_SOURCE_KEY] = source
+        return command(*args, **kwargs)
+
+    decorated: Callable[..., Any] = with_source
+    for option, _ in reversed(CLUSTER_SOURCE_OPTIONS):
+        decorated = option(decorated)
+    return decorated
+
+
+def cluster_source() -> dict[str, Any]:
+    """The values of the CLUSTER_SOURCE_OPTIONS the running command was given."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.meta.get(_SOURCE_KEY, {})) if ctx is not None else {}
 
 
 # --------------------------------------------------------------------------- reports
