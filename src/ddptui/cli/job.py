@@ -263,7 +263,7 @@ def _size(n: int | None) -> str:
 
 def print_look(look: Any, out: TextIO) -> None:
     """The human summary: verdict, ranks table, stack groups, findings with their fix."""
-    from ddptui.diagnosis.model import GLYPH
+    from ddptui.glyphs import severity_glyph
     from ddptui.job.report import rank_row
 
     v = look.verdict
@@ -296,8 +296,7 @@ def print_look(look: Any, out: TextIO) -> None:
         )
     click.echo("", file=out)
     for f in look.findings:
-        glyph = {"error": GLYPH["fail"], "warning": GLYPH["warn"], "info": "i"}[f.severity]
-        click.echo(f"  {glyph} {f.id}: {f.summary}", file=out)
+        click.echo(f"  {severity_glyph(f.severity)} {f.id}: {f.summary}", file=out)
         if f.severity != "info" or f.id == "JOB-HEALTHY":
             click.echo(f"      why: {f.cause}", file=out)
             click.echo(f"      fix: {f.fix}", file=out)

@@ -25,6 +25,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ddptui.diagnosis.model import NodeResult, StepResult
+from ddptui.glyphs import GLYPH
 from ddptui.report.json_report import first_failure, run_state
 from ddptui.stepmeta import ORDER, TITLES
 from ddptui.ui.banner import Banner
@@ -32,7 +33,7 @@ from ddptui.ui.checklist_table import ChecklistTable
 from ddptui.ui.header import HeaderBar
 from ddptui.ui.matrix import GROUP, Columns, group_cell, node_columns
 from ddptui.ui.metrics_pane import METRICS_NODES, MetricsPane
-from ddptui.ui.render import GLYPH, STYLE, banner_text, detail_markdown
+from ddptui.ui.render import STYLE, banner_text, detail_markdown
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ddptui.diagnosis.model import GLYPH, STATUS_RANK, StepResult
+from ddptui.diagnosis.model import STATUS_RANK, StepResult
+from ddptui.glyphs import GLYPH
 from ddptui.stepmeta import ORDER
 
 GROUP = "+rest"  # the key of the collapsed column
