@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ddptui.diagnosis.model import Finding
+from ddptui.diagnosis.finding import Finding
 from ddptui.logs.diagnose import LogDiagnosis
 from ddptui.logs.lineinfo import nccl_host
 from ddptui.logs.sharedfs import SharedFile
