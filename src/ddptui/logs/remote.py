@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from ddptui.logs.inputs import Inputs
+from ddptui.logs.pipes import Pipe
 from ddptui.logs.sharedfs import Plan, SharedFile, Sighting, plan
 
 PROBE: Final = "logread"
@@ -73,22 +75,23 @@ class RemoteRead:
     nproc_per_node: int | None = 1
     files: dict[str, SharedFile] = field(default_factory=dict)  # label -> file
     node_bytes: dict[str, int] = field(default_factory=dict)  # bytes the probes read, per node
+    opened: set[str] = field(default_factory=set)  # labels the nodes could open and send
+    finish: Callable[[], None] = lambda: None  # wait for the reads (after the diagnosis)
+    cancel: Callable[[], None] = lambda: None  # stop the reads (an error, Ctrl-C)
 
 
 def _take(
-    rec: dict[str, Any], node: str, spool: Spool | None, spooled: dict[str, Any],
-    files: list[tuple[str, Path]], problems: list[str], labels: Mapping[str, str],
-    notes: list[str],
+    rec: dict[str, Any], node: str, pipes: Mapping[str, Pipe], problems: list[str],
+    labels: Mapping[str, str], notes: list[str],
 ) -> None:
-    """One record of the logread probe."""
+    """One record of the logread probe; `pipes` by the path on the node."""
     kind, path = rec.get("kind"), str(rec.get("path", ""))
     label = labels.get(path, f"{node}:{path}")
-    if kind == "file" and spool is not None:
-        target = spool.new_file()
-        spooled[path] = target.open("w", encoding="utf-8")
-        files.append((label, target))
-    elif kind == "lines" and path in spooled:
-        spooled[path].write(str(rec.get("text", "")) + "\n")
+    pipe = pipes.get(path)
+    if kind == "file" and pipe is not None:
+        pipe.open()
+    elif kind == "lines" and pipe is not None:
+        pipe.write(str(rec.get("text", "")) + "\n")
     elif kind == "file_end":
         if rec.get("replaced"):
             notes.append(f"{label}: replaced between the look and the read (rotated?); read the new file")
@@ -97,6 +100,8 @@ def _take(
                 f"{label}: grew by {rec['grew']:,} bytes while it was read (a live log); "
                 "read up to where it was when reading began, counted once"
             )
+        if pipe is not None:
+            pipe.close()
     elif kind == "file_error":
         problems.append(f"{label}: {rec.get('error')}")
     elif kind == "error":
@@ -138,6 +143,7 @@ class Survey:
     sightings: list[Sighting] = field(default_factory=list)
     hostnames: dict[str, str] = field(default_factory=dict)  # node -> its host name
     odd: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (path, why) -> nodes
+    nomatch: dict[str, list[str]] = field(default_factory=dict)  # glob -> the nodes
     problems: list[str] = field(default_factory=list)
     unreachable: set[str] = field(default_factory=set)
     node_bytes: dict[str, int] = field(default_factory=dict)
@@ -145,11 +151,18 @@ class Survey:
     def odd_problems(self, order: Sequence[str]) -> list[str]:
         """One note per odd file, however many nodes see it (a loop in a shared folder)."""
         rank = {n: i for i, n in enumerate(order)}
+
+        def on(nodes: list[str]) -> str:
+            return ", ".join(sorted(nodes, key=lambda n: rank.get(n, 0)))
+
         return [
-            f"{path}: {why} (on {', '.join(sorted(nodes, key=lambda n: rank.get(n, 0)))})"
-            if len(nodes) > 1
-            else f"{nodes[0]}:{path}: {why}"
+            f"{path}: {why} (on {on(nodes)})" if len(nodes) > 1 else f"{nodes[0]}:{path}: {why}"
             for (path, why), nodes in self.odd.items()
+        ] + [
+            f"no file matches {glob!r} (on {on(nodes)})"
+            if len(nodes) > 1
+            else f"{nodes[0]}: no file matches {glob!r}"
+            for glob, nodes in self.nomatch.items()
         ]
 
 
@@ -182,8 +195,10 @@ async def survey_node(
             out.node_bytes[node] = out.node_bytes.get(node, 0) + rec["read_bytes"]
         elif kind == "file_error":
             out.odd.setdefault((str(rec.get("path")), str(rec.get("error"))), []).append(node)
+        elif kind == "nomatch":
+            out.nomatch.setdefault(str(rec.get("glob")), []).append(node)
         else:
-            _take(rec, node, None, {}, [], out.problems, {}, [])
+            _take(rec, node, {}, out.problems, {}, [])
     problem = res.problem()
     if problem and not any(p.startswith(f"{node}: ") for p in out.problems):
         out.problems.append(f"{node}: log reader failed: {problem}")
@@ -201,27 +216,29 @@ async def survey_all(
 
 
 async def _read_node(
-    transport: Any, node: str, mine: list[SharedFile], params: dict[str, Any], spool: Spool,
-    inputs: Inputs, files: list[tuple[str, Path]], deadline: float, notes: list[str],
+    transport: Any, node: str, mine: list[SharedFile], params: dict[str, Any],
+    pipes: Mapping[str, Pipe], problems: list[str], deadline: float, notes: list[str],
     node_bytes: dict[str, int],
 ) -> None:
     paths = [f.on(node).path for f in mine]
     labels = {f.on(node).path: f.label for f in mine}
     expect = {f.on(node).path: f.on(node).ino for f in mine}
-    run = await transport.start_probe(
-        PROBE, {**params, "mode": "read", "paths": paths, "expect": expect}
-    )
-    spooled: dict[str, Any] = {}
+    mypipes = {f.on(node).path: pipes[f.label] for f in mine}
     try:
-        async for rec in _records(run, node, "reading the logs", deadline, inputs.problems):
-            if rec.get("kind") == "done" and isinstance(rec.get("read_bytes"), int):
-                node_bytes[node] = node_bytes.get(node, 0) + rec["read_bytes"]
-            _take(rec, node, spool, spooled, files, inputs.problems, labels, notes)
-        await _finish(run, node, inputs.problems)
+        run = await transport.start_probe(
+            PROBE, {**params, "mode": "read", "paths": paths, "expect": expect}
+        )
+        try:
+            async for rec in _records(run, node, "reading the logs", deadline, problems):
+                if rec.get("kind") == "done" and isinstance(rec.get("read_bytes"), int):
+                    node_bytes[node] = node_bytes.get(node, 0) + rec["read_bytes"]
+                _take(rec, node, mypipes, problems, labels, notes)
+            await _finish(run, node, problems)
+        finally:
+            await run.stop()
     finally:
-        for fh in spooled.values():
-            fh.close()
-        await run.stop()
+        for pipe in mypipes.values():  # after the node's last word: its problems are in
+            pipe.close()
 
 
 def _visibility_notes(plan: Plan, asked: Mapping[str, set[str]]) -> list[str]:
@@ -244,52 +261,90 @@ def _visibility_notes(plan: Plan, asked: Mapping[str, set[str]]) -> list[str]:
     return notes
 
 
-async def _read_all(
-    config_path: str, specs: Sequence[str], inputs: Inputs, spool: Spool, max_bytes: int
-) -> RemoteRead:
-    from ddptui.checklist.runner import targets_from
-    from ddptui.config import load_config
-    from ddptui.transport import close_transports, make_transports
+class _Reading:
+    """The nodes' survey and reads, in a thread of their own, so that the diagnosis reads
+    each file while it still arrives."""
 
-    config = load_config(config_path)
-    targets = targets_from(config)
-    order = [t.name for t in targets]
-    per_node = split_specs(specs, order)
-    chosen = [t for t in targets if t.name in per_node]
-    transports = make_transports(config, chosen)
-    params = {"max_bytes": max_bytes, "salt": secrets.token_hex(8)}
-    timeout = config.timeouts.step + SLACK_S
-    nproc = config.nproc_per_node if isinstance(config.nproc_per_node, int) else None
-    out = RemoteRead(spool, order=order, nproc_per_node=nproc)
-    files: dict[str, list[tuple[str, Path]]] = {t.name: [] for t in chosen}
-    loop = asyncio.get_running_loop()
-    try:
-        found = await survey_all(transports, per_node, timeout)
-        inputs.problems += found.problems + found.odd_problems(order)
-        out.hostnames, out.node_bytes = found.hostnames, found.node_bytes
-        out.plan = plan(found.sightings, order)
-        deadline = loop.time() + timeout
-        await asyncio.gather(
-            *(
-                _read_node(
-                    transports[t.name], t.name, out.plan.assigned(t.name), params, spool,
-                    inputs, files[t.name], deadline, out.notes, out.node_bytes,
+    def __init__(
+        self, config: Any, specs: Sequence[str], spool: Spool, max_bytes: int,
+        problems: list[str],
+    ) -> None:
+        from ddptui.checklist.runner import targets_from
+
+        self.config = config
+        self.targets = targets_from(config)
+        order = [t.name for t in self.targets]
+        self.per_node = split_specs(specs, order)
+        self.spool = spool
+        self.max_bytes = max_bytes
+        nproc = config.nproc_per_node if isinstance(config.nproc_per_node, int) else None
+        self.out = RemoteRead(spool, order=order, nproc_per_node=nproc)
+        self.problems = problems  # the inputs' own list: appended to from this thread
+        self.cond = threading.Condition()
+        self.pipes: dict[str, Pipe] = {}
+        self.planned = threading.Event()
+        self.error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.thread = threading.Thread(target=self._run, name="ddptui-logread", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, raised there
+            self.error = exc
+        finally:
+            for pipe in self.pipes.values():
+                pipe.close()
+            self.planned.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        await self._read_all()
+
+    def cancel(self) -> None:
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
+        self.thread.join(15)
+
+    async def _read_all(self) -> None:
+        from ddptui.transport import close_transports, make_transports
+
+        out, order = self.out, self.out.order
+        chosen = [t for t in self.targets if t.name in self.per_node]
+        transports = make_transports(self.config, chosen)
+        params = {"max_bytes": self.max_bytes, "salt": secrets.token_hex(8)}
+        timeout = self.config.timeouts.step + SLACK_S
+        loop = asyncio.get_running_loop()
+        try:
+            found = await survey_all(transports, self.per_node, timeout)
+            self.problems += found.problems + found.odd_problems(order)
+            out.hostnames, out.node_bytes = found.hostnames, found.node_bytes
+            out.plan = plan(found.sightings, order)
+            asked = {n: set(g) for n, g in self.per_node.items()}
+            out.notes[:0] = _visibility_notes(out.plan, asked)
+            out.files = {f.label: f for f in out.plan.files}
+            out.hosts = {f.label: f.reader for f in out.plan.files}
+            by_reader = {n: out.plan.assigned(n) for n in order}
+            for n in order:
+                for f in by_reader[n]:
+                    self.pipes[f.label] = Pipe(self.spool.new_file(), self.cond)
+            self.planned.set()
+            deadline = loop.time() + timeout
+            await asyncio.gather(
+                *(
+                    _read_node(
+                        transports[t.name], t.name, by_reader[t.name], params, self.pipes,
+                        self.problems, deadline, out.notes, out.node_bytes,
+                    )
+                    for t in chosen
+                    if by_reader[t.name]
                 )
-                for t in chosen
-                if out.plan.assigned(t.name)
             )
-        )
-    finally:
-        await close_transports(transports)
-    asked = {n: set(g) for n, g in per_node.items()}
-    out.notes[:0] = _visibility_notes(out.plan, asked)
-    out.files = {f.label: f for f in out.plan.files}
-    out.hosts = {label: t.name for t in chosen for label, _ in files[t.name]}
-    for t in chosen:
-        for label, path in files[t.name]:
-            fh = path.open("rb")
-            inputs.add_stream(fh, label, fh.close)
-    return out
+        finally:
+            await close_transports(transports)
 
 
 def read_remote(
@@ -297,10 +352,33 @@ def read_remote(
 ) -> RemoteRead:
     """Read NODE:GLOB specs on the nodes into `inputs`, each file once: every node first
     says what it would read, files seen from several nodes are read on one of them.  The
-    caller cleans up `.spool`."""
+    reads go on in a thread while the caller diagnoses `inputs` (each stream blocks until
+    its file has arrived); the caller then calls `.finish()`, and cleans up `.spool`."""
+    from ddptui.config import load_config
+
+    config = load_config(config_path)
     spool = Spool()
+    reading = _Reading(config, specs, spool, max_bytes, inputs.problems)
+    reading.out.finish = lambda: _finish_reading(reading)
+    reading.out.cancel = reading.cancel
     try:
-        return asyncio.run(_read_all(config_path, specs, inputs, spool, max_bytes))
+        reading.thread.start()
+        while not reading.planned.wait(0.25):
+            pass
+        if reading.error is not None:
+            raise reading.error
+        for label, pipe in reading.pipes.items():
+            inputs.add_stream(pipe.reader(), label)
     except BaseException:
+        reading.cancel()
         spool.cleanup()
         raise
+    return reading.out
+
+
+def _finish_reading(reading: _Reading) -> None:
+    """Wait for the reading thread (the diagnosis has read every stream to its end)."""
+    reading.thread.join()
+    reading.out.opened = {label for label, pipe in reading.pipes.items() if pipe.opened}
+    if reading.error is not None and not isinstance(reading.error, asyncio.CancelledError):
+        raise reading.error

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -74,11 +75,18 @@ def run_diagnosis(
     try:
         label = ", ".join(paths) if len(paths) <= 3 else f"{len(paths)} inputs"
         diag = diagnose_inputs(inputs, label)
-        infos = [_info(s.label, s.bytes_read, s.lines, read) for _, s in inputs.streams]
         if read is not None:
+            read.finish()
+            diag = replace(diag, problems=tuple(dict.fromkeys([*inputs.problems, *diag.problems])))
             diag, extra = _attributed(diag, read)
+        infos = [
+            _info(s.label, s.bytes_read, s.lines, read)
+            for _, s in inputs.streams
+            if read is None or s.label not in read.files or s.label in read.opened
+        ]
     finally:
         if read is not None:
+            read.cancel()  # a no-op once the reads are done
             read.spool.cleanup()
     seconds = time.monotonic() - t0
     report = build_log_report(
@@ -107,8 +115,6 @@ def _info(label: str, nbytes: int, lines: int, read: RemoteRead | None) -> Input
 def _attributed(diag: LogDiagnosis, read: RemoteRead) -> tuple[LogDiagnosis, dict[str, Any]]:
     """Findings name the node that wrote their lines; the notes say which files were one
     file seen from several nodes and where each was read."""
-    from dataclasses import replace
-
     from ddptui.logs.writers import Layout, attribute
 
     layout = Layout(tuple(read.order), read.nproc_per_node, read.hostnames)
