@@ -247,3 +247,69 @@ def test_job_merges_copies_of_one_log_and_names_the_writer_not_the_reader() -> N
                "lines": lines + summary, "pids": []}]) for v in views]
     (e2,) = _exits(merge_views(views2))
     assert e2.rank == 1 and e2.node == "n1"
+
+
+def test_a_growing_spool_file_is_read_whole_while_it_is_written(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from ddptui.logs.pipes import Pipe
+
+    cond = threading.Condition()
+    pipe = Pipe(tmp_path / "1.log", cond)
+    reader = pipe.reader()
+
+    def write() -> None:
+        time.sleep(0.1)
+        pipe.open()
+        for i in range(50):
+            pipe.write(f"line {i}\n" * 1000)
+            time.sleep(0.002)
+        pipe.close()
+
+    t = threading.Thread(target=write)
+    t.start()
+    data = reader.read()  # blocks until the writer is done
+    t.join()
+    assert data.count(b"\n") == 50_000 and data.endswith(b"line 49\n")
+    never = Pipe(tmp_path / "2.log", cond)
+    never.close()  # the node could not open it: an empty input, at once
+    assert never.reader().read() == b""
+
+
+def test_a_live_log_is_read_up_to_its_size_at_open_and_said_to_grow(tmp_path: Path) -> None:
+    """The logread probe on a file another process keeps appending to: it stops at the
+    size the file had when it was opened (bounded time) and says the file grew."""
+    import threading
+    import time
+
+    log = tmp_path / "live.log"
+    log.write_text("[rank0]: step 0\n" * 200_000)
+    start_lines = 200_000
+    stop = threading.Event()
+
+    def append() -> None:
+        with log.open("a") as fh:
+            while not stop.is_set():  # 8 MB/s: reading the first 3 MB takes longer than 2 ms
+                fh.write("[rank0]: step 1\n" * 1000)
+                fh.flush()
+                time.sleep(0.002)
+
+    t = threading.Thread(target=append)
+    t.start()
+    try:
+        params = {"mode": "read", "paths": [str(log)], "max_bytes": 1 << 30, "salt": "s"}
+        code = f"PARAMS = {params!r}\n" + probe_source("logread")
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60, check=True)
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        t.join()
+    recs = [json.loads(line) for line in out.stdout.splitlines()]
+    sent = sum(r["text"].count("\n") + 1 for r in recs if r["kind"] == "lines")
+    (end,) = [r for r in recs if r["kind"] == "file_end"]
+    (opened,) = [r for r in recs if r["kind"] == "file"]
+    assert start_lines <= sent <= opened["size"] // len("[rank0]: step 0\n") + 1
+    assert end["grew"] > 0 and took < 30
