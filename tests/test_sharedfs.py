@@ -313,3 +313,16 @@ def test_a_live_log_is_read_up_to_its_size_at_open_and_said_to_grow(tmp_path: Pa
     (opened,) = [r for r in recs if r["kind"] == "file"]
     assert start_lines <= sent <= opened["size"] // len("[rank0]: step 0\n") + 1
     assert end["grew"] > 0 and took < 30
+
+
+def test_a_shared_file_some_asked_nodes_do_not_see_is_said_once() -> None:
+    from ddptui.logs.remote import _visibility_notes
+
+    s = [seen("a", "/home/u/r.log", size=100), seen("b", "/home/u/r.log", size=140, mtime=2)]
+    p = plan(s, ["a", "b", "c"])
+    notes = _visibility_notes(p, {"a": {"/home/u/*.log"}, "b": {"/home/u/*.log"}, "c": {"/home/u/*.log"}})
+    assert notes == [
+        "/home/u/r.log: shared (nfs4 nas:/home; seen on a, b, read once on b)",
+        "/home/u/r.log: not seen on c (a different mount there, or not visible yet); read where it was seen",
+        "/home/u/r.log: the nodes saw different sizes (written to meanwhile)",
+    ]
