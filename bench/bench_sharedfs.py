@@ -34,13 +34,17 @@ from bench_diagnose import write_log  # noqa: E402
 from testbed import start_testbed  # noqa: E402
 
 
-def _timed(cmd: list[str], report: Path) -> tuple[float, dict[str, object], int]:
+def _timed(cmd: list[str], report: Path) -> tuple[float, dict[str, object], int, float]:
+    """(wall seconds, report, exit code, CPU seconds of the ddptui process)."""
+    c0 = os.times()
     t0 = time.monotonic()
     run = subprocess.run(cmd, capture_output=True, text=True, check=False)
     took = time.monotonic() - t0
+    c1 = os.times()
+    cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
     if not report.exists():
         sys.exit(f"no report from {' '.join(cmd[:6])} ...: exit {run.returncode}\n{run.stderr[-2000:]}")
-    return took, json.loads(report.read_text()), run.returncode
+    return took, json.loads(report.read_text()), run.returncode, cpu
 
 
 def main() -> int:
@@ -69,13 +73,16 @@ def main() -> int:
             *py, "--config", str(cfg), f"*:{logs}/*.log", "--max-mb", str(args.size_mb + 16),
             "--json", str(work / "shared.json"),
         ]
-        local_t, shared_t = [], []
+        local_t, shared_t, local_cpu, login_cpu, node_cpu = [], [], [], [], []
         doc: dict[str, object] = {}
         for _ in range(args.repeat):  # interleaved: the machine's load hits both alike
-            took, ldoc, lrc = _timed(local_cmd, work / "local.json")
+            took, ldoc, lrc, cpu = _timed(local_cmd, work / "local.json")
             local_t.append(took)
-            took, doc, src = _timed(shared_cmd, work / "shared.json")
+            local_cpu.append(cpu)
+            took, doc, src, cpu = _timed(shared_cmd, work / "shared.json")
             shared_t.append(took)
+            login_cpu.append(cpu)
+            node_cpu.append(doc["steps"][0]["data"]["node_read_cpu_s"])  # type: ignore[index]
         data = doc["steps"][0]["data"]  # type: ignore[index]
         node_read = sum(data["node_read_bytes"].values())
         first_l = (ldoc.get("first_failure") or {}).get("finding")  # type: ignore[union-attr]
@@ -87,6 +94,11 @@ def main() -> int:
               f"{node_read / 1e6:.0f} MB; reading every sighting would be "
               f"{data['bytes_seen'] / 1e9:.2f} GB; median {sm:.1f} s "
               f"({', '.join(f'{t:.1f}' for t in shared_t)}), exit {src}, first cause {first_s}")
+        busiest = statistics.median(max(c.values()) for c in node_cpu)
+        nodes_all = statistics.median(sum(c.values()) for c in node_cpu)
+        print(f"CPU: local {statistics.median(local_cpu):.1f} s; shared: login node "
+              f"{statistics.median(login_cpu):.1f} s, nodes {nodes_all:.1f} s in all, "
+              f"the busiest node {busiest:.1f} s")
         readers = sorted(f["read_on"] for f in data["files"])
         print(f"readers: {readers}")
         print(f"ratio shared/local: {sm / lm:.2f}; load average {os.getloadavg()[0]:.1f} "

@@ -11,7 +11,7 @@
 # Without a mode: expand the globs and read what they match (one pass).
 # params: {"globs": [str], "mode": "survey"|"read", "paths": [str], "expect": {path: ino},
 #          "max_bytes": int, "max_files": int, "salt": str, "deadline_s": float}
-# records: host {hostname, boot}, done {files, read_bytes}, seen {path, <identity>}, file {path, size, offset,
+# records: host {hostname, boot}, done {files, read_bytes, cpu_s}, seen {path, <identity>}, file {path, size, offset,
 #          truncated, gzip}, lines {path, text}, file_end {path, ino, size_now, grew,
 #          replaced}, file_error {path, error}, nomatch {glob}, done {files}
 import errno
@@ -245,7 +245,8 @@ def main():
     if mode == "read":
         paths = [str(p) for p in PARAMS.get("paths") or []][:max_files]
         sent = read_assigned(paths, dict(PARAMS.get("expect") or {}), max_bytes, known, salt)
-        emit("done", files=sent, read_bytes=read_bytes())
+        t = os.times()
+        emit("done", files=sent, read_bytes=read_bytes(), cpu_s=round(t[0] + t[1], 3))
         return
     sent = 0
     for path in matched(globs, max_files):

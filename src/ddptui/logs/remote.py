@@ -75,6 +75,7 @@ class RemoteRead:
     nproc_per_node: int | None = 1
     files: dict[str, SharedFile] = field(default_factory=dict)  # label -> file
     node_bytes: dict[str, int] = field(default_factory=dict)  # bytes the probes read, per node
+    node_cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds of each read
     opened: set[str] = field(default_factory=set)  # labels the nodes could open and send
     finish: Callable[[], None] = lambda: None  # wait for the reads (after the diagnosis)
     cancel: Callable[[], None] = lambda: None  # stop the reads (an error, Ctrl-C)
@@ -218,7 +219,7 @@ async def survey_all(
 async def _read_node(
     transport: Any, node: str, mine: list[SharedFile], params: dict[str, Any],
     pipes: Mapping[str, Pipe], problems: list[str], deadline: float, notes: list[str],
-    node_bytes: dict[str, int],
+    node_bytes: dict[str, int], node_cpu: dict[str, float],
 ) -> None:
     paths = [f.on(node).path for f in mine]
     labels = {f.on(node).path: f.label for f in mine}
@@ -232,6 +233,8 @@ async def _read_node(
             async for rec in _records(run, node, "reading the logs", deadline, problems):
                 if rec.get("kind") == "done" and isinstance(rec.get("read_bytes"), int):
                     node_bytes[node] = node_bytes.get(node, 0) + rec["read_bytes"]
+                if rec.get("kind") == "done" and isinstance(rec.get("cpu_s"), int | float):
+                    node_cpu[node] = float(rec["cpu_s"])
                 _take(rec, node, mypipes, problems, labels, notes)
             await _finish(run, node, problems)
         finally:
@@ -337,7 +340,7 @@ class _Reading:
                 *(
                     _read_node(
                         transports[t.name], t.name, by_reader[t.name], params, self.pipes,
-                        self.problems, deadline, out.notes, out.node_bytes,
+                        self.problems, deadline, out.notes, out.node_bytes, out.node_cpu,
                     )
                     for t in chosen
                     if by_reader[t.name]

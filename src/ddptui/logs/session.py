@@ -138,6 +138,7 @@ def _attributed(diag: LogDiagnosis, read: RemoteRead) -> tuple[LogDiagnosis, dic
         "bytes_seen": plan.bytes_seen,
         "bytes_planned": plan.bytes_planned,
         "node_read_bytes": dict(read.node_bytes),
+        "node_read_cpu_s": dict(read.node_cpu),
         "notes": list(diag.notes),
     }
     return diag, extra
