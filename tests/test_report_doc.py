@@ -319,9 +319,9 @@ def test_first_failure_carries_the_rank_and_place_of_its_finding() -> None:
         {"allreduce": StepResult("allreduce", "AR", "fail", 1.0, nodes, (stuck,))}
     )
     assert first is not None
-    assert (first["rank"], first["where"]) == (2, "train.py:88 in evaluate")
+    assert (first.rank, first.where) == (2, "train.py:88 in evaluate")
     report = json.loads((REPORTS / "session_allreduce_hang.json").read_text())
-    report["first_failure"] = first
+    report["first_failure"] = first.to_dict()
     ReportModel.model_validate(report)
     assert "on **node1** (rank 2, at `train.py:88 in evaluate`):" in render(report, "markdown")
     assert "<b>node1</b> (rank 2, at <code>train.py:88 in evaluate</code>):" in render(
@@ -331,7 +331,7 @@ def test_first_failure_carries_the_rank_and_place_of_its_finding() -> None:
     first = first_failure(
         {"allreduce": StepResult("allreduce", "AR", "fail", 1.0, nodes, (plain,))}
     )
-    assert first is not None and "rank" not in first and "where" not in first
+    assert first is not None and "rank" not in first.to_dict() and "where" not in first.to_dict()
 
 
 # -- one report model: build, check, load ---------------------------------------------

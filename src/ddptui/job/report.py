@@ -15,7 +15,8 @@ from ddptui.job.joblogs import classify, rank_lines, root_causes
 from ddptui.job.model import RankView
 from ddptui.job.run import JobLook, JobOptions, look_at_job
 from ddptui.job.stacks import describe_groups, rank_ranges
-from ddptui.report.json_report import SCHEMA_VERSION, failure_of
+from ddptui.report.first import failure_of
+from ddptui.report.json_report import SCHEMA_VERSION
 
 STEP_TITLE = "Your training job"
 LOG_TAIL = 200
@@ -73,7 +74,7 @@ def _node_results(look: JobLook, findings: tuple[Finding, ...]) -> dict[str, Nod
 
 def first_failure(findings: Sequence[Finding]) -> dict[str, Any] | None:
     primary = next((f for f in findings if f.severity == "error"), None)
-    return failure_of("job", primary) if primary is not None else None
+    return failure_of("job", primary).to_dict() if primary is not None else None
 
 
 def build_job_report(

@@ -112,9 +112,11 @@ def status_severity(status: str) -> str:
 
 
 def first_failure(first: Finding | None) -> dict[str, Any] | None:
-    from ddptui.report.json_report import failure_of
+    from ddptui.report.first import failure_of
 
-    return failure_of(STEP_ID, first) if first is not None and first.severity == "error" else None
+    if first is None or first.severity != "error":
+        return None
+    return failure_of(STEP_ID, first).to_dict()
 
 
 def build_log_report(

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddptui import __version__
-from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.logstore import LogStore
 from ddptui.diagnosis.model import StepResult, bandwidth_outliers, odd_nodes
+from ddptui.report.first import first_failure
 from ddptui.stepmeta import ORDER
 
 SCHEMA_VERSION = 1
@@ -19,42 +19,6 @@ EXCERPTS_PER_NODE = 12
 TAIL_LINES = 300
 METRICS_BUDGET = 6000  # samples per report, shared by the nodes (a 32-GPU-node sample ~2 KB)
 VERSION_FACTS = ("python", "torch", "torch_cuda", "nccl", "driver", "kernel", "os")
-
-
-def first_failure(results: Mapping[str, StepResult]) -> dict[str, Any] | None:
-    """The earliest step (checklist order) whose status is fail, and its most specific finding."""
-    for step_id in ORDER:
-        result = results.get(step_id)
-        if result is None or result.status != "fail":
-            continue
-        primary = result.primary
-        if primary is None:
-            failed = [n for n, r in result.nodes.items() if r.status == "fail"]
-            return {
-                "step": step_id,
-                "nodes": failed,
-                "finding": None,
-                "summary": f"{step_id} failed",
-                "fix": "",
-            }
-        return failure_of(step_id, primary)
-    return None
-
-
-def failure_of(step_id: str, primary: Finding) -> dict[str, Any]:
-    """The report's `first_failure` for a step and its finding (check, job, diagnose)."""
-    out: dict[str, Any] = {
-        "step": step_id,
-        "nodes": list(primary.nodes),
-        "finding": primary.id,
-        "summary": primary.summary,
-        "fix": primary.fix,
-    }
-    if primary.rank is not None:  # CONTRACT.md 2026-11-23: the rank and place, when known
-        out["rank"] = primary.rank
-    if primary.where:
-        out["where"] = primary.where
-    return out
 
 
 def run_state(
@@ -108,7 +72,7 @@ def build_report(session: Any, *, metrics: Any = None) -> dict[str, Any]:
         "nodes": [{"name": t.name, "host": t.host, "rank": t.rank} for t in session.targets],
         "master": {"addr": session.config.master.addr, "port": session.config.master.port},
         "steps": steps,
-        "first_failure": first_failure(results),
+        "first_failure": first.to_dict() if (first := first_failure(results)) else None,
         "verdict": verdict(results),
         "timings": {
             "total_s": round(float(getattr(session, "elapsed_s", 0.0)), 3),

@@ -16,7 +16,6 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ddptui.glyphs import GLYPH
-from ddptui.report.json_report import first_failure
 from ddptui.stepmeta import ORDER, TITLES
 from ddptui.ui.banner import Banner
 from ddptui.ui.checklist_table import ChecklistTable
@@ -203,7 +202,7 @@ class ChecklistScreen(Screen[None]):
         self.tick()
         snap = self.host.snapshot()
         done = all(s in snap.results for s in ORDER)
-        text, kind = banner_text(first_failure(snap.results), snap.running, done, snap.results)
+        text, kind = banner_text(snap.first, snap.running, done, snap.results)
         core = self.host.core
         script = core.script_headline() if core is not None else None
         if script and kind != "fail":
@@ -248,9 +247,9 @@ class ChecklistScreen(Screen[None]):
 
     def land_on_first_failure(self) -> None:
         """The cursor on the first failure's first node: its cause and fix are in the detail."""
-        first = first_failure(self.host.snapshot().results)
-        if first is not None and first["nodes"]:
-            self.move_to(first["step"], node=first["nodes"][0])
+        first = self.host.snapshot().first
+        if first is not None and first.nodes:
+            self.move_to(first.step, node=first.nodes[0])
 
     def failures(self) -> list[tuple[int, int]]:
         results = self.host.snapshot().results

@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from ddptui.glyphs import GLYPH, severity_glyph
+from ddptui.report.first import FirstFailure
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "dim"}
 TIMELINE_EVENTS = 8
@@ -39,8 +40,8 @@ def diagnosis_text(report: dict[str, Any]) -> Text:
     out.append(f"{data.get('lines', 0):,} lines from {len(report.get('nodes') or [])} input(s)\n", "dim")
     for problem in data.get("problems") or []:
         out.append(f"{GLYPH['fail']} {problem}\n", "red")
-    first = report.get("first_failure")
-    lead = next((f for f in findings if first and f.get("id") == first.get("finding")), None)
+    first = FirstFailure.from_document(report)
+    lead = next((f for f in findings if first and f.get("id") == first.finding), None)
     if lead is None:
         out.append(f"\n{GLYPH['pass']} Nothing wrong found", "bold green")
         out.append(": no line matches a known failure.\n")
