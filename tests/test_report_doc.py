@@ -357,11 +357,36 @@ def test_build_report_passes_the_model_and_replays_to_the_same_json() -> None:
     recorded = json.loads((REPORTS / "session_port_env.json").read_text())
     session = local_session()
     session.results.update(results_from_report(recorded))
-    built = build_report(session)
+    built = build_report(session).document()
     assert json.dumps(built["steps"]) == json.dumps(recorded["steps"])
     assert built["first_failure"] == recorded["first_failure"]
     again = results_from_report(json.loads(json.dumps(built)))
     assert json.dumps([r.to_dict() for r in again.values()]) == json.dumps(built["steps"])
+    assert list(built) == [  # CONTRACT.md's keys, in the order they were always written
+        "schema_version", "ddptui_version", "config", "cluster", "started_at", "finished_at",
+        "nodes", "master", "steps", "first_failure", "verdict", "timings", "versions",
+        "tables", "logs", "metrics",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        REPORTS / "session_port_env.json",
+        REPORTS / "session_allreduce_hang.json",
+        REPORTS / "healthy.json",
+        REPORTS.parent / "job" / "report-hung-3nodes.json",
+        REPORTS.parent / "gpu-h100" / "check-2nodes-1gpu.json",
+    ],
+    ids=lambda p: p.name,
+)
+def test_the_report_model_writes_a_report_byte_for_byte(path: Path) -> None:
+    """build_report, the job report and the logs report return the report model: its
+    document() is the JSON ddptui always wrote (same keys, same order, numbers as they
+    were measured), here for reports check, job and a session wrote."""
+    data = json.loads(path.read_text())
+    doc = ReportModel.model_validate(data).document()
+    assert json.dumps(doc, indent=2) == json.dumps(data, indent=2)
 
 
 def test_build_report_refuses_a_document_the_model_rejects() -> None:

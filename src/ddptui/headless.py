@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -11,7 +11,9 @@ from ddptui import __version__
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.model import NodeResult, StepResult
 from ddptui.glyphs import GLYPH
-from ddptui.report.first import FirstFailure
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 COLOR = {
     "pass": "green",
@@ -72,12 +74,12 @@ class HeadlessPrinter:
                 fg="red" if f.severity == "error" else "yellow",
             )
 
-    def summary(self, report: dict[str, Any]) -> None:
+    def summary(self, report: ReportModel) -> None:
         took = time.monotonic() - self.started
         self._echo()
-        first = FirstFailure.from_document(report)
+        first = report.first()
         if first is None:
-            warns = [s["id"] for s in report["steps"] if s["status"] == "warn"]
+            warns = [s.id for s in report.steps if s.status == "warn"]
             tail = f" (warnings in: {', '.join(warns)})" if warns else ""
             self._echo(f"PASS: every step passed in {took:.1f}s{tail}", fg="green", bold=True)
             return
@@ -89,8 +91,8 @@ class HeadlessPrinter:
             self._echo(f"  fix:     {first.fix}", fg="cyan", bold=True)
             for ev in first.evidence[:6]:
                 self._echo(f"  | {ev}", dim=True)
-        errors = [
-            (s["id"], x["id"]) for s in report["steps"] for x in s["findings"] if x["severity"] == "error"
+        errors: list[tuple[str, str | None]] = [
+            (s.id, x.id) for s in report.steps for x in s.findings if x.severity == "error"
         ]
         if (first.step, first.finding) in errors:
             errors.remove((first.step, first.finding))  # the one said above

@@ -5,13 +5,16 @@ from __future__ import annotations
 import platform
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddptui import __version__
 from ddptui.diagnosis.logstore import LogStore
 from ddptui.diagnosis.model import StepResult, bandwidth_outliers, odd_nodes
 from ddptui.report.first import first_failure
 from ddptui.stepmeta import ORDER
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 SCHEMA_VERSION = 1
 EXCERPT_CONTEXT = 5  # log lines kept before and after a line a finding quotes
@@ -55,9 +58,9 @@ def verdict(results: Mapping[str, StepResult]) -> str:
     return "pass"
 
 
-def build_report(session: Any, *, metrics: Any = None) -> dict[str, Any]:
-    """Everything a session knows, as one document. `metrics` is a MetricsModel (the
-    TUI's or check's live metrics)."""
+def build_report(session: Any, *, metrics: Any = None) -> ReportModel:
+    """Everything a session knows, as the report model (its document() is the JSON).
+    `metrics` is a MetricsModel (the TUI's or check's live metrics)."""
     results: dict[str, StepResult] = session.results
     steps = [results[s].to_dict() for s in ORDER if s in results]
     names = [t.name for t in session.targets]
@@ -93,9 +96,9 @@ def build_report(session: Any, *, metrics: Any = None) -> dict[str, Any]:
     # One model builds, checks and loads a report: what is written must load again.
     # About 10 ms on a 13 MB 32-node 8-GPU session (metrics samples stay untyped).
     # Imported here: pydantic stays off the TUI's first-frame path.
-    from ddptui.report.schema import validate_report
+    from ddptui.report.schema import report_model
 
-    return validate_report(report, "the report ddptui built (a bug: please report it)")
+    return report_model(report, "the report ddptui built (a bug: please report it)")
 
 
 def metrics_per_node(nodes: int) -> int:

@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from ddptui.glyphs import GLYPH, severity_glyph
+from ddptui.report.export import Report, document_of
 from ddptui.report.first import FirstFailure
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "dim"}
@@ -31,8 +32,9 @@ def _step(report: dict[str, Any]) -> dict[str, Any]:
     return next((s for s in steps if s.get("id") == "logs"), steps[0] if steps else {})
 
 
-def diagnosis_text(report: dict[str, Any]) -> Text:
+def diagnosis_text(report: Report) -> Text:
     """The report as the screen shows it."""
+    report = document_of(report)
     step = _step(report)
     data = step.get("data") or {}
     findings = [f for f in step.get("findings") or [] if isinstance(f, dict)]
@@ -120,13 +122,13 @@ class DiagnoseScreen(ModalScreen[None]):
 
     def __init__(
         self,
-        report: dict[str, Any] | None = None,
+        report: Report | None = None,
         *,
         paths: Sequence[str] = (),
         config_path: str | None = None,
     ) -> None:
         super().__init__()
-        self.report = report
+        self.report = document_of(report) if report is not None else None
         self.paths = list(paths)
         self.config_path = config_path
 
@@ -155,9 +157,9 @@ class DiagnoseScreen(ModalScreen[None]):
             )
             self.query_one(Input).focus()
 
-    def _show(self, report: dict[str, Any]) -> None:
-        self.report = report
-        self.query_one("#diag-body", Static).update(diagnosis_text(report))
+    def _show(self, report: Report) -> None:
+        self.report = document_of(report)
+        self.query_one("#diag-body", Static).update(diagnosis_text(self.report))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         specs = expand_specs(event.value)
