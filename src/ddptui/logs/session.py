@@ -14,6 +14,7 @@ from ddptui.logs.diagnose import LogDiagnosis
 if TYPE_CHECKING:
     from ddptui.logs.remote import RemoteRead
     from ddptui.logs.report import InputInfo
+    from ddptui.report.schema import ReportModel
 
 
 def utcnow() -> str:
@@ -55,8 +56,8 @@ def run_diagnosis(
     config_path: str | None = None,
     stdin: BinaryIO | None = None,
     max_bytes: int = 64 << 20,
-) -> tuple[LogDiagnosis, dict[str, Any], float]:
-    """(diagnosis, report document, seconds).  SpecError / ConfigError / InputError for
+) -> tuple[LogDiagnosis, ReportModel, float]:
+    """(diagnosis, the report model, seconds).  SpecError / ConfigError / InputError for
     what the user must change; unreadable inputs are in the diagnosis' problems."""
     from ddptui.logs.inputs import Inputs, diagnose_inputs
     from ddptui.logs.report import build_log_report
