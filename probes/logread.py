@@ -138,12 +138,14 @@ def send_file(path, max_bytes, known, salt):
             pending += data
             if not data:
                 block, pending = pending, b""
+                if block.endswith(b"\n"):
+                    block = block[:-1]  # the file's last line end: no empty line after it
             else:
                 cut = pending.rfind(b"\n")
                 if cut < 0:
                     continue
                 block, pending = pending[:cut], pending[cut + 1 :]
-            if block or data:
+            if block or data:  # a cut block may be one empty line; the end only if text
                 send_lines(path, block, encoding, known, salt)
             if not data:
                 break

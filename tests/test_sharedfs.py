@@ -326,3 +326,29 @@ def test_a_shared_file_some_asked_nodes_do_not_see_is_said_once() -> None:
         "/home/u/r.log: not seen on c (a different mount there, or not visible yet); read where it was seen",
         "/home/u/r.log: the nodes saw different sizes (written to meanwhile)",
     ]
+
+
+def test_a_folder_of_thousands_of_files_is_bounded_said_once_and_read_once(tmp_path: Path) -> None:
+    """Two `host: local` nodes (one kernel: every file is shared) and 1,000 files: 256 are
+    looked at and read, each once; the rest is one note for both nodes, not one per file."""
+    from click.testing import CliRunner
+
+    from ddptui.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("master: {addr: 127.0.0.1, port: 29555}\nnodes:\n"
+                   "  - {host: local, name: n0}\n  - {host: local, name: n1}\n")
+    dumps = tmp_path / "many"
+    dumps.mkdir()
+    for i in range(1000):
+        (dumps / f"r{i:04d}.log").write_text(f"[rank{i}]: step 1\n")
+    result = CliRunner().invoke(main, ["diagnose", "--config", str(cfg), f"*:{dumps}/*.log",
+                                       "--json", "-"])
+    doc = json.loads(result.stdout)
+    data = doc["steps"][0]["data"]
+    assert len(data["files"]) == 256 and all(f["seen_on"] == ["n0", "n1"] for f in data["files"])
+    assert data["lines"] == 256  # each file once
+    assert data["problems"] == [
+        f"{dumps}/*.log: 744 more files match: not read (at most 256 per node; narrow the glob) (on n0, n1)"
+    ]
+    assert result.exit_code == 2
