@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,35 +97,33 @@ async def look_at_job(
     fallback = {n: [] if options.logs else remembered.get(n, []) for n in order}
     reads = ReadPlan()
 
-    async def one(t: NodeTarget) -> NodeView:
+    async def one(t: NodeTarget, reads: ReadPlan, after: bool = False) -> NodeView:
         params: dict[str, Any] = {
             "user": by_name[t.name].user,
             "match": options.match,
             "salt": salt,
-            "window_s": options.window_s,
+            "window_s": 0.0 if after else options.window_s,
             "pyspy": options.pyspy,
-            "stacks": options.stacks,
+            "stacks": options.stacks and not after,
             "native": options.native,
             "allow_pause": options.allow_pause,
             "log_globs": [] if t.name in reads.surveyed else globs[t.name],
-            "fallback_logs": [] if t.name in reads.surveyed else fallback[t.name],
             "log_paths": reads.log_paths.get(t.name, []),
             "fallback_paths": reads.fallback_paths.get(t.name, []),
             "fr_paths": reads.fr_paths.get(t.name, []),
-            "trigger_dump": options.trigger_dump,
+            "trigger_dump": options.trigger_dump and not after,
         }
         view = await _probe(transports[t.name], t, params, options.window_s + PROBE_SLACK_S)
-        if on_node is not None:
+        if on_node is not None and not after:
             on_node(view)
         return view
 
     try:
-        if any(globs.values()) or any(fallback.values()) or remembered_fr:
+        if any(globs.values()):
             # Shared filesystems: each node says what it would read; each file is read once.
-            reads = await survey_reads(
-                transports, order, globs, fallback, remembered_fr, PROBE_SLACK_S
-            )
-        views = tuple(await asyncio.gather(*(one(t) for t in targets)))
+            reads = await survey_reads(transports, order, globs, {}, {}, PROBE_SLACK_S)
+        views = tuple(await asyncio.gather(*(one(t, reads) for t in targets)))
+        views = await _left_behind(views, targets, transports, fallback, remembered_fr, reads, one)
         views = merge_views(views, reads.owners)
     finally:
         if own:
@@ -178,6 +176,41 @@ async def _probe(tr: Transport, t: NodeTarget, params: dict[str, Any], timeout: 
             NodeView(t.name, problem=problem) if not out.records else _with_problem(view, problem)
         )
     return view
+
+
+async def _left_behind(
+    views: tuple[NodeView, ...],
+    targets: Sequence[NodeTarget],
+    transports: Mapping[str, Transport],
+    fallback: Mapping[str, list[str]],
+    remembered_fr: Mapping[str, list[str]],
+    reads: ReadPlan,
+    one: Callable[..., Awaitable[NodeView]],
+) -> tuple[NodeView, ...]:
+    """Where no job runs any more: what it wrote and the dumps it left, each file read
+    once (a second, short pass on those nodes only: a live look pays nothing for it)."""
+    gone = [v.node for v in views if not v.found and not v.problem]
+    left = {n: fallback[n] for n in gone if fallback[n]}
+    dumps = {n: remembered_fr[n] for n in gone if remembered_fr.get(n)}
+    if not (left or dumps):
+        return views
+    after = await survey_reads(transports, gone, {}, left, dumps, PROBE_SLACK_S)
+    busy = [t for t in targets if t.name in after.fallback_paths or t.name in after.fr_paths]
+    more = await asyncio.gather(*(one(t, after, after=True) for t in busy))
+    by_node = {v.node: v for v in more}
+    reads.notes += after.notes
+    reads.problems += after.problems
+    reads.owners.update(after.owners)
+    return tuple(_joined(v, by_node.get(v.node)) for v in views)
+
+
+def _joined(view: NodeView, more: NodeView | None) -> NodeView:
+    """The look, with the logs and dumps a second pass read on a node where no job runs."""
+    from dataclasses import replace
+
+    if more is None:
+        return view
+    return replace(view, logs=view.logs + more.logs, fr=view.fr + more.fr)
 
 
 def _with_problem(view: NodeView, problem: str) -> NodeView:
