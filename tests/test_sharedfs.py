@@ -352,3 +352,20 @@ def test_a_folder_of_thousands_of_files_is_bounded_said_once_and_read_once(tmp_p
         f"{dumps}/*.log: 744 more files match: not read (at most 256 per node; narrow the glob) (on n0, n1)"
     ]
     assert result.exit_code == 2
+
+
+def test_a_live_look_remembers_the_dump_prefix_for_a_later_post_mortem(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ddptui.job import lastknown
+    from ddptui.job.model import node_from_records
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    records = [
+        {"kind": "agent", "pid": 10},
+        {"kind": "rank", "pid": 11, "rank": 0, "out": {"1": {"kind": "file", "path": "/home/u/r0.log"}}},
+        {"kind": "fr_config", "enabled": True, "prefix": "/home/u/.cache/fr_trace/rank_"},
+    ]
+    view = node_from_records("n0", records)
+    quiet = node_from_records("n1", records[:2])  # no flight recorder there
+    assert lastknown.save(str(tmp_path / "c.yaml"), [view, quiet])
+    assert lastknown.load_fr(str(tmp_path / "c.yaml")) == {"n0": ["/home/u/.cache/fr_trace/rank_"]}
+    assert lastknown.load(str(tmp_path / "c.yaml"))["n0"] == ["/home/u/r0.log"]
