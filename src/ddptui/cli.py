@@ -14,7 +14,9 @@ from typing import Any
 import click
 
 from ddptui import __version__
+from ddptui.cli_sources import load_cluster, source_options
 from ddptui.config import ClusterConfig, ConfigError, json_schema
+from ddptui.sources.resolve import SourceOptions
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -73,9 +75,10 @@ def _fatal_config(exc: ConfigError) -> None:
 
 @main.command("open", hidden=True)
 @click.argument("config", required=False)
-def open_cmd(config: str | None) -> None:
+@source_options
+def open_cmd(config: str | None, sources: SourceOptions) -> None:
     """The interactive walkthrough (the TUI). Without a terminal it runs headless."""
-    cfg, source = _load(config)
+    cfg, source = load_cluster(config, sources)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         click.secho(
             "(no terminal: running the checklist headless; `ddptui check` does this explicitly)",
@@ -104,8 +107,10 @@ def open_cmd(config: str | None) -> None:
     default=True,
     help="Stream the nodes' GPU/CPU/NIC metrics into the report (default: on).",
 )
+@source_options
 def check(
     config: str | None,
+    sources: SourceOptions,
     json_path: str | None,
     md_path: str | None,
     html_path: str | None,
@@ -114,7 +119,7 @@ def check(
     metrics: bool,
 ) -> None:
     """Run the checklist headless; exit 0 when every step passes, 1 when one fails."""
-    cfg, source = _load(config)
+    cfg, source = load_cluster(config, sources)
     if timeout is not None:
         if timeout <= 0:
             raise click.BadParameter("must be a positive number of seconds", param_hint="--timeout")

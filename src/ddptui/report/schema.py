@@ -233,6 +233,8 @@ class ReportModel(_Open):
     logs: dict[str, LogModel] | None = None
     metrics: MetricsModelDoc | None = None
     session: dict[str, Any] | None = None
+    exclude: str | None = None
+    """A Slurm hostlist of the nodes failing findings name ("" when none): `sbatch --exclude=`."""
 
 
 def report_schema() -> dict[str, Any]:
