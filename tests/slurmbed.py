@@ -186,14 +186,22 @@ class SlurmCluster:
 
     def scontrol(self, *args: str, timeout: float = 20) -> str:
         return subprocess.run(
-            ["scontrol", *args], env=self.env, capture_output=True, text=True,
-            timeout=timeout, check=True,
+            ["scontrol", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
         ).stdout
 
     def node_states(self) -> dict[str, str]:
         out = subprocess.run(
-            ["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env, capture_output=True,
-            text=True, timeout=20, check=False,
+            ["sinfo", "-h", "-N", "-o", "%N %T"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
         ).stdout
         return dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
 
@@ -222,8 +230,13 @@ class SlurmCluster:
         path = self.dir / f"job-{len(self._jobs)}.sh"
         path.write_text(script)
         out = subprocess.run(
-            ["sbatch", "--parsable", *args, str(path)], env=self.env, capture_output=True,
-            text=True, timeout=30, check=True, cwd=cwd or self.dir,
+            ["sbatch", "--parsable", *args, str(path)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+            cwd=cwd or self.dir,
         ).stdout.strip()
         job = out.split(";")[0]
         self._jobs.append(job)
@@ -255,8 +268,12 @@ class SlurmCluster:
 
     def steps(self, job: str) -> list[str]:
         out = subprocess.run(
-            ["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], env=self.env,
-            capture_output=True, text=True, timeout=20, check=False,
+            ["squeue", "-h", "-s", "-j", job, "-o", "%i %j"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
         ).stdout
         return [ln.strip() for ln in out.splitlines() if ln.strip()]
 

@@ -37,7 +37,9 @@ def excluded_nodes(findings: Iterable[Mapping[str, Any]], all_nodes: Iterable[st
         flag = _kb_exclude(str(f.get("id", "")))
         if flag is False:
             continue
-        if flag is True or (f.get("severity") == "error" and not (nodes == everyone and len(everyone) > 1)):
+        if flag is True or (
+            f.get("severity") == "error" and not (nodes == everyone and len(everyone) > 1)
+        ):
             bad |= nodes
     return [n for n in order if n in bad]
 

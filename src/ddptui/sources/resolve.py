@@ -3,6 +3,7 @@ one ClusterConfig with concrete nodes. Core layer: asks Slurm, reads files, no U
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,4 +78,9 @@ def resolve_cluster(
         base = base.model_copy(update=update)
     if base.transport == "srun" and base.slurm is None:
         raise SlurmError("--transport srun needs a Slurm job: add --slurm [JOBID]")
+    if base.transport == "srun" and shutil.which("srun") is None:
+        raise SlurmError(
+            "srun is not on PATH: the srun transport starts every probe with `srun --overlap`; "
+            "load Slurm's module (or PATH), or use --transport ssh to reach the same hosts"
+        )
     return base, source, job

@@ -125,6 +125,11 @@ def query_job(job: str, *, timeout: float = QUERY_TIMEOUT_S) -> SlurmJob:
             raise SlurmError(
                 f"--slurm {job}: no such job (Slurm: {text}); `squeue --me` lists your jobs"
             ) from None
+        if "configuration source" in text:
+            raise SlurmError(
+                f"--slurm {job}: this machine has no Slurm configuration (scontrol: {text}); "
+                "run ddptui on a login node of the cluster, or set SLURM_CONF"
+            ) from None
         if "Unable to contact" in text or "Connection refused" in text or "timed out" in text:
             raise SlurmError(
                 f"--slurm {job}: the Slurm controller does not answer ({text}); is slurmctld "

@@ -55,15 +55,43 @@ _LABEL = re.compile(rb"^\s*(\d+): ?(.*)$", re.S)
 # Environment that would shape our steps like the user's (srun reads these as defaults
 # inside salloc/sbatch); our own flags say what a probe step needs.
 STEP_SHAPING_ENV = (
-    "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE", "SLURM_NTASKS_PER_SOCKET",
-    "SLURM_NTASKS_PER_CORE", "SLURM_NTASKS_PER_GPU", "SLURM_CPUS_PER_TASK",
-    "SLURM_CPUS_PER_GPU", "SLURM_MEM_PER_CPU", "SLURM_MEM_PER_GPU", "SLURM_MEM_PER_NODE",
-    "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_SOCKET",
-    "SLURM_TRES_PER_TASK", "SLURM_DISTRIBUTION", "SLURM_EXACT", "SLURM_EXCLUSIVE",
-    "SLURM_CPU_BIND", "SLURM_HINT", "SLURM_NNODES", "SLURM_NODELIST", "SLURM_STEP_GRES",
-    "SLURM_OVERLAP", "SLURM_CONTAINER", "SLURM_NETWORK", "SLURM_NO_KILL", "SLURM_WAIT",
-    "SLURM_KILL_BAD_EXIT", "SLURM_LABELIO", "SLURM_UNBUFFEREDIO", "SLURM_STDINMODE",
-    "SLURM_STDOUTMODE", "SLURM_STDERRMODE", "SLURM_JOB_NAME", "SLURM_OPEN_MODE",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_NTASKS_PER_SOCKET",
+    "SLURM_NTASKS_PER_CORE",
+    "SLURM_NTASKS_PER_GPU",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_CPUS_PER_GPU",
+    "SLURM_MEM_PER_CPU",
+    "SLURM_MEM_PER_GPU",
+    "SLURM_MEM_PER_NODE",
+    "SLURM_GPUS",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_PER_TASK",
+    "SLURM_GPUS_PER_SOCKET",
+    "SLURM_TRES_PER_TASK",
+    "SLURM_DISTRIBUTION",
+    "SLURM_EXACT",
+    "SLURM_EXCLUSIVE",
+    "SLURM_CPU_BIND",
+    "SLURM_HINT",
+    "SLURM_NNODES",
+    "SLURM_NODELIST",
+    "SLURM_STEP_GRES",
+    "SLURM_OVERLAP",
+    "SLURM_CONTAINER",
+    "SLURM_NETWORK",
+    "SLURM_NO_KILL",
+    "SLURM_WAIT",
+    "SLURM_KILL_BAD_EXIT",
+    "SLURM_LABELIO",
+    "SLURM_UNBUFFEREDIO",
+    "SLURM_STDINMODE",
+    "SLURM_STDOUTMODE",
+    "SLURM_STDERRMODE",
+    "SLURM_JOB_NAME",
+    "SLURM_OPEN_MODE",
 )
 
 
@@ -97,12 +125,8 @@ def frame_group_payload(name: str, params: dict[str, dict[str, Any]]) -> bytes:
     """Bootstrap, then ONE payload for every node: the params all nodes share once
     (`common`), each node's own difference (`by_node`, keyed by Slurm's node name)."""
     values = list(params.values())
-    common = {
-        k: v for k, v in values[0].items() if all(k in p and p[k] == v for p in values[1:])
-    }
-    by_node = {
-        host: {k: v for k, v in p.items() if k not in common} for host, p in params.items()
-    }
+    common = {k: v for k, v in values[0].items() if all(k in p and p[k] == v for p in values[1:])}
+    by_node = {host: {k: v for k, v in p.items() if k not in common} for host, p in params.items()}
     boot = bootstrap_source().encode("utf-8")
     payload = json.dumps(
         {"name": name, "source": probe_source(name), "common": common, "by_node": by_node},
