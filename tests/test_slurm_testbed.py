@@ -207,3 +207,60 @@ def test_bad_input_exits_2_with_why(bed: Bed, tmp_path: Path) -> None:
     )
     assert rc == 2 and "controller" in text and time.monotonic() - started < 40
     bed.assert_nothing_left()
+
+
+HANG = """\
+import os, time, torch, torch.distributed as dist
+os.environ["RANK"], os.environ["WORLD_SIZE"] = os.environ["SLURM_PROCID"], os.environ["SLURM_NTASKS"]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(8)
+def evaluate():
+    time.sleep(3600)  # this rank took another code path
+step = 0
+while True:
+    step += 1
+    if rank == 3 and step == 3:
+        evaluate()
+    dist.all_reduce(t)
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(0.3)
+"""
+
+
+def test_job_names_the_stuck_rank_of_an_srun_launched_job(bed: Bed) -> None:
+    work = bed.tb.workdir / "hang"
+    work.mkdir(exist_ok=True)
+    (work / "train.py").write_text(HANG)
+    log = work / "out.log"
+    master = bed.slurm.node_names[0]
+    script = (
+        "#!/bin/sh\n"
+        f"export MASTER_ADDR={master} MASTER_PORT=29633 GLOO_SOCKET_IFNAME=eth0\n"
+        f"srun {sys.executable} train.py\n"
+    )
+    job = bed.slurm.sbatch(script, "-N4", f"--output={log}", cwd=work)
+    try:
+        deadline = time.monotonic() + 90
+        text = ""
+        while time.monotonic() < deadline:
+            text = log.read_text() if log.exists() else ""
+            if all(f"rank {r} step 2" in text for r in range(4)):
+                break
+            time.sleep(0.5)
+        assert all(f"rank {r} step 2" in text for r in range(4)), text
+        time.sleep(2.0)  # rank 3 is in evaluate(), the others wait in all_reduce
+        steps_before = bed.slurm.steps(job)
+        rc, out, report = bed.ddptui("job", "--slurm", job, "--python", sys.executable)
+        assert rc == 1, out
+        ff = report["first_failure"]
+        assert isinstance(ff, dict)
+        assert ff["finding"] == "JOB-HUNG-DIVERGED", out
+        assert ff["rank"] == 3 and ff["nodes"] == [bed.slurm.node_names[3]], ff
+        assert ff["where"] == "train.py:7 in evaluate", ff
+        # untouched: still running, the same steps, and it never moved past rank 3's wait
+        assert bed.slurm.job_field(job, "JobState") == "RUNNING"
+        assert bed.slurm.steps(job) == steps_before
+        bed.assert_nothing_left()
+    finally:
+        bed.slurm.cancel(job)

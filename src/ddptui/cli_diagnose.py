@@ -15,6 +15,9 @@ from typing import Any, TextIO
 
 import click
 
+from ddptui.cli_sources import source_options
+from ddptui.sources.resolve import SourceOptions
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 GLYPH = {"error": "✘", "warning": "!", "info": "i"}
 
@@ -34,6 +37,7 @@ GLYPH = {"error": "✘", "warning": "!", "info": "i"}
     show_default=True,
     help="With --config: read at most the last this many MiB of each file on a node.",
 )
+@source_options
 def diagnose(
     paths: tuple[str, ...],
     config_path: str | None,
@@ -41,6 +45,7 @@ def diagnose(
     md_path: str | None,
     html_path: str | None,
     max_mb: int,
+    sources: SourceOptions,
 ) -> None:
     """Post-mortem of log files: name the first failure and its fix.
 
@@ -58,6 +63,12 @@ def diagnose(
         raise click.UsageError("only one report can go to standard output ('-')")
     _refuse_unwritable(outputs)
     human = sys.stderr if any(p == "-" for _, p in outputs) else sys.stdout
+    if sources.any:  # --slurm [J] / --hostfile: NODE:GLOB read on those nodes
+        from ddptui.cli_sources import load_cluster
+        from ddptui.sources.resolve import remember
+
+        cluster, config_path = load_cluster(config_path, sources)
+        remember(config_path, cluster)
     try:
         code = _run(paths, config_path, outputs, human, max_mb)
     except click.exceptions.Exit:

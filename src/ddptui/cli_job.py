@@ -13,6 +13,9 @@ from typing import Any, TextIO
 
 import click
 
+from ddptui.cli_sources import load_cluster, source_options
+from ddptui.sources.resolve import SourceOptions
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 STATE_LABEL = {
     "healthy": "HEALTHY",
@@ -86,8 +89,10 @@ STATE_LABEL = {
     metavar="PATH",
     help="A saved NCCL RAS answer on this machine to read too (repeatable).",
 )
+@source_options
 def job(
     config: str | None,
+    sources: SourceOptions,
     match: str | None,
     json_path: str | None,
     md_path: str | None,
@@ -104,7 +109,7 @@ def job(
     ras_replies: tuple[str, ...],
 ) -> None:
     """Look at your own training job on every node (read-only): who is stuck or dead, where, why."""
-    from ddptui.cli import _load, _refuse_unwritable
+    from ddptui.cli import _refuse_unwritable
     from ddptui.job.run import JobOptions
 
     if match is not None:
@@ -123,7 +128,7 @@ def job(
         raise click.BadParameter("must be between 0.5 and 30 seconds", param_hint="--window")
     from ddptui.job.offline import OfflineInputError, offline_findings
 
-    if config is None and not (fr_dumps or ras_replies):
+    if config is None and not (fr_dumps or ras_replies or sources.any):
         raise click.UsageError("give CONFIG (or files to read with --fr-dump / --ras-reply)")
     try:
         offline = offline_findings(fr_dumps, ras_replies)
@@ -131,9 +136,9 @@ def job(
         raise click.BadParameter(str(exc), param_hint="--fr-dump/--ras-reply") from None
     _refuse_unwritable([("json", json_path), ("markdown", md_path), ("html", html_path)])
     out = sys.stderr if json_path == "-" else sys.stdout
-    if config is None:
+    if config is None and not sources.any:
         sys.exit(_offline(offline, out, json_path, md_path, html_path))
-    cfg, source = _load(config)
+    cfg, source = load_cluster(config, sources)
     options = JobOptions(
         match=match,
         window_s=window,

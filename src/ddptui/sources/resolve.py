@@ -84,3 +84,17 @@ def resolve_cluster(
             "load Slurm's module (or PATH), or use --transport ssh to reach the same hosts"
         )
     return base, source, job
+
+
+_RESOLVED: dict[str, ClusterConfig] = {}
+
+
+def remember(label: str, config: ClusterConfig) -> None:
+    """A cluster resolved from the command line (a Slurm job, a hostfile), findable by
+    its label where code takes a config path (diagnose's NODE:GLOB readers)."""
+    _RESOLVED[label] = config
+
+
+def config_for(path: str) -> ClusterConfig:
+    """The cluster behind a label or a cluster.yaml path."""
+    return _RESOLVED.get(path) or load_config(path)
