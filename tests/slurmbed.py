@@ -277,9 +277,18 @@ class SlurmCluster:
         ).stdout
         return [ln.strip() for ln in out.splitlines() if ln.strip()]
 
+    def freeze(self, i: int, frozen: bool = True) -> None:
+        """Stop (or continue) node i's slurmd: the node stops answering Slurm."""
+        proc = self._slurmds[i]
+        os.killpg(proc.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
     # ------------------------------------------------------------------ teardown
 
     def stop(self) -> None:
+        for i, proc in self._slurmds.items():  # a frozen slurmd would ignore SIGTERM
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.freeze(i, frozen=False)
         for job in self._jobs:
             with contextlib.suppress(subprocess.SubprocessError, OSError):
                 self.cancel(job)

@@ -112,11 +112,17 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
 
 
 def test_healthy_job_passes_through_srun_without_ssh(bed: Bed) -> None:
-    rc, text, report = bed.ddptui(
-        "check", "--slurm", bed.job, "--python", sys.executable,
-        "--steps", "ssh,inventory,ping,port,env",
-    )  # fmt: skip
+    drained = bed.slurm.node_names[1]  # draining: its jobs run on; ddptui says so
+    bed.slurm.scontrol("update", f"nodename={drained}", "state=drain", "reason=bad-dimm")
+    try:
+        rc, text, report = bed.ddptui(
+            "check", "--slurm", bed.job, "--python", sys.executable,
+            "--steps", "ssh,inventory,ping,port,env",
+        )  # fmt: skip
+    finally:
+        bed.slurm.scontrol("update", f"nodename={drained}", "state=resume")
     assert rc == 0, text
+    assert f"{drained}" in text and "DRAIN (bad-dimm)" in text
     names = [n["name"] for n in report["nodes"]]  # type: ignore[union-attr]
     assert names == bed.slurm.node_names  # Slurm's order
     ssh = next(s for s in report["steps"] if s["id"] == "ssh")  # type: ignore[union-attr]
@@ -264,3 +270,27 @@ def test_job_names_the_stuck_rank_of_an_srun_launched_job(bed: Bed) -> None:
         bed.assert_nothing_left()
     finally:
         bed.slurm.cancel(job)
+
+
+def test_node_whose_slurmd_does_not_answer_is_named_alone(bed: Bed) -> None:
+    """srun aborts a whole step when one node cannot start its task: ddptui learns the
+    node from srun's words, names it alone and reaches the others in a new step."""
+    bad = 2
+    bed.slurm.freeze(bad)
+    try:
+        rc, text, report = bed.ddptui(
+            "check", "--slurm", bed.job, "--python", sys.executable, "--steps", "ssh,ping",
+            "--no-metrics",
+        )  # fmt: skip
+    finally:
+        bed.slurm.freeze(bad, frozen=False)
+    name = bed.slurm.node_names[bad]
+    assert rc == 1, text
+    ssh = next(s for s in report["steps"] if s["id"] == "ssh")  # type: ignore[union-attr]
+    assert [f["id"] for f in ssh["findings"]] == ["SLURM-NODE-UNREACHABLE"], text
+    assert ssh["findings"][0]["nodes"] == [name]
+    assert "srun could not start a task there" in ssh["nodes"][name]["summary"]
+    ping = next(s for s in report["steps"] if s["id"] == "ping")  # type: ignore[union-attr]
+    assert ping["status"] == "pass", text
+    assert report["exclude"] == name
+    bed.assert_nothing_left()

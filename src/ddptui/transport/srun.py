@@ -47,11 +47,14 @@ from ddptui.sources.hostlist import compress
 from ddptui.transport.base import STAGE0, ConnectFailure, NodeTarget, ProbeRun, Transport
 
 SPLIT_CHUNK = 1024  # slurmstepd cuts longer lines into 1024-byte pieces, each labelled
-BATCH_WINDOW_S = 0.25  # requests for one probe within this window share one srun step
+BATCH_WINDOW_S = 0.25
+PREPARE_TIMEOUT_S = 15.0  # requests for one probe within this window share one srun step
 STOP_GRACE_S = 3.0
 NODE_MARK = "ddptui-node "
 EXIT_MARK = "ddptui-exit "
 _LABEL = re.compile(rb"^\s*(\d+): ?(.*)$", re.S)
+# srun's words when one node cannot start its task: the whole step is then aborted
+_LAUNCH_FAILED = re.compile(r"Task launch for StepId=\S+ failed on node (\S+?): (.*)$")
 # Environment that would shape our steps like the user's (srun reads these as defaults
 # inside salloc/sbatch); our own flags say what a probe step needs.
 STEP_SHAPING_ENV = (
@@ -280,6 +283,12 @@ class _Step:
         assert self.proc is not None
         rc = await self.proc.wait()
         await asyncio.gather(*self._pumps, return_exceptions=True)
+        for text in self.srun_errors:
+            m = _LAUNCH_FAILED.search(text)
+            if m and m.group(1) in self.io:
+                self.group.down.setdefault(
+                    m.group(1), f"srun could not start a task there: {m.group(2).strip()}"
+                )
         unmapped = set(self.hosts) - set(self.task_host.values())
         for io in self.io.values():
             if not io.exit.done():
@@ -362,6 +371,9 @@ class SrunGroup:
         self.options = options
         self.hosts = [t.host for t in targets]
         self.down: dict[str, str] = {}  # host -> why Slurm says it cannot run (DOWN...)
+        self.drained: dict[str, str] = {}  # host -> Slurm's DRAIN state and reason
+        self._prepared = False
+        self._prepare_lock = asyncio.Lock()
         self.steps: set[_Step] = set()
         self.peak_steps = 0
         self._batches: dict[tuple[str, str], _Batch] = {}
@@ -389,6 +401,8 @@ class SrunGroup:
         if set(batch.requests) >= {h for h in self.hosts if h not in self.down}:
             self._flush(key, batch)
         step = await asyncio.shield(batch.ready)
+        if host not in step.io:
+            raise ConnectFailure("slurm", self.down.get(host, "left out of the srun step"))
         return step, step.io[host]
 
     def _flush(self, key: tuple[str, str], batch: _Batch) -> None:
@@ -399,6 +413,15 @@ class SrunGroup:
         if batch.ready.done():
             return
         order = [h for h in self.hosts if h in batch.requests]
+        gone = [h for h in order if h in self.down]
+        if gone:  # Slurm says they cannot run a step: they must not abort it for the rest
+            order = [h for h in order if h not in self.down]
+        if not order:
+            batch.ready.set_exception(
+                ConnectFailure("slurm", self.down.get(gone[0], "no node left to reach"))
+            )
+            batch.ready.exception()  # retrieved: callers re-raise it themselves
+            return
         step = _Step(self, batch.probe, batch.python, order)
         self.steps.add(step)
         self.peak_steps = max(self.peak_steps, len(self.steps))
@@ -413,6 +436,37 @@ class SrunGroup:
             batch.ready.set_result(step)
 
         self._starting.add(asyncio.ensure_future(_go()))
+
+    async def prepare(self) -> None:
+        """Once: ask Slurm which of the job's nodes cannot run a step (DOWN, NOT_RESPONDING:
+        srun would refuse the whole step with them in it) and which are draining."""
+        async with self._prepare_lock:
+            if self._prepared:
+                return
+            self._prepared = True
+            from ddptui.sources.slurm import parse_node_states, unusable_nodes
+
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    "scontrol", "show", "node", "-o", compress(self.hosts),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL, env=step_env(self.options),
+                )  # fmt: skip
+            except OSError:
+                return  # srun itself will say what is wrong
+            try:
+                out, _ = await asyncio.wait_for(proc.communicate(), PREPARE_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+                return
+            states, reasons = parse_node_states(out.decode("utf-8", "replace"))
+            self.down = unusable_nodes(self.hosts, states, reasons)
+            for host, state in states.items():
+                if "DRAIN" in state and host in self.hosts:
+                    why = reasons.get(host)
+                    self.drained[host] = f"Slurm marks it {state}" + (f" ({why})" if why else "")
 
     def forget(self, step: _Step) -> None:
         self.steps.discard(step)
@@ -462,13 +516,22 @@ class SrunTransport(Transport):
     async def connect(self) -> str:
         if self._summary is not None:
             return self._summary
-        why = self.group.down.get(self.target.host)
-        if why is not None:
-            raise ConnectFailure("slurm", why)
+        await self.group.prepare()
         started = time.monotonic()
-        run = await self.start_probe("echo", {})
-        out = await run.wait(30)
-        step = self._steps.pop(id(run), None)
+        for _attempt in range(2):
+            why = self.group.down.get(self.target.host)
+            if why is not None:
+                raise ConnectFailure("slurm", why)
+            down_before = len(self.group.down)
+            run = await self.start_probe("echo", {})
+            out = await run.wait(30)
+            step = self._steps.pop(id(run), None)
+            if out.first("hello") is not None and out.ok:
+                break
+            if len(self.group.down) == down_before:
+                break
+            # another node of the step could not start its task, and srun aborted the
+            # whole step: try again without it (the batch leaves out known-down nodes)
         if out.first("hello") is None or not out.ok:
             problem = out.problem() or "the node printed nothing"
             tail = [ln for ln in out.stderr.strip().splitlines() if ln][-3:]
@@ -481,6 +544,9 @@ class SrunTransport(Transport):
             f"reached with srun --overlap (job {job}, step {job}.{sid}, "
             f"{time.monotonic() - started:.1f} s; no SSH)"
         )
+        drained = self.group.drained.get(self.target.host)
+        if drained:
+            self._summary += f"; {drained}"
         return self._summary
 
     async def start_probe(
