@@ -13,10 +13,21 @@ from typing import Any, TextIO
 
 import click
 
-from ddptui.cli_sources import load_cluster, source_options
-from ddptui.sources.resolve import SourceOptions
+from ddptui.cli.common import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CtrlC,
+    cluster_source_options,
+    has_cluster_source,
+    last_resort,
+    load_config_or_exit,
+    refuse_unwritable,
+    report_options,
+    write_reports,
+)
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 STATE_LABEL = {
     "healthy": "HEALTHY",
     "waiting": "WAITING",
@@ -33,10 +44,9 @@ STATE_LABEL = {
 
 @click.command("job")
 @click.argument("config", required=False)
+@cluster_source_options
 @click.option("--match", metavar="REGEX", help="Pick the job whose torchrun command line matches.")
-@click.option("--json", "json_path", metavar="P", help="Write the JSON report to P ('-' = stdout).")
-@click.option("--markdown", "md_path", metavar="P", help="Write a Markdown report to P.")
-@click.option("--html", "html_path", metavar="P", help="Write an HTML report to P.")
+@report_options()
 @click.option(
     "--log",
     "logs",
@@ -89,10 +99,9 @@ STATE_LABEL = {
     metavar="PATH",
     help="A saved NCCL RAS answer on this machine to read too (repeatable).",
 )
-@source_options
+@last_resort
 def job(
     config: str | None,
-    sources: SourceOptions,
     match: str | None,
     json_path: str | None,
     md_path: str | None,
@@ -109,7 +118,6 @@ def job(
     ras_replies: tuple[str, ...],
 ) -> None:
     """Look at your own training job on every node (read-only): who is stuck or dead, where, why."""
-    from ddptui.cli import _refuse_unwritable
     from ddptui.job.run import JobOptions
 
     if match is not None:
@@ -128,17 +136,17 @@ def job(
         raise click.BadParameter("must be between 0.5 and 30 seconds", param_hint="--window")
     from ddptui.job.offline import OfflineInputError, offline_findings
 
-    if config is None and not (fr_dumps or ras_replies or sources.any):
+    if config is None and not (fr_dumps or ras_replies or has_cluster_source()):
         raise click.UsageError("give CONFIG (or files to read with --fr-dump / --ras-reply)")
     try:
         offline = offline_findings(fr_dumps, ras_replies)
     except OfflineInputError as exc:
         raise click.BadParameter(str(exc), param_hint="--fr-dump/--ras-reply") from None
-    _refuse_unwritable([("json", json_path), ("markdown", md_path), ("html", html_path)])
+    refuse_unwritable([("json", json_path), ("markdown", md_path), ("html", html_path)])
     out = sys.stderr if json_path == "-" else sys.stdout
-    if config is None and not sources.any:
+    if config is None and not has_cluster_source():
         sys.exit(_offline(offline, out, json_path, md_path, html_path))
-    cfg, source = load_cluster(config, sources)
+    cfg, source = load_config_or_exit(config)
     options = JobOptions(
         match=match,
         window_s=window,
@@ -165,8 +173,6 @@ def _run(
 ) -> int:
     from dataclasses import replace
 
-    from ddptui.cli import _internal_error
-
     click.echo(
         f"ddptui job · {source} · {len(cfg.nodes)} node(s) · looking for "
         f"{options.window_s:.0f} s …",
@@ -177,8 +183,6 @@ def _run(
     except KeyboardInterrupt:
         click.echo("interrupted; nothing was left on the nodes", file=out)
         return EXIT_INTERRUPTED
-    except Exception:  # noqa: BLE001 - last resort: a bug in ddptui is exit 3, not a traceback
-        return _internal_error()
     if look is None:
         click.echo("interrupted; nothing was left on the nodes", file=out)
         return EXIT_INTERRUPTED
@@ -197,13 +201,12 @@ def _finish(
     md_path: str | None,
     html_path: str | None,
 ) -> int:
-    from ddptui.cli import _write_reports
     from ddptui.job.report import build_job_report
 
     report = build_job_report(look, name, master)
     print_look(look, out)
     try:
-        _write_reports(report, json_path, md_path, html_path)
+        write_reports(report, json_path, md_path, html_path)
     except OSError as exc:
         click.secho(f"ddptui: cannot write the report: {exc}", fg="red", err=True)
         return EXIT_USAGE
@@ -238,7 +241,6 @@ def exit_code(state: str, findings: Any) -> int:
 
 
 async def _look(cfg: Any, source: str, options: Any) -> Any:
-    from ddptui.cli import CtrlC
     from ddptui.job.run import look_at_job
 
     with CtrlC() as ctrl_c:
@@ -262,7 +264,7 @@ def _size(n: int | None) -> str:
 
 def print_look(look: Any, out: TextIO) -> None:
     """The human summary: verdict, ranks table, stack groups, findings with their fix."""
-    from ddptui.diagnosis.model import GLYPH
+    from ddptui.glyphs import severity_glyph
     from ddptui.job.report import rank_row
 
     v = look.verdict
@@ -295,8 +297,7 @@ def print_look(look: Any, out: TextIO) -> None:
         )
     click.echo("", file=out)
     for f in look.findings:
-        glyph = {"error": GLYPH["fail"], "warning": GLYPH["warn"], "info": "i"}[f.severity]
-        click.echo(f"  {glyph} {f.id}: {f.summary}", file=out)
+        click.echo(f"  {severity_glyph(f.severity)} {f.id}: {f.summary}", file=out)
         if f.severity != "info" or f.id == "JOB-HEALTHY":
             click.echo(f"      why: {f.cause}", file=out)
             click.echo(f"      fix: {f.fix}", file=out)
