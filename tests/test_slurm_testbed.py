@@ -8,6 +8,7 @@ test that makes it. Runs real jobs (sbatch), never a mock of srun's output.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -294,3 +295,32 @@ def test_node_whose_slurmd_does_not_answer_is_named_alone(bed: Bed) -> None:
     assert ping["status"] == "pass", text
     assert report["exclude"] == name
     bed.assert_nothing_left()
+
+
+def test_interrupted_run_ends_every_step_it_started(bed: Bed) -> None:
+    """Ctrl-C in the middle of the allreduce: exit 130, and ddptui's steps, their srun
+    processes and the torchrun trees on the nodes are all gone; the user's job runs on."""
+    argv = [sys.executable, "-m", "ddptui", "check", "--slurm", bed.job, "--python",
+            sys.executable, "--steps", "ssh,allreduce", "--no-metrics"]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env=bed.slurm.env | {"GLOO_SOCKET_IFNAME": "eth0"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            "ddptui-allreduce" in s for s in bed.slurm.steps(bed.job)
+        ):
+            time.sleep(0.2)
+        time.sleep(2.0)  # torchrun is starting on the nodes
+        assert bed.probes_on_nodes(), "the allreduce never started"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out
+    bed.assert_nothing_left()
+    assert bed.slurm.job_field(bed.job, "JobState") == "RUNNING"
