@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ddptui.transport.base import STAGE0
 from ddptui.transport.srun import (
     STEP_SHAPING_ENV,
@@ -31,17 +33,11 @@ def test_step_argv_claims_nothing_and_labels_output() -> None:
     assert argv[-4:] == ["/x/python3", "-u", "-c", STAGE0]
 
 
-def test_step_env_drops_the_allocations_step_shape(monkeypatch: object) -> None:
-    import pytest
-
-    mp = pytest.MonkeyPatch()
-    try:
-        mp.setenv("SLURM_NTASKS", "64")
-        mp.setenv("SLURM_CPUS_PER_TASK", "8")
-        mp.setenv("SLURM_JOB_ID", "77")
-        env = step_env(SrunOptions(job="77"))
-    finally:
-        mp.undo()
+def test_step_env_drops_the_allocations_step_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_NTASKS", "64")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    env = step_env(SrunOptions(job="77"))
     assert "SLURM_NTASKS" not in env and "SLURM_CPUS_PER_TASK" not in env
     assert env["SLURM_JOB_ID"] == "77" and "SLURM_JOB_ID" not in STEP_SHAPING_ENV
 
