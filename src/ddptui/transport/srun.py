@@ -192,9 +192,20 @@ class _NodeIO:
 class _Step:
     """One srun process: one probe on several nodes of the job."""
 
-    def __init__(self, group: SrunGroup, probe: str, python: str, hosts: list[str]) -> None:
+    def __init__(
+        self,
+        group: SrunGroup,
+        probe: str,
+        python: str,
+        hosts: list[str],
+        io: dict[str, _NodeIO] | None = None,
+        retry: bool = True,
+    ) -> None:
         self.group, self.probe, self.python, self.hosts = group, probe, python, hosts
-        self.io = {h: _NodeIO(h) for h in hosts}
+        self.io = io if io is not None else {h: _NodeIO(h) for h in hosts}
+        self.retry = retry  # may this step be started again without a node srun lost?
+        self.moved: dict[str, _Step] = {}  # host -> the step that runs it now
+        self.params: dict[str, dict[str, Any]] = {}
         self.task_host: dict[int, str] = {}
         self.pending: dict[int, list[tuple[str, bytes]]] = {}
         self.step_id: str | None = None
@@ -206,6 +217,7 @@ class _Step:
         self.done = asyncio.Event()
 
     async def start(self, params: dict[str, dict[str, Any]]) -> None:
+        self.params = params
         argv = srun_argv(self.group.options, self.hosts, self.python, self.probe)
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -283,19 +295,35 @@ class _Step:
         assert self.proc is not None
         rc = await self.proc.wait()
         await asyncio.gather(*self._pumps, return_exceptions=True)
+        lost: set[str] = set()
         for text in self.srun_errors:
             m = _LAUNCH_FAILED.search(text)
             if m and m.group(1) in self.io:
+                lost.add(m.group(1))
                 self.group.down.setdefault(
                     m.group(1), f"srun could not start a task there: {m.group(2).strip()}"
                 )
         unmapped = set(self.hosts) - set(self.task_host.values())
-        for io in self.io.values():
+        again = [
+            h for h in self.hosts
+            if h in unmapped and h not in lost and not self.io[h].released
+            and not self.io[h].exit.done()
+        ]  # fmt: skip
+        if lost and again and self.retry and not self.group.closed:
+            # srun aborted the whole step for the nodes it lost: the others run the same
+            # probe again in a new step, on the same per-node streams (their ProbeRuns
+            # never notice), once.
+            await self._rerun(again)
+        for host, io in self.io.items():
+            if host in self.moved:
+                continue
             if not io.exit.done():
                 if io.host in unmapped:
                     # The task never started (srun could not create the step, the node
-                    # is gone): srun's own words are this node's stderr.
-                    for text in self.srun_errors:
+                    # is gone): srun's own words are this node's stderr, the line about
+                    # this very node last (the finding quotes the last line).
+                    mine = [t for t in self.srun_errors if f"node {host}:" in t]
+                    for text in [t for t in self.srun_errors if t not in mine] + mine:
                         io.stderr.feed((text + "\n").encode())
                     io.exit.set_result(rc if rc not in (0, None) else None)
                 else:
@@ -305,8 +333,25 @@ class _Step:
         self.done.set()
         self.group.forget(self)
 
+    async def _rerun(self, hosts: list[str]) -> None:
+        step = _Step(
+            self.group, self.probe, self.python, hosts,
+            io={h: self.io[h] for h in hosts}, retry=False,
+        )  # fmt: skip
+        self.group.steps.add(step)
+        try:
+            await step.start({h: self.params[h] for h in hosts})
+        except ConnectFailure:
+            self.group.steps.discard(step)
+            return
+        for h in hosts:
+            self.moved[h] = step
+
     def release(self, host: str) -> None:
         """One node's run is stopped (or finished): when all are, close srun's stdin."""
+        if host in self.moved:
+            self.moved[host].release(host)
+            return
         self.io[host].released = True
         if all(io.released or io.exit.done() for io in self.io.values()):
             self.close_stdin()
@@ -321,6 +366,9 @@ class _Step:
     def force(self, host: str) -> None:
         """A node whose probe did not stop in its grace: when every node of the step
         is past that point, end the step (terminate)."""
+        if host in self.moved:
+            self.moved[host].force(host)
+            return
         self.io[host].released = True
         if all(io.released or io.exit.done() for io in self.io.values()):
             self._tasks.append(asyncio.ensure_future(self.terminate()))
@@ -378,7 +426,7 @@ class SrunGroup:
         self.peak_steps = 0
         self._batches: dict[tuple[str, str], _Batch] = {}
         self._starting: set[asyncio.Future[None]] = set()  # references keep tasks alive
-        self._closed = False
+        self.closed = False
 
     async def start(
         self,
@@ -388,7 +436,7 @@ class SrunGroup:
         params: dict[str, Any],
         on_stderr: Callable[[str], None] | None,
     ) -> tuple[_Step, _NodeIO]:
-        if self._closed:
+        if self.closed:
             raise ConnectFailure("lost", "the run is stopping; no new srun steps")
         key = (probe, python)
         batch = self._batches.get(key)
@@ -492,7 +540,7 @@ class SrunGroup:
 
     async def close(self) -> None:
         """End every step this group started (bounded); none of the user's."""
-        self._closed = True
+        self.closed = True
         for key, batch in list(self._batches.items()):
             self._batches.pop(key, None)
             if batch.timer is not None:
