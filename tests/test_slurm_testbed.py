@@ -157,17 +157,16 @@ def test_node_that_cannot_reach_the_master_is_the_one_excluded(bed: Bed) -> None
 def test_sbatch_preflight_passes_the_allreduce(bed: Bed) -> None:
     out = bed.tb.workdir / "preflight.json"
     log = bed.tb.workdir / "preflight.out"
+    # --export=NONE, as many sites require: the script sets what it needs itself, and
+    # ddptui's steps still carry the script's environment (srun --export=ALL)
     script = (
         "#!/bin/sh\n"
+        f"export SLURM_CONF={bed.slurm.conf} GLOO_SOCKET_IFNAME=eth0\n"
         f"{sys.executable} -m ddptui check --slurm --python {sys.executable} "
-        f"--steps ssh,ping,allreduce --no-metrics --json {out} || exit $?\n"
+        f"--steps ssh,ping,env,allreduce --no-metrics --json {out} || exit $?\n"
         "echo training would start here\n"
     )
-    env = {"GLOO_SOCKET_IFNAME": "eth0"}
-    job = bed.slurm.sbatch(
-        script, "-N4", f"--output={log}",
-        "--export=ALL," + ",".join(f"{k}={v}" for k, v in env.items()),
-    )  # fmt: skip
+    job = bed.slurm.sbatch(script, "-N4", f"--output={log}", "--export=NONE")
     deadline = time.monotonic() + 150
     state = ""
     while time.monotonic() < deadline:
@@ -180,6 +179,10 @@ def test_sbatch_preflight_passes_the_allreduce(bed: Bed) -> None:
     report = json.loads(out.read_text())
     ar = next(s for s in report["steps"] if s["id"] == "allreduce")
     assert ar["status"] == "pass", text
+    env = next(s for s in report["steps"] if s["id"] == "env")
+    assert env["status"] in ("pass", "warn"), text
+    for node in env["nodes"].values():  # the script's own export reached every node
+        assert node["data"]["launch_env"].get("GLOO_SOCKET_IFNAME") == "eth0", node
     assert report["nodes"][0]["name"] == bed.slurm.node_names[0]
     assert "training would start here" in text
 

@@ -25,7 +25,8 @@ def test_step_argv_claims_nothing_and_labels_output() -> None:
     argv = srun_argv(SrunOptions(job="77"), ["gpu001", "gpu002", "gpu003"], "/x/python3", "env")
     assert argv[:3] == ["srun", "--jobid", "77"]
     for flag in ("--overlap", "--label", "--kill-on-bad-exit=0", "--mem=0", "--input=all",
-                 "--cpu-bind=none", "--ntasks-per-node=1", "--job-name=ddptui-env"):  # fmt: skip
+                 "--cpu-bind=none", "--ntasks-per-node=1", "--job-name=ddptui-env",
+                 "--export=ALL"):  # fmt: skip
         assert flag in argv
     assert argv[argv.index("--nodelist") + 1] == "gpu[001-003]"
     assert argv[argv.index("--nodes") + 1] == argv[argv.index("--ntasks") + 1] == "3"

@@ -9,7 +9,7 @@ How a step is started (argv, never a shell; nothing is installed on the nodes):
 
     srun --jobid J --overlap --nodelist HOSTLIST -N n -n n --ntasks-per-node=1
          --label --kill-on-bad-exit=0 --mem=0 --cpu-bind=none --input=all
-         --job-name=ddptui-PROBE  PYTHON -u -c STAGE0
+         --export=ALL --job-name=ddptui-PROBE  PYTHON -u -c STAGE0
 
 - `--overlap`: the step shares CPUs, memory and GRES with every other step (the user's
   training step included), so it never waits behind it and claims nothing.
@@ -22,6 +22,9 @@ How a step is started (argv, never a shell; nothing is installed on the nodes):
   stdin and broadcast to every task; each node picks its own params (`by_node`, keyed by
   SLURMD_NODENAME) and announces `ddptui-node NAME STEP PID` first. Closing srun's stdin
   reaches every task as end-of-file: the bootstrap's lifeline then stops the probe.
+- `--export=ALL`: the caller's environment reaches the probe (PATH: the training
+  python; the launch variables the env step audits), even inside a job submitted with
+  `--export=NONE` (its SLURM_EXPORT_ENV would otherwise apply to our steps too).
 - `--label`: every line comes back as `TASK: line`; the announcement maps task -> node.
 
 Stopping: stdin closed (the lifeline), then SIGTERM to srun (it forwards it to the
@@ -113,7 +116,7 @@ def srun_argv(options: SrunOptions, hosts: list[str], python: str, probe: str) -
         options.srun, "--jobid", options.job, "--overlap",
         "--nodelist", compress(hosts), "--nodes", n, "--ntasks", n, "--ntasks-per-node=1",
         "--label", "--kill-on-bad-exit=0", "--mem=0", "--cpu-bind=none", "--input=all",
-        f"--job-name=ddptui-{probe}",
+        "--export=ALL", f"--job-name=ddptui-{probe}",
         python, "-u", "-c", STAGE0,
     ]  # fmt: skip
 
