@@ -80,8 +80,14 @@ def status_field(pid, name):
     return []
 
 
+LAUNCHERS = ("srun", "salloc", "sbatch", "mpirun", "mpiexec", "ssh", "pdsh", "clush")
+
+
 def is_agent(argv):
-    """torchrun, `python -m torch.distributed.run` or the old launcher."""
+    """torchrun, `python -m torch.distributed.run` or the old launcher; not the command
+    that starts it elsewhere (`srun torchrun ...` on the batch host is srun)."""
+    if argv and os.path.basename(argv[0]) in LAUNCHERS:
+        return False
     for i, arg in enumerate(argv[:4]):
         if os.path.basename(arg) == "torchrun":
             return True
