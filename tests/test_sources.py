@@ -160,3 +160,20 @@ def test_exclude_rule() -> None:
     assert exclude_expr(report) == "gpu[001,003]"
     report["steps"] = []
     assert exclude_expr(report) == ""
+
+
+def test_exclude_of_a_recorded_64_node_run_and_its_markdown_line() -> None:
+    """A real 64-node testbed run: PORT-TIMEOUT names node17 and node40; AR-HANG and
+    DDP-HANG name all 64 (the consequence, cluster-wide): only the two are excluded."""
+    import json
+
+    from ddptui.report.markdown import render_markdown
+
+    fixture = Path(__file__).parent / "fixtures" / "reports" / "port_64nodes.json"
+    report = json.loads(fixture.read_text())
+    assert exclude_expr(report) == "10.96.2.[18,41]"
+    report["exclude"] = "gpu[005,017]"
+    md = render_markdown(report)
+    assert "Resubmit without the failing nodes: `--exclude=gpu[005,017]`" in md
+    report["exclude"] = ""
+    assert "Resubmit without" not in render_markdown(report)
