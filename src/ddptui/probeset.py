@@ -16,6 +16,7 @@ PROBE_LIBS: dict[str, tuple[str, ...]] = {
     "env": ("_redact.py",),
     "job": ("_redact.py",),
     "allreduce": ("_redact.py",),
+    "fabric": ("_redact.py",),
     "logread": ("_redact.py",),
 }
 
