@@ -9,8 +9,8 @@ from typing import Any
 from ddptui.checklist import fabric_expect
 from ddptui.checklist.fabric_analysis import Judgement, Sample
 from ddptui.checklist.fabric_run import FabricRun
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding
 
 CLOCK_SKEW_S = 5.0  # wall clocks further apart than this (plus ssh latency) are a finding
 

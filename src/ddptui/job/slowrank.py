@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding
 from ddptui.job.model import RankView
 from ddptui.job.stacks import rank_ranges, ranks_phrase
 

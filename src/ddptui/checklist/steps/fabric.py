@@ -15,8 +15,9 @@ from ddptui.checklist.fabric_findings import findings_and_data
 from ddptui.checklist.fabric_plan import confirm_round, partners, schedule
 from ddptui.checklist.fabric_run import FabricRun
 from ddptui.checklist.steps.allreduce import AllreduceStep
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult
+from ddptui.diagnosis.model import NodeResult
 from ddptui.probeset import helper_source
 from ddptui.transport.base import ConnectFailure, NodeTarget
 
