@@ -91,7 +91,7 @@ def test_header_while_waiting_has_no_doubled_separator() -> None:
             app._on_step(step("ssh", "pass", 2))
             await pilot.pause()
             header = text_of(app.query_one(HeaderBar))
-            assert "WAITING 1/7" in header and "· · " not in header
+            assert f"WAITING 1/{len(ORDER)}" in header and "· · " not in header
 
     asyncio.run(scenario())
 
