@@ -170,6 +170,9 @@ def findings_and_data(
         "rounds": done,
         "rounds_planned": planned,
         "unconfirmed": notes,
+        # worker start to group joined (torch import + rendezvous), slowest node; rounds
+        "startup_s": max((float(r.get("seconds") or 0) for r in run.ready.values()), default=None),
+        "round_s": run.round_s,
         "intra": {names[i]: v for i, v in run.intra.items()},
         "hardware": {
             names[i]: {k: v for k, v in hw.items() if k in ("iface", "speed_mbps", "ib", "gpus")}

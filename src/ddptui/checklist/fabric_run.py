@@ -28,6 +28,7 @@ class FabricRun:
     clock: dict[int, float] = field(default_factory=dict)  # node wall clock - ours, seconds
     gone: dict[int, str] = field(default_factory=dict)  # node -> why
     samples: list[Sample] = field(default_factory=list)
+    round_s: list[float] = field(default_factory=list)  # wall time of each round
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def left(self) -> float:
@@ -87,6 +88,7 @@ class FabricRun:
     ) -> None:
         """One round: every pair's two ends told at once; each pair's figure is the lower
         of its two ends' (a node that never answered makes it a failed test)."""
+        started = time.monotonic()
         live = [(a, b) for a, b in pairs if self.alive(a) and self.alive(b)]
         for a, b in live:
             self.probes[a].send({"op": "pair", "round": k, "peer": b})
@@ -120,6 +122,7 @@ class FabricRun:
                 status = next(str(r.get("status")) for r in (ra, rb) if r.get("status") != "ok")
             gbs = min(figures) if len(figures) == 2 and status == "ok" else None
             self.samples.append(Sample(k, a, b, gbs, status, confirm))
+        self.round_s.append(round(time.monotonic() - started, 3))
 
     def pair_message(self, a: int, b: int) -> str:
         for (_, x), rec in sorted(self.results.items(), key=lambda kv: kv[0][0], reverse=True):

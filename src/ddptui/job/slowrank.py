@@ -6,7 +6,7 @@ so every rank prints at the same rate and the output alone cannot say who is slo
 each rank spends its time can. A fast rank finishes its step and waits in the next
 collective; the slow one is still computing (or sleeping, or reading data). Across the
 look's samples (five over the window) that shows as a share of samples in a collective:
-high for the fast ranks, zero for the slow one. NVML utilisation, when present, is
+high for the fast ranks, (nearly) zero for the slow one. NVML utilisation, when present, is
 quoted (a slow rank at 100% GPU while the others idle is a slower GPU; at 0%, the
 time goes to the CPU side: data loading, Python). Pure core."""
 
@@ -21,6 +21,7 @@ from ddptui.job.stacks import rank_ranges, ranks_phrase
 
 WAITING = ("collective", "sync")
 WAIT_SHARE = 0.6  # a fast rank waits in a collective in at least this share of samples
+BUSY_SHARE = 0.2  # the slow rank waits in at most this share (it reaches the collective late)
 MIN_SAMPLES = 3
 
 
@@ -44,12 +45,15 @@ def slow_rank(live: Sequence[RankView], moving: Sequence[int], window_s: float) 
     if any(n < MIN_SAMPLES for _, n in shares.values()):
         return None
     waiters = sorted(k for k, (f, _) in shares.items() if f >= WAIT_SHARE)
-    busy = sorted(k for k, (f, _) in shares.items() if f == 0.0)
+    busy = sorted(k for k, (f, _) in shares.items() if f <= BUSY_SHARE)
     if not waiters or not busy or len(busy) > len(waiters):
         return None
     by_rank: Mapping[int, RankView] = {r.rank: r for r in ranks if r.rank is not None}
     slow = by_rank[busy[0]]
-    place = slow.good_stacks()[-1].place
+    place = next(
+        (s.place for s in reversed(slow.good_stacks()) if s.place.kind not in WAITING),
+        slow.good_stacks()[-1].place,
+    )
     frame = place.user or place.top
     node_of = {k: r.node for k, r in by_rank.items()}
     op = next(
