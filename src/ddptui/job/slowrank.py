@@ -12,11 +12,12 @@ time goes to the CPU side: data loading, Python). Pure core."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.job.model import RankView
+from ddptui.job.model import NodeView, RankView
 from ddptui.job.stacks import rank_ranges, ranks_phrase
 
 WAITING = ("collective", "sync")
@@ -32,12 +33,37 @@ def _share(r: RankView) -> tuple[float, int]:
     return sum(1 for s in good if s.place.kind in WAITING) / len(good), len(good)
 
 
+def inspector_busbw(views: Sequence[NodeView]) -> dict[int, tuple[float, int, str]]:
+    """Per rank, from the NCCL Inspector plugin's output when the job writes it: the
+    median busbw (GB/s) of its latest collectives, how many, and which collective."""
+    out: dict[int, tuple[float, int, str]] = {}
+    for v in views:
+        for rec in v.inspector:
+            rank, colls = rec.get("rank"), rec.get("colls") or []
+            figures = [
+                float(c["busbw_gbs"])
+                for c in colls
+                if isinstance(c, dict) and isinstance(c.get("busbw_gbs"), int | float)
+            ]
+            if isinstance(rank, int) and figures:
+                names = sorted({str(c.get("coll")) for c in colls if isinstance(c, dict)})
+                out[rank] = (statistics.median(figures), len(figures), "/".join(names))
+    return out
+
+
 def _gpu_text(r: RankView) -> str:
     return f"; GPU {r.gpu.get('sm_pct')}% SM" if r.gpu is not None else ""
 
 
-def slow_rank(live: Sequence[RankView], moving: Sequence[int], window_s: float) -> Finding | None:
-    """The slow-rank finding, or None when the look does not show one."""
+def slow_rank(
+    live: Sequence[RankView],
+    moving: Sequence[int],
+    window_s: float,
+    inspector: Mapping[int, tuple[float, int, str]] | None = None,
+) -> Finding | None:
+    """The slow-rank finding, or None when the look does not show one. `inspector`:
+    per-rank busbw from NCCL's Inspector plugin, quoted as evidence (in a synchronous
+    collective the rank that arrives last waits least: its busbw reads highest)."""
     ranks = [r for r in live if r.rank is not None]
     if len(ranks) < 2 or not moving:
         return None
@@ -67,6 +93,10 @@ def slow_rank(live: Sequence[RankView], moving: Sequence[int], window_s: float) 
         + _gpu_text(by_rank[k])
         for k in sorted(shares)
     ]
+    evidence += [
+        f"NCCL inspector, rank {k}: busbw {gbs:.2f} GB/s (median of {n} {coll})"
+        for k, (gbs, n, coll) in sorted((inspector or {}).items())
+    ][:16]
     return kb_finding(
         "JOB-SLOW-RANK",
         sorted({node_of[k] for k in busy}),

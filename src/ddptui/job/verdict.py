@@ -321,9 +321,9 @@ def _rule_no_progress(s: _Seen) -> tuple[State, Finding] | None:
 
 def _rule_slow_rank(s: _Seen) -> tuple[State, Finding] | None:
     """The job moves, but one rank computes while the others wait for it (slowrank.py)."""
-    from ddptui.job.slowrank import slow_rank
+    from ddptui.job.slowrank import inspector_busbw, slow_rank
 
-    f = slow_rank(s.live, s.moving, s.window_s)
+    f = slow_rank(s.live, s.moving, s.window_s, inspector_busbw(s.views))
     return ("slow", f) if f is not None else None
 
 
