@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ddptui.checklist.runner import Session
+from ddptui.checklist.snapshot import RunSnapshot
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.logstore import LogLine
 from ddptui.diagnosis.model import NodeResult, StepResult
@@ -50,17 +51,6 @@ class RunEvent:
 
 
 RunListener = Callable[[RunEvent], None]
-
-
-@dataclass(frozen=True)
-class RunSnapshot:
-    """The run at one moment, for views: results so far, what runs, the header's state."""
-
-    results: dict[str, StepResult]
-    running: str | None
-    selected: tuple[str, ...]
-    state: str  # pass | warn | fail | error | running | waiting
-    label: str  # e.g. "RUNNING 2/6", "WAITING 1/6", "PASS", "FAIL (3/6 run)"
 
 
 @dataclass
