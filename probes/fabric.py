@@ -17,6 +17,7 @@ import datetime
 import glob
 import queue
 import tempfile
+import threading
 import time
 
 START = time.monotonic()
@@ -175,8 +176,8 @@ def nccl_net(log_path):
 class Pairs:
     """Timed exchanges with one peer at a time on the world group."""
 
-    def __init__(self, torch, dist, device, nbytes):
-        self.torch, self.dist, self.device = torch, dist, device
+    def __init__(self, torch, dist, device, nbytes, group=None):
+        self.torch, self.dist, self.device, self.group = torch, dist, device, group
         numel = max(1, int(nbytes) // 4)
         self.send = torch.ones(numel, dtype=torch.float32, device=device)
         self.recv = torch.empty_like(self.send)
@@ -187,12 +188,15 @@ class Pairs:
     def _both(self, peer, out, into, tag):
         dist = self.dist
         if self.device.type == "cuda":
-            ops = [dist.P2POp(dist.isend, out, peer), dist.P2POp(dist.irecv, into, peer)]
+            ops = [
+                dist.P2POp(dist.isend, out, peer, self.group),
+                dist.P2POp(dist.irecv, into, peer, self.group),
+            ]
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
             return
-        ws = dist.isend(out, peer, tag=tag)
-        wr = dist.irecv(into, peer, tag=tag)
+        ws = dist.isend(out, peer, group=self.group, tag=tag)
+        wr = dist.irecv(into, peer, group=self.group, tag=tag)
         ws.wait(self.timeout)
         wr.wait(self.timeout)
 
@@ -217,6 +221,29 @@ class Pairs:
         return nbytes, took, nbytes * iters / took / 1e9
 
 
+def bounded(fn, limit):
+    """fn() in a thread, at most `limit` seconds: gloo connects a pair lazily inside the
+    first send, in the calling thread and under no timeout of ours, so a pair whose
+    packets are dropped would hold this worker (and every later round) forever. A stuck
+    exchange is left behind (a daemon thread; the process ends with the step)."""
+    box = {}
+
+    def target():
+        try:
+            box["ok"] = fn()
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            box["err"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        raise TimeoutError("timed out: the exchange did not finish in %.0f s" % limit)
+    if "err" in box:
+        raise box["err"]
+    return box["ok"]
+
+
 def serve(pairs, backend, log_dir):
     """Run ddptui's commands until it says stop (or goes quiet for idle_s)."""
     net = None
@@ -238,7 +265,9 @@ def serve(pairs, backend, log_dir):
         rnd, peer = int(cmd["round"]), int(cmd["peer"])
         t0 = time.monotonic()
         try:
-            nbytes, took, gbs = pairs.exchange(peer, rnd)
+            nbytes, took, gbs = bounded(
+                lambda p=peer, r=rnd: pairs.exchange(p, r), float(PARAMS.get("op_timeout_s", 15))
+            )
         except Exception as exc:  # noqa: BLE001 - a hung or broken pair is a result
             text = str(exc).strip().splitlines()
             timeout = "timed out" in str(exc).lower() or "timeout" in str(exc).lower()
@@ -321,7 +350,19 @@ def main():
         )
     except Exception as exc:  # noqa: BLE001 - why this node could not join: a finding
         fail(scrubbed("%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[:1])))
-    pairs = Pairs(torch, dist, device, PARAMS.get("nbytes", 1 << 20))
+    # The pairs run on a group of everyone with the short per-operation timeout: gloo
+    # connects a pair lazily inside the first send, under its group's timeout, so a pair
+    # that cannot connect fails in op_timeout_s instead of the long join timeout.
+    group = None
+    if backend == "gloo":
+        try:
+            group = dist.new_group(
+                backend="gloo",
+                timeout=datetime.timedelta(seconds=float(PARAMS.get("op_timeout_s", 15))),
+            )
+        except Exception as exc:  # noqa: BLE001 - why this node could not go on: a finding
+            fail(scrubbed("new_group: %s: %s" % (type(exc).__name__, exc)))
+    pairs = Pairs(torch, dist, device, PARAMS.get("nbytes", 1 << 20), group)
     emit("ready", t=time.time(), seconds=round(time.monotonic() - START, 2))
     serve(pairs, backend, log_dir)
     # Leave without a collective (the others may be gone: that is what the step tests);

@@ -55,15 +55,24 @@ def test_one_slow_node_is_named_alone_and_allreduce_is_no_hang(
 
 
 @pytest.mark.testbed
-def test_one_slow_link_is_named_as_that_pair(make_testbed: Callable[..., Testbed]) -> None:
+def test_one_slow_link_is_named_as_that_pair_and_a_hung_pair_as_hung(
+    make_testbed: Callable[..., Testbed],
+) -> None:
     tb = make_testbed(8, stem="fabl", subnet_base="10.185")
     tb.slow_link(2, 5)
+    # and, elsewhere, a pair whose packets are dropped (MASTER_PORT stays open)
+    tb.block_peer(6, 1)
+    tb.block_peer(1, 6)
     run = check(tb.write_config(timeouts=TIMEOUTS), "--steps", "ssh,fabric", "--no-metrics")
     assert run.rc == 1 and run.seconds < 150, run.stdout
     fabric = run.step("fabric")
-    assert _blamed(fabric) == [("FABRIC-SLOW-LINK", ["node2", "node5"])], run.stdout
-    retest = [p for p in fabric["data"]["pairs"] if p["confirm"]]
-    assert [(p["a"], p["b"]) for p in retest] == [("node2", "node5")]
+    assert sorted(_blamed(fabric)) == [
+        ("FABRIC-PAIR-HUNG", ["node1", "node6"]),
+        ("FABRIC-SLOW-LINK", ["node2", "node5"]),
+    ], run.stdout
+    retest = [(p["a"], p["b"]) for p in fabric["data"]["pairs"] if p["confirm"]]
+    assert sorted(retest) == [("node1", "node6"), ("node2", "node5")]
+    assert fabric["duration_s"] < TIMEOUTS["fabric"]
     assert_nodes_quiet(tb)
 
 
