@@ -326,10 +326,14 @@ def main():
         )
     os.environ.clear()
     os.environ.update(env)
-    if backend == "nccl" and PARAMS.get("intra") and len(gpus) > 1:
-        phase("intra", gpus=len(gpus))
-        busbw, why = intra_node(env, len(gpus))
-        emit("intra", busbw_gbs=busbw, error=why, gpus=len(gpus))
+    visible = len(gpus)
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:  # the job sees these GPUs only
+        visible = len([x for x in cvd.split(",") if x.strip() and x.strip() != "-1"])
+    if backend == "nccl" and PARAMS.get("intra") and visible > 1:
+        phase("intra", gpus=visible)
+        busbw, why = intra_node(env, visible)
+        emit("intra", busbw_gbs=busbw, error=why, gpus=visible)
     phase("import")
     import torch
     import torch.distributed as dist

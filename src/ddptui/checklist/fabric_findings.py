@@ -229,7 +229,8 @@ def _hardware(
             )
     for i, rec in sorted(run.intra.items()):
         gbs = rec.get("busbw_gbs")
-        sku = fabric_expect.intra(run.hw.get(i, {}).get("gpus") or [])
+        count = rec.get("gpus") if isinstance(rec.get("gpus"), int) else None
+        sku = fabric_expect.intra((run.hw.get(i, {}).get("gpus") or [])[:count])
         if isinstance(gbs, int | float) and sku is not None and gbs < sku.floor_gbs:
             out.append(
                 kb_finding(
