@@ -195,17 +195,21 @@ def _hardware(
     blamed: set[int],
 ) -> list[Finding]:
     out: list[Finding] = []
-    if ref is not None and expect:
+    figures = sorted(s.gbs for s in run.samples if s.gbs is not None)
+    # "Everything is slow" only when even the faster pairs are: the 90th percentile, so a
+    # busy moment (CPU contention shared by every pair) does not read as slow hardware.
+    top = figures[int(0.9 * (len(figures) - 1))] if figures else None
+    if ref is not None and top is not None and expect:
         floor = statistics.median(e.floor_gbs for e in expect.values())
-        if ref < floor:
+        if top < floor:
             e = next(iter(expect.values()))
             want = statistics.median(x.gbs for x in expect.values())
             out.append(
                 kb_finding(
                     "FABRIC-BELOW-HARDWARE",
                     [n for i, n in enumerate(names) if i not in blamed],
-                    f"every pair is slow: {ref:.3f} GB/s median, {want:.3f} GB/s expected "
-                    f"from {e.link}",
+                    f"every pair is slow: {ref:.3f} GB/s median ({top:.3f} at the 90th "
+                    f"percentile), {want:.3f} GB/s expected from {e.link}",
                     measured=f"{ref:.3f}",
                     expected=f"{want:.3f}",
                     link=e.link,
