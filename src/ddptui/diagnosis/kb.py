@@ -43,7 +43,7 @@ class KbEntry:
     fix: str
     source: str  # the file it came from ("checklist.yaml", "signatures.yaml")
     topic: str | None = None
-    exclude: bool = False  # its nodes belong in the report's `exclude` list
+    exclude: bool | None = None  # the report's exclude list: True always, False never
 
     @property
     def placeholders(self) -> frozenset[str]:
@@ -91,8 +91,8 @@ def _one(entry: object, index: int, source: str) -> KbEntry:
     topic = entry.get("topic")
     if topic is not None and not isinstance(topic, str):
         raise KbError(f"{where}: topic must be a string")
-    exclude = entry.get("exclude", False)
-    if not isinstance(exclude, bool):
+    exclude = entry.get("exclude")
+    if exclude is not None and not isinstance(exclude, bool):
         raise KbError(f"{where}: exclude must be true or false")
     return KbEntry(
         id=fid,

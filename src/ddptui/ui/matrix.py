@@ -23,16 +23,14 @@ EXCLUDED_MARK = "⊘"  # a node's column head when it belongs out of the next jo
 
 
 def excluded(results: Mapping[str, StepResult]) -> frozenset[str]:
-    """Nodes that failing findings marked `exclude` in the knowledge base name (a slow
-    node, the two ends of a slow link): the report's `exclude` list, as the matrix marks
-    it."""
+    """Nodes that findings marked `exclude: true` in the knowledge base name (a slow node,
+    the two ends of a slow link or of a hung pair): they belong in the report's `exclude`
+    list whatever else the run found."""
     from ddptui.diagnosis.kb import KbError, kb_entry
 
     out: set[str] = set()
     for result in results.values():
         for f in result.findings:
-            if f.severity != "error":
-                continue
             try:
                 if kb_entry(f.id).exclude:
                     out.update(f.nodes)
