@@ -1,7 +1,7 @@
 # fabric probe: ONE long-lived worker per node for the whole `fabric` step. It imports
 # torch once, joins one process group of all the tested nodes (one rank per node), and
 # then runs what ddptui sends it, one command line at a time (the bootstrap's INBOX):
-#   {"op": "pair", "round": k, "peer": r}  a timed two-way exchange with rank r
+#   {"op": "pair", "round": k, "peer": r, "to": me}  a timed two-way exchange with rank r
 #   {"op": "stop"}                          leave the group and exit
 # Pairs of a round run at the same time; every pair is a 2-rank point-to-point exchange
 # on the one world group (gloo on CPU, NCCL on GPUs: torch makes NCCL a 2-rank
@@ -258,6 +258,8 @@ def serve(pairs, backend, log_dir):
             cmd = json.loads(line)
         except ValueError:
             continue
+        if cmd.get("to") not in (None, int(PARAMS["rank"])):
+            continue  # a line for another node (a transport that broadcasts)
         if cmd.get("op") == "stop":
             return
         if cmd.get("op") != "pair":

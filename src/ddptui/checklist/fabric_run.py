@@ -91,8 +91,10 @@ class FabricRun:
         started = time.monotonic()
         live = [(a, b) for a, b in pairs if self.alive(a) and self.alive(b)]
         for a, b in live:
-            self.probes[a].send({"op": "pair", "round": k, "peer": b})
-            self.probes[b].send({"op": "pair", "round": k, "peer": a})
+            # "to": a transport that can only broadcast (one srun step for all nodes)
+            # still reaches the right worker; the others ignore the line.
+            self.probes[a].send({"op": "pair", "round": k, "peer": b, "to": a})
+            self.probes[b].send({"op": "pair", "round": k, "peer": a, "to": b})
         ends = [x for p in live for x in p]
 
         def answered() -> bool:
