@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ddptui.checklist.runner import Session
 from ddptui.checklist.snapshot import RunSnapshot
@@ -31,6 +31,9 @@ from ddptui.metrics import MetricsModel
 from ddptui.report.autosave import Autosaver
 from ddptui.report.json_report import build_report, run_state
 from ddptui.stepmeta import ORDER
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 METRICS_STOP_S = 10.0  # bound on stopping the metrics probes (closing kills them anyway)
 
@@ -121,12 +124,13 @@ class RunCore:
         state, label = run_state(results, self.selected, self.running)
         return RunSnapshot(results, self.running, self.selected, state, label)
 
-    def report(self) -> dict[str, Any]:
-        """The one report document (JSON-ready), as the run stands now."""
+    def report(self) -> ReportModel:
+        """The one report (document() is its JSON), as the run stands now."""
         report = build_report(self.session, metrics=self.model)
         if self.lint is not None:
-            report["lint"] = {"script": self.config.script, "headline": self.lint.headline(),
-                              **self.lint.to_dict()}
+            lint = {"script": self.config.script, "headline": self.lint.headline(),
+                    **self.lint.to_dict()}  # fmt: skip
+            report = report.model_copy(update={"lint": lint})
         return report
 
     def script_headline(self) -> str | None:

@@ -4,8 +4,10 @@ session). Plain data: no pydantic, no transport; the TUI's first frame imports i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ddptui.diagnosis.model import StepResult
+from ddptui.report.first import FirstFailure, first_failure
 
 
 @dataclass(frozen=True)
@@ -17,3 +19,8 @@ class RunSnapshot:
     selected: tuple[str, ...]
     state: str  # pass | warn | fail | error | running | waiting
     label: str  # e.g. "RUNNING 2/6", "WAITING 1/6", "PASS", "FAIL (3/6 run)"
+
+    @cached_property
+    def first(self) -> FirstFailure | None:
+        """The first failure, computed once for this snapshot (banner, detail, jumps)."""
+        return first_failure(self.results)

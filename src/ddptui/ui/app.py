@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App, SystemCommand
@@ -31,14 +29,10 @@ if TYPE_CHECKING:
     from ddptui.config import ClusterConfig
     from ddptui.diagnosis.model import StepResult
     from ddptui.glance import Glance
+    from ddptui.report.export import Report
     from ddptui.ui.replay import Replay
 
 QUIT_BOUND_S = 8.0
-
-
-def _append_time(path: str) -> None:
-    with contextlib.suppress(OSError), Path(path).open("a") as f:
-        f.write(f"{time.time():.6f}\n")
 
 
 class DdptuiApp(App[int]):
@@ -74,11 +68,9 @@ class DdptuiApp(App[int]):
         load: Callable[[], ClusterConfig] | None = None,
         glance: Glance | None = None,
     ) -> None:
-        """config, or load: a function that returns it, called after the first frame
-        (pydantic and the YAML parser stay off the start-up path). A ConfigError it
-        raises ends the app with return code 2, the error in `config_error`. glance:
-        the cluster's name and nodes as a glance at its file saw them, for the first
-        frame's header and node columns until the config is loaded."""
+        """config, or load: a function that returns it, called after the first frame (off
+        the start-up path: pydantic, YAML); a ConfigError it raises ends the app with code
+        2 (`config_error`). glance: the name and nodes shown until the config is loaded."""
         super().__init__()
         if config is None and load is None:
             raise ValueError("give a config or a function that loads it")
@@ -159,7 +151,7 @@ class DdptuiApp(App[int]):
         kept = self.core.logs.lines(node) if self.core is not None else []
         return [ln.tagged() for ln in kept], [ln.id for ln in kept], {}
 
-    def current_report(self) -> dict[str, Any] | None:
+    def current_report(self) -> Report | None:
         """What `e` exports: the live session's report, or the replayed one as saved."""
         if self.replay_data is not None:
             return self.replay_data
@@ -172,9 +164,6 @@ class DdptuiApp(App[int]):
 
     def on_mount(self) -> None:
         """The first frame, then the config (if still to load) and the connection."""
-        trace = os.environ.get("DDPTUI_TRACE_FIRST_FRAME")
-        if trace:  # for bench/bench_tui.py: when the first frame was drawn (wall clock)
-            self.call_after_refresh(_append_time, trace)
         self.set_interval(1.0, self.checklist.tick)
         if self.config is None:
             # First frame: the checklist, with the node columns a glance at the file

@@ -7,6 +7,10 @@ and the node names. It keeps references to its widgets and no copy of the result
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.text import Text
@@ -16,7 +20,6 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ddptui.glyphs import GLYPH
-from ddptui.report.json_report import first_failure
 from ddptui.stepmeta import ORDER, TITLES
 from ddptui.ui.banner import Banner
 from ddptui.ui.checklist_table import ChecklistTable
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from ddptui.config import ClusterConfig
     from ddptui.diagnosis.model import NodeResult
     from ddptui.glance import Glance
+    from ddptui.report.export import Report
 
 
 # The command palette's entries: (key, title, help, action of the screen or the app).
@@ -70,7 +74,12 @@ class RunHost(Protocol):
     def snapshot(self) -> RunSnapshot: ...
     def elapsed(self) -> float: ...
     def log_lines(self, node: str) -> tuple[list[str], list[str], dict[int, str]]: ...
-    def current_report(self) -> dict[str, Any] | None: ...
+    def current_report(self) -> Report | None: ...
+
+
+def _append_time(path: str) -> None:
+    with contextlib.suppress(OSError), Path(path).open("a") as f:
+        f.write(f"{time.time():.6f}\n")
 
 
 class ChecklistScreen(Screen[None]):
@@ -103,6 +112,9 @@ class ChecklistScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.table.focus()
+        trace = os.environ.get("DDPTUI_TRACE_FIRST_FRAME")
+        if trace:  # for bench/bench_tui.py: when the first frame was drawn (wall clock)
+            self.call_after_refresh(_append_time, trace)
 
     # ------------------------------------------------------------------ the matrix
 
@@ -205,7 +217,7 @@ class ChecklistScreen(Screen[None]):
         self.tick()
         snap = self.host.snapshot()
         done = all(s in snap.results for s in ORDER)
-        text, kind = banner_text(first_failure(snap.results), snap.running, done, snap.results)
+        text, kind = banner_text(snap.first, snap.running, done, snap.results)
         core = self.host.core
         script = core.script_headline() if core is not None else None
         if script and kind != "fail":
@@ -250,9 +262,9 @@ class ChecklistScreen(Screen[None]):
 
     def land_on_first_failure(self) -> None:
         """The cursor on the first failure's first node: its cause and fix are in the detail."""
-        first = first_failure(self.host.snapshot().results)
-        if first is not None and first["nodes"]:
-            self.move_to(first["step"], node=first["nodes"][0])
+        first = self.host.snapshot().first
+        if first is not None and first.nodes:
+            self.move_to(first.step, node=first.nodes[0])
 
     def failures(self) -> list[tuple[int, int]]:
         results = self.host.snapshot().results
@@ -353,7 +365,8 @@ class ChecklistScreen(Screen[None]):
 
         core, config = self.host.core, self.host.config
         assert core is not None and config is not None
-        return await look_report(config, self.host.source, transports=core.session.transports)
+        report = await look_report(config, self.host.source, transports=core.session.transports)
+        return report.document()
 
     async def _open_job(self) -> None:
         from ddptui.ui.job_screen import JobScreen
