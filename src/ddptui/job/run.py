@@ -112,6 +112,8 @@ async def look_at_job(
             "fallback_paths": reads.fallback_paths.get(t.name, []),
             "fr_paths": reads.fr_paths.get(t.name, []),
             "trigger_dump": options.trigger_dump and not after,
+            # a Slurm job: ranks srun started (SLURM_PROCID), not only torchrun's
+            "slurm_job": config.slurm.job if config.slurm is not None else None,
         }
         view = await _probe(transports[t.name], t, params, options.window_s + PROBE_SLACK_S)
         if on_node is not None and not after:
