@@ -25,8 +25,8 @@ import json
 import os
 import re
 import subprocess
-import tarfile
 import sys
+import tarfile
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
