@@ -64,7 +64,11 @@ class FactRules:
     not_clean: tuple[str, ...] = ()
 
     def iface_class(self, iface: str, addr: str) -> str | None:
+        """The first class (in file order) the interface belongs to."""
         return next((c.name for c in self.classes if c.holds(iface, addr)), None)
+
+    def is_of(self, name: str, iface: str, addr: str) -> bool:
+        return any(c.name == name and c.holds(iface, addr) for c in self.classes)
 
     def failure_signatures(self) -> tuple[Signature, ...]:
         """The failure lines as signatures of the lowest specificity (any real signature
@@ -203,6 +207,9 @@ class Proc:
     interfaces: tuple[tuple[str, str, str], ...]  # (role, iface, addr)
     evidence: Mapping[str, str]
     ident: str  # host:pid, or the rank a launcher named
+    source: str = ""
+    collective: tuple[int, str] | None = None  # last (SequenceNumber, OpType) entered
+    node_rank: int | None = None  # torchrun's node (group) rank its agent waits as
 
 
 @dataclass(frozen=True)
@@ -247,7 +254,7 @@ def _aspect(rules: FactRules, aspect: str, iface: str, addr: str) -> str | None:
     if aspect == "family":
         return None if ip is None else f"IPv{ip.version}"
     if aspect == "kind":
-        return "IPoIB" if rules.iface_class(iface, addr) == "ipoib" else "Ethernet"
+        return "IPoIB" if rules.is_of("ipoib", iface, addr) else "Ethernet"
     if ip is None or ip.version != 4 or ip.is_loopback or ip.is_link_local:
         return None
     return next((str(n) for n in _PRIVATE if ip in n), "public")
@@ -262,7 +269,7 @@ def _iface_mixed(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     values: dict[str, list[str]] = {}
     for host, (iface, addr, _) in by_host.items():
         v = _aspect(rules, str(rule.param), iface, addr)
-        if v is not None and rules.iface_class(iface, addr) != "loopback":
+        if v is not None and not rules.is_of("loopback", iface, addr):
             values.setdefault(v, []).append(f"{host} {iface}:{addr}")
     if len(values) < 2:
         return None
@@ -298,7 +305,28 @@ def _worlds(ctx: Context) -> dict[int, list[Proc]]:
     return out
 
 
+def _duplicate_node_rank(ctx: Context) -> Hit | None:
+    """Two launcher agents (different files or hosts) waiting as one node rank."""
+    claims: dict[int, list[Proc]] = {}
+    for p in ctx.procs:
+        if p.node_rank is not None:
+            claims.setdefault(p.node_rank, []).append(p)
+    for r, c in sorted(claims.items()):
+        where = {p.host or p.source for p in c}
+        if len(where) > 1:
+            ev = [x.evidence.get("node_rank", x.ident) for x in c[:4]]
+            said = f"node rank {r} is claimed by {', '.join(sorted(where)[:4])}"
+            nodes = len({p.host or p.source for p in ctx.procs})
+            missing = sorted(set(range(nodes)) - set(claims))
+            fill = {"dup": f"{r} (a node rank)", "world": f"{nodes} nodes", "missing": _span(missing) or "?"}
+            return [], ev, said, fill
+    return None
+
+
 def _duplicate_rank(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    node = _duplicate_node_rank(ctx)
+    if node is not None:
+        return node
     for world, ps in _worlds(ctx).items():
         claims: dict[int, list[Proc]] = {}
         for p in ps:
@@ -334,9 +362,30 @@ def _missing_ranks(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None
     return missing, [e for e in ev if e], said, {"missing": _span(missing), "world": str(world)}
 
 
+def _fingerprints(ctx: Context) -> Hit | None:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL: the ranks that entered the last collective any rank
+    entered, and the known ranks that never did."""
+    entered = {p.rank: p for p in ctx.procs if p.rank is not None and p.collective is not None}
+    if not entered:
+        return None
+    last = max(p.collective for p in entered.values() if p.collective is not None)
+    waiting = sorted(r for r, p in entered.items() if p.collective == last)
+    known = {p.rank for p in ctx.procs if p.rank is not None}
+    worlds = {p.world_size for p in ctx.procs if p.world_size}
+    if len(worlds) == 1:  # the launcher or NCCL stated the world: every rank of it
+        known |= set(range(min(worlds.pop(), 4096)))
+    absent = sorted(known - set(waiting))
+    if not absent:
+        return None
+    op = f"{last[1]} (SequenceNumber {last[0]})"
+    ev = [entered[r].evidence.get("collective", "") for r in waiting[:3]]
+    said = f"ranks {_span(waiting)} entered {op}; ranks {_span(absent)} never did"
+    return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(waiting)}
+
+
 def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     if not ctx.collective:
-        return None
+        return _fingerprints(ctx)
     known = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.collective)
     ops: dict[str, list[int]] = {}
     for r, op in ctx.collective.items():

@@ -32,6 +32,8 @@ IB_USING: Final = re.compile(
     r"NET/IB ?: Using(?P<devs>(?: \[\d+\][\w.-]+:\d+/(?:IB|RoCE|UNSPECIFIED))*)"
     r"(?: ?\[RO\])?(?:; OOB (?P<oobif>[^:\s]+):(?P<oobip>[^<\s]+)<\d+>)?"
 )
+# NCCL <= 2.4 listed each socket interface on its own line.
+OLD_NET: Final = re.compile(r"\bNET : Using interface (?P<if>[^:\s]+):(?P<ip>[^<\s]+)<\d+>")
 SET_BY_ENV: Final = re.compile(r"\b(?P<var>NCCL_\w+) set by environment to (?P<val>\S*)")
 VIA: Final = re.compile(r"Channel \d+/\d+ : .* via (?P<t>NET/\w+|P2P|SHM|CollNet)")
 # torch's default process group (PG ID 0) states the world; subgroups state their own size.
@@ -43,6 +45,14 @@ TORCH_NCCL_VERSION: Final = re.compile(
     r"Rank (?P<rank>\d+)\] ProcessGroupNCCL environments: NCCL version: (?P<ver>[\d.]+)"
 )
 LIGHTNING: Final = re.compile(r"GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<member>\d+)/(?P<world>\d+)")
+# torch with TORCH_DISTRIBUTED_DEBUG=DETAIL, before every collective of a rank.
+FINGERPRINT: Final = re.compile(
+    r"\[Rank (?P<rank>\d+)\] Running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), "
+    r"OpType=(?P<op>\w+)"
+)
+# torchrun's agent waits in the store for the ranks assigned to its own node rank.
+# The agent of node rank 0 collects every node's role_info and assigns the ranks.
+ASSIGNED: Final = re.compile(r"/torchelastic/(?:assigned_ranks/(?P<node>\d+)\b|role_info/)")
 KV: Final = re.compile(
     r"\b(?P<k>master_addr|master_port|group_world_size|dist_world_size|global_world_sizes|"
     r"MASTER_ADDR|MASTER_PORT|WORLD_SIZE|backend)\s*[=:]\s*'?(?P<v>\[[\d, ]*\]|[^\s,'\]]+)"
@@ -72,6 +82,8 @@ class ProcFacts:
     nccl_env: dict[str, str] = field(default_factory=dict)
     launcher: dict[str, str] = field(default_factory=dict)  # master_addr, master_port, ...
     init_complete: bool = False
+    collective: tuple[int, str] | None = None  # the last (SequenceNumber, OpType) it entered
+    node_rank: int | None = None  # torchrun's group rank (node rank) its agent waits as
     evidence: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -116,6 +128,21 @@ class FactCollector:
             p.evidence.setdefault("world", f"{where}: {text.strip()}")
             p.evidence.setdefault("rank", f"{where}: {text.strip()}")
             return
+        if "Running collective" in text and (m := FINGERPRINT.search(text)) is not None:
+            r = int(m["rank"])
+            p = self._proc(source, host, pid, r)
+            p.rank = r
+            seq = int(m["seq"])
+            if p.collective is None or seq >= p.collective[0]:
+                p.collective = (seq, m["op"])
+                p.evidence["collective"] = f"{where}: {text.strip()[:300]}"
+            return
+        if "/torchelastic/" in text and (m := ASSIGNED.search(text)) is not None:
+            p = self._proc(source, host, pid, rank)
+            if p.node_rank is None:
+                p.node_rank = int(m["node"]) if m["node"] is not None else 0
+                p.evidence["node_rank"] = f"{where}: {text.strip()[:300]}"
+            return
         if "initialization options" in text and (m := TORCH_OPTIONS.search(text)) is not None:
             r = int(m["rank"])
             p = self._proc(source, host, pid, r)
@@ -133,7 +160,10 @@ class FactCollector:
             p = self._proc(source, host, pid, rank)
             for k, v in kvs:
                 p.launcher.setdefault(k.lower(), v)
-                if k in ("WORLD_SIZE", "dist_world_size", "group_world_size") and v.isdigit():
+                # The world in ranks (group_world_size counts nodes, not ranks).
+                world = v.strip("[]").split(",")[0].strip()
+                if k in ("WORLD_SIZE", "dist_world_size", "global_world_sizes") and world.isdigit():
+                    p.world_size = p.world_size or int(world)
                     p.evidence.setdefault("world", f"{where}: {text.strip()}")
 
     def _nccl(self, p: ProcFacts, where: str, text: str) -> None:
@@ -144,6 +174,10 @@ class FactCollector:
         elif "Bootstrap" in text and p.bootstrap_if is None and (m := BOOTSTRAP.search(text)):
             p.bootstrap_if, p.bootstrap_ip = m["if"], m["ip"]
             p.evidence["bootstrap"] = said
+        elif "Using interface" in text and (m := OLD_NET.search(text)):
+            if (m["if"], m["ip"]) not in p.socket_devs:
+                p.socket_devs.append((m["if"], m["ip"]))
+            p.evidence.setdefault("socket", said)
         elif "NET/Socket" in text and (m := SOCKET_USING.search(text)):
             p.socket_devs = [(d["name"], d["addr"]) for d in SOCKET_DEV.finditer(m["devs"])]
             p.evidence.setdefault("socket", said)
@@ -194,7 +228,7 @@ class FactCollector:
 def _join(into: ProcFacts, p: ProcFacts) -> None:
     """Facts of `p` that `into` lacks."""
     for name in ("world_size", "nccl_version", "cuda_version", "bootstrap_if", "bootstrap_ip",
-                 "network", "oob_if"):
+                 "network", "oob_if", "collective", "node_rank"):
         if getattr(into, name) is None:
             setattr(into, name, getattr(p, name))
     into.socket_devs = into.socket_devs or p.socket_devs

@@ -40,13 +40,16 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Bootstrap: Using",
     "NCCL version",
     "Using [",
+    "Using interface",
     "Using network",
     "set by environment",
     "GLOBAL_RANK: ",
     "initialization options",
     "master_addr=",
     "dist_world_size",
+    "world_sizes=",
     "WORLD_SIZE",
+    "Running collective",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

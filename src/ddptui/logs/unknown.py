@@ -90,7 +90,7 @@ def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ..
         out.append(
             Proc(
                 p.rank, p.host, p.world_size, p.nccl_version, p.network, tuple(p.interfaces),
-                dict(p.evidence), ident,
+                dict(p.evidence), ident, p.source, p.collective, p.node_rank,
             )
         )
     return tuple(out)
