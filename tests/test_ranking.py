@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from ddptui.diagnosis.model import Finding, StepResult
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import StepResult
 from ddptui.diagnosis.ranking import (
     RankingError,
     Topology,

@@ -306,11 +306,12 @@ def test_durations_read_back_exactly_as_shown_live() -> None:
 def test_first_failure_carries_the_rank_and_place_of_its_finding() -> None:
     """CONTRACT.md 2026-11-23: a finding's rank and where reach first_failure, and both
     reports say them beside the node."""
-    from ddptui.diagnosis.model import NodeResult, StepResult, finding
+    from ddptui.diagnosis.finding import Finding
+    from ddptui.diagnosis.model import NodeResult, StepResult
     from ddptui.report.json_report import first_failure
 
-    stuck = finding(
-        "JOB-HUNG-RANK", "error", ["node1"], "rank 2 is in `evaluate`", "c", "f",
+    stuck = Finding(
+        "JOB-HUNG-RANK", "error", ("node1",), "rank 2 is in `evaluate`", "c", "f",
         rank=2, where="train.py:88 in evaluate",
     )  # fmt: skip
     nodes = {"node1": NodeResult("fail", "stuck")}
@@ -326,7 +327,7 @@ def test_first_failure_carries_the_rank_and_place_of_its_finding() -> None:
     assert "<b>node1</b> (rank 2, at <code>train.py:88 in evaluate</code>):" in render(
         report, "html"
     )
-    plain = finding("AR-HANG", "error", ["node1"], "s", "c", "f")
+    plain = Finding("AR-HANG", "error", ("node1",), "s", "c", "f")
     first = first_failure(
         {"allreduce": StepResult("allreduce", "AR", "fail", 1.0, nodes, (plain,))}
     )

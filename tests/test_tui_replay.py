@@ -12,7 +12,7 @@ from typing import Any
 
 from textual.widgets import DataTable, Log
 
-from ddptui.diagnosis.model import finding
+from ddptui.diagnosis.finding import Finding
 from ddptui.report.html import render_html
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.banner import Banner
@@ -29,19 +29,19 @@ def log_lines(app: DdptuiApp) -> list[str]:
 
 def test_mark_lines_marks_the_quoted_line_in_place() -> None:
     lines = ["[r1] NCCL INFO Bootstrap", f"[r1] node1:1234:99 [0] {WARN}", "[r1] done"]
-    f = finding("NCCL-REMOTE-CLOSED", "error", ["node1"], "s", "c", "x", [f"node1: {WARN}"])
+    f = Finding("NCCL-REMOTE-CLOSED", "error", ("node1",), "s", "c", "x", (f"node1: {WARN}",))
     out = marked_lines("node1", lines, [], [f])
     assert out[0] == lines[0] and out[2] == lines[2]
     assert out[1] == f"⟶ NCCL-REMOTE-CLOSED │ {lines[1]}"
-    short = finding("X", "error", ["node1"], "s", "c", "x", ["short"])
+    short = Finding("X", "error", ("node1",), "s", "c", "x", ("short",))
     assert marked_lines("node1", lines, [], [short]) == lines  # too short to match
 
 
 def test_marked_lines_follow_line_ids_not_text() -> None:
     """Two identical lines: only the one the finding cites by id is marked."""
     lines = [f"[r1] {WARN}", "[r1] between", f"[r1] {WARN}"]
-    f = finding("NCCL-REMOTE-CLOSED", "error", ["node1"], "s", "c", "x", [f"node1: {WARN}"],
-                lines=["node1#3"])
+    f = Finding("NCCL-REMOTE-CLOSED", "error", ("node1",), "s", "c", "x", (f"node1: {WARN}",),
+                lines=("node1#3",))
     out = marked_lines("node1", lines, ["node1#1", "node1#2", "node1#3"], [f])
     assert out[0] == lines[0] and out[2].startswith("⟶ NCCL-REMOTE-CLOSED")
 

@@ -19,7 +19,8 @@ from textual.app import App
 from textual.widgets import DataTable, Input, Label, Log, Static
 
 from ddptui.config import parse_config
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import NodeResult, StepResult
 from ddptui.metrics import MetricsModel, sparkline
 from ddptui.report.load import results_from_report
 from ddptui.stepmeta import ORDER

@@ -9,7 +9,8 @@ import click
 
 from ddptui import __version__
 from ddptui.config import ClusterConfig
-from ddptui.diagnosis.model import GLYPH, NodeResult, StepResult
+from ddptui.diagnosis.model import NodeResult, StepResult
+from ddptui.glyphs import GLYPH
 
 COLOR = {
     "pass": "green",

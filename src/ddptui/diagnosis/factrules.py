@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, Severity
 from ddptui.diagnosis.ranking import load_ranking
 from ddptui.diagnosis.signatures import Signature
 

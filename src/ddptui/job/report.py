@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddptui import __version__
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult, node_status_from, step_status
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import NodeResult, StepResult, node_status_from, step_status
 from ddptui.job.joblogs import classify, rank_lines, root_causes
 from ddptui.job.model import RankView
 from ddptui.job.run import JobLook, JobOptions, look_at_job

@@ -9,8 +9,9 @@ from datetime import datetime, timezone
 from typing import Any, Final
 
 from ddptui import __version__
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult, node_status_from, step_status
+from ddptui.diagnosis.model import NodeResult, StepResult, node_status_from, step_status
 from ddptui.logs.diagnose import LogDiagnosis, RankTimeline
 
 STEP_ID: Final = "logs"

@@ -21,8 +21,8 @@ from ddptui.diagnosis.factrules import (
     fact_findings,
     load_factrules,
 )
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding
 
 if TYPE_CHECKING:
     from ddptui.logs.diagnose import Diagnoser

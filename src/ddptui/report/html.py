@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from ddptui.glyphs import GLYPH, STATUSES
 from ddptui.report.screenshot import clean_screenshot
 from ddptui.report.svg import finite, human_rate, peak, series, sparkline
 from ddptui.report.views import (
@@ -47,7 +48,6 @@ from ddptui.report.views import (
 
 __all__ = ["clean_screenshot", "render_html"]  # clean_screenshot: re-exported for callers
 
-GLYPH = {"pass": "✔", "warn": "▲", "fail": "✘", "skip": NONE, "error": "!"}
 CELL_CHARS = 90
 MANY_RANKS = 16  # more ranks than this: the table is collapsed
 SEVERITY_CLASS = {"error": "fail", "warning": "warn", "info": "info"}
@@ -242,14 +242,14 @@ def _banner(report: Mapping[str, Any]) -> str:
         finding = f"<code>{_e(first['finding'])}</code> " if first.get("finding") else ""
         nodes = ", ".join(str(n) for n in first.get("nodes") or []) or NONE
         return (
-            f'<div class="banner fail" role="alert"><h2>✘ First failure: <code>'
+            f'<div class="banner fail" role="alert"><h2>{GLYPH["fail"]} First failure: <code>'
             f"{_e(first.get('step'))}</code> — {_e(step_title(step))}</h2>"
             f"<p>{finding}on <b>{_e(nodes)}</b>{_place(first)}: {_prose(first.get('summary', ''))}</p>"
             f"<p><b>Fix:</b> {_fix(str(first.get('fix') or ''))}</p></div>"
         )
     bad = [s for s in steps.values() if s.get("status") not in ("pass", "skip")]
     if not bad:
-        return '<div class="banner pass"><h2>✔ Every step passed.</h2></div>'
+        return f'<div class="banner pass"><h2>{GLYPH["pass"]} Every step passed.</h2></div>'
     items = "".join(
         f"<li><code>{_e(s.get('id'))}</code> {_e(s.get('status'))}: {_e(step_title(s))}</li>"
         for s in bad
@@ -285,7 +285,7 @@ def _steps(report: Mapping[str, Any], names: list[str]) -> str:
         rows.append(f"<tr>{''.join(cells)}</tr>")
         if compact:
             more.append(_step_details(step, names))
-    legend = " · ".join(f"{_e(g)} {s}" for s, g in GLYPH.items())
+    legend = " · ".join(f"{_e(GLYPH[s])} {s}" for s in STATUSES)
     table = _table(head, rows, "steps compact" if compact else "steps")
     return table + f'<p class="note">{legend}</p>' + "".join(more)
 

@@ -8,8 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddptui import __version__
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.logstore import LogStore
-from ddptui.diagnosis.model import Finding, StepResult, bandwidth_outliers, odd_nodes
+from ddptui.diagnosis.model import StepResult, bandwidth_outliers, odd_nodes
 from ddptui.stepmeta import ORDER
 
 SCHEMA_VERSION = 1

@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import NodeResult, StepResult
 
 StatusName = Literal["pass", "warn", "fail", "skip", "error"]
 
@@ -36,18 +37,7 @@ class FindingModel(_Open):
     lines: list[str] = Field(default_factory=list)
 
     def to_finding(self) -> Finding:
-        return Finding(
-            self.id,
-            self.severity,
-            tuple(self.nodes),
-            self.summary,
-            self.cause,
-            self.fix,
-            tuple(self.evidence),
-            self.rank,
-            self.where or None,
-            tuple(self.lines),
-        )
+        return Finding.from_dict(self.model_dump())
 
 
 class NodeResultModel(_Open):

@@ -25,14 +25,16 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ddptui.diagnosis.model import NodeResult, StepResult
+from ddptui.glyphs import GLYPH
 from ddptui.report.json_report import first_failure, run_state
 from ddptui.stepmeta import ORDER, TITLES
 from ddptui.ui.banner import Banner
 from ddptui.ui.checklist_table import ChecklistTable
 from ddptui.ui.header import HeaderBar
+from ddptui.ui.layout import STATUS_CHARS, STEP_CHARS, node_room
 from ddptui.ui.matrix import GROUP, Columns, group_cell, node_columns
 from ddptui.ui.metrics_pane import METRICS_NODES, MetricsPane
-from ddptui.ui.render import GLYPH, STYLE, banner_text, detail_markdown
+from ddptui.ui.render import STYLE, banner_text, detail_markdown
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -40,11 +42,10 @@ if TYPE_CHECKING:
     from ddptui.checklist.run import RunCore, RunEvent
     from ddptui.checklist.runner import Session
     from ddptui.config import ClusterConfig
+    from ddptui.glance import Glance
     from ddptui.ui.replay import Replay
 
 QUIT_BOUND_S = 8.0
-STATUS_CHARS = 12  # "✘ fail 28.1s"
-STEP_CHARS = max(len(s) for s in ORDER)  # "allreduce"
 
 
 def _append_time(path: str) -> None:
@@ -83,10 +84,13 @@ class DdptuiApp(App[int]):
         autoconnect: bool = True,
         replay: dict[str, Any] | None = None,
         load: Callable[[], ClusterConfig] | None = None,
+        glance: Glance | None = None,
     ) -> None:
         """config, or load: a function that returns it, called after the first frame
         (pydantic and the YAML parser stay off the start-up path). A ConfigError it
-        raises ends the app with return code 2, the error in `config_error`."""
+        raises ends the app with return code 2, the error in `config_error`. glance:
+        the cluster's name and nodes as a glance at its file saw them, for the first
+        frame's header and node columns until the config is loaded."""
         super().__init__()
         if config is None and load is None:
             raise ValueError("give a config or a function that loads it")
@@ -105,7 +109,8 @@ class DdptuiApp(App[int]):
         self.running: str | None = None
         self.clock = time.monotonic  # the header's elapsed time (tests freeze it)
         self.started = self.clock()
-        self.node_names: list[str] = []
+        self.glance = glance if config is None else None
+        self.node_names: list[str] = list(self.glance.nodes) if self.glance else []
         self.node_filter = ""
         self.columns = Columns((), (), 6)
         self._replay_metrics: Any = None
@@ -173,8 +178,8 @@ class DdptuiApp(App[int]):
         self._main.query_one("#checklist", DataTable).focus()
         self.set_interval(1.0, self._tick)
         if self.config is None:
-            # First frame: the checklist without node columns; the config (pydantic,
-            # the YAML parser) loads right after it.
+            # First frame: the checklist, with the node columns a glance at the file
+            # found; the config (pydantic, the YAML parser) loads right after it.
             self._build_table()
             self._refresh_chrome()
             self.call_after_refresh(self._load_config)
@@ -206,8 +211,7 @@ class DdptuiApp(App[int]):
 
     def _room(self) -> int:
         """Characters the node columns share (left of the metrics pane)."""
-        left = int(self.size.width * 0.6) - 2
-        return left - (STEP_CHARS + 2) - STATUS_CHARS - 2
+        return node_room(self.size.width)
 
     def _build_table(self) -> None:
         """The matrix: step rows, one column per node that fits (failing nodes first,
@@ -353,7 +357,12 @@ class DdptuiApp(App[int]):
     def _tick(self) -> None:
         replay = self.replay_data is not None
         if self.config is None:
-            self._main.query_one(HeaderBar).update(f"ddptui · loading {self.source} …")
+            glance = self.glance
+            self._main.query_one(HeaderBar).update(
+                f"ddptui {glance.name or self.source} · {len(glance.nodes)} node(s) · loading …"
+                if glance
+                else f"ddptui · loading {self.source} …"
+            )
             return
         state, label = self._state()
         self._main.query_one(HeaderBar).update_state(

@@ -19,7 +19,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-SEVERITY_STYLE = {"error": ("✘", "bold red"), "warning": ("!", "bold yellow"), "info": ("i", "dim")}
+from ddptui.glyphs import GLYPH, severity_glyph
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "dim"}
 TIMELINE_EVENTS = 8
 
 
@@ -36,11 +38,11 @@ def diagnosis_text(report: dict[str, Any]) -> Text:
     out = Text()
     out.append(f"{data.get('lines', 0):,} lines from {len(report.get('nodes') or [])} input(s)\n", "dim")
     for problem in data.get("problems") or []:
-        out.append(f"✘ {problem}\n", "red")
+        out.append(f"{GLYPH['fail']} {problem}\n", "red")
     first = report.get("first_failure")
     lead = next((f for f in findings if first and f.get("id") == first.get("finding")), None)
     if lead is None:
-        out.append("\n✔ Nothing wrong found", "bold green")
+        out.append(f"\n{GLYPH['pass']} Nothing wrong found", "bold green")
         out.append(": no line matches a known failure.\n")
     else:
         rank = f", rank {lead['rank']}" if lead.get("rank") is not None else ""
@@ -61,7 +63,8 @@ def diagnosis_text(report: dict[str, Any]) -> Text:
     if others:
         out.append("\nAlso in the logs\n", "bold underline")
         for f in others:
-            glyph, style = SEVERITY_STYLE.get(str(f.get("severity")), ("?", ""))
+            severity = str(f.get("severity"))
+            glyph, style = severity_glyph(severity) or "?", SEVERITY_STYLE.get(severity, "")
             out.append(f"{glyph} ", style)
             out.append(f"{f.get('id')}", "bold")
             out.append(f": {f.get('summary', '')}\n")
@@ -75,7 +78,8 @@ def diagnosis_text(report: dict[str, Any]) -> Text:
             if cut:
                 out.append(f"  … {cut} earlier\n", "dim")
             for ev in events[-TIMELINE_EVENTS:]:
-                glyph, style = SEVERITY_STYLE.get(str(ev.get("severity")), (" ", ""))
+                severity = str(ev.get("severity"))
+                glyph, style = severity_glyph(severity) or " ", SEVERITY_STYLE.get(severity, "")
                 clock = str(ev.get("t") or "")[11:23] or "--:--:--.---"
                 out.append(f"  {clock} ")
                 out.append(f"{glyph} {ev.get('label')}", style)
@@ -181,5 +185,5 @@ class DiagnoseScreen(ModalScreen[None]):
             self.app.call_from_thread(self._show, report)
             return
         self.app.call_from_thread(
-            self.query_one("#diag-body", Static).update, Text(f"✘ {message}", "red")
+            self.query_one("#diag-body", Static).update, Text(f"{GLYPH['fail']} {message}", "red")
         )

@@ -16,6 +16,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
+from ddptui.glyphs import severity_glyph
+
 Relook = Callable[[], Awaitable[dict[str, Any]]]
 STATE_STYLE = {
     "healthy": ("HEALTHY", "bold green"),
@@ -30,7 +32,7 @@ STATE_STYLE = {
 }
 KEYS_HINT = "esc closes · r looks again · read-only: ddptui never stops or signals your job"
 COLUMNS = ("rank", "node", "pid", "st", "cpu%", "rss", "quiet", "where")
-SEVERITY_GLYPH = {"error": ("✘", "red"), "warning": ("!", "yellow"), "info": ("i", "dim")}
+SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 
 
 def _size(n: object) -> str:
@@ -77,7 +79,8 @@ def findings_text(report: dict[str, Any]) -> Text:
     text = Text()
     steps = report.get("steps") or [{}]
     for f in steps[0].get("findings") or ():
-        glyph, style = SEVERITY_GLYPH.get(str(f.get("severity")), ("?", "bold"))
+        severity = str(f.get("severity"))
+        glyph, style = severity_glyph(severity) or "?", SEVERITY_STYLE.get(severity, "bold")
         text.append(f"{glyph} ", style=style)
         text.append(f"{f.get('id')}", style="bold")
         text.append(f"  {f.get('summary')}\n")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ddptui.diagnosis.model import GLYPH, Finding, StepResult
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import StepResult
+from ddptui.glyphs import GLYPH
 from ddptui.stepmeta import ORDER
 
 __all__ = [
@@ -126,7 +128,7 @@ def banner_text(
     if first is not None:
         nodes = ", ".join(first.get("nodes") or []) or "-"
         return (
-            f"✘ FAIL at {first['step']} on {nodes}: {first['summary']}\n  Fix: {first['fix']}",
+            f"{GLYPH['fail']} FAIL at {first['step']} on {nodes}: {first['summary']}\n  Fix: {first['fix']}",
             "fail",
         )
     if running:
@@ -137,6 +139,6 @@ def banner_text(
     if done:
         skipped = [s for s, r in (results or {}).items() if r.status == "skip"]
         if skipped:
-            return f"✔ every step that ran passed ({', '.join(skipped)} skipped)", "pass"
-        return "✔ every step passed", "pass"
+            return f"{GLYPH['pass']} every step that ran passed ({', '.join(skipped)} skipped)", "pass"
+        return f"{GLYPH['pass']} every step passed", "pass"
     return "Connected: the steps wait for you. enter = next step, a = all, q = quit", "idle"

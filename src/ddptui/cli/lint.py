@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from ddptui.cli.common import EXIT_USAGE, fatal_config, last_resort
 from ddptui.lint import LintFinding, LintResult, lint_paths
 
 _COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}
@@ -67,6 +68,7 @@ def _summary(result: LintResult) -> str:
     metavar="P",
     help="Write the findings as JSON to P ('-' = stdout; the text then goes to stderr).",
 )
+@last_resort
 def lint(files: tuple[str, ...], config: str | None, json_path: str | None) -> None:
     """Audit training scripts for the classic DDP pitfalls (static: nothing is run).
 
@@ -78,12 +80,7 @@ def lint(files: tuple[str, ...], config: str | None, json_path: str | None) -> N
         paths.append(_config_script(config))
     if not paths:
         raise click.UsageError("Missing argument 'FILE...' (or --config CONFIG with a script:)")
-    try:
-        result = lint_paths(paths)
-    except Exception as exc:  # noqa: BLE001 - a bug in ddptui is exit 3, never a traceback
-        from ddptui.cli import _internal_error
-
-        sys.exit(_internal_error(exc))
+    result = lint_paths(paths)
     to_stderr = json_path == "-"
     colour = (sys.stderr if to_stderr else sys.stdout).isatty()
     click.echo(render_human(result, colour=colour), nl=False, err=to_stderr)
@@ -100,19 +97,17 @@ def lint(files: tuple[str, ...], config: str | None, json_path: str | None) -> N
                     fg="red",
                     err=True,
                 )
-                sys.exit(2)
+                sys.exit(EXIT_USAGE)
     sys.exit(result.exit_code)
 
 
 def _config_script(config: str) -> str:
-    from ddptui.cli import _fatal_config
     from ddptui.config import ConfigError, load_config
 
     try:
         cfg = load_config(config)
     except ConfigError as exc:
-        _fatal_config(exc)
-        raise AssertionError from None  # unreachable: _fatal_config exits
+        fatal_config(exc)
     if cfg.script is None:
         raise click.UsageError(f"{config} has no `script:` key naming the training script")
     return cfg.script
