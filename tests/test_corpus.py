@@ -20,15 +20,18 @@ from score import CATEGORIES, Excerpt, figures, load_corpus, markdown, score
 from ddptui.diagnosis.signatures import load_signatures
 
 CORPUS = load_corpus()
-# Measured on this corpus (126 excerpts: 122 right, 0 wrong, 4 none; 97 %), minus a margin
-# of about three excerpts: a knowledge-base change that costs more than that fails here.
-# The held-out figures (each round-2 file scored with the KB before it was seen) are printed
-# by `bench/corpus_report.py --heldout`; they are measurements, not floors.
-RIGHT_CAUSE_FLOOR = 0.95
+# Measured on this corpus (153 excerpts: 141 failing, 133 right, 1 wrong, 4 unrecognized,
+# 3 called clean; 12 healthy, 0 false alarms), minus a margin of about three excerpts: a
+# knowledge-base change that costs more than that fails here.  The held-out figures (each
+# round-2/3 file scored with the KB before it was seen) are printed by
+# `bench/corpus_report.py --heldout`; they are measurements, not floors.
+RIGHT_CAUSE_FLOOR = 0.92
 WRONG_CAUSE_CEILING = 0.03
-# A failing log answered "nothing wrong": the worst outcome.  The 2 left paste one line
-# the thread retyped (a title in lower case, a host name replaced by "<container id>").
-CALLED_CLEAN_CEILING = 2
+# A failing log answered "nothing wrong": the worst outcome.  The 3 left hold no failure
+# line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
+# with the host replaced by "<container id>", and nccl#697's NET/Socket device list as the
+# maintainer quoted it (one device per line, nothing failing in it).
+CALLED_CLEAN_CEILING = 3
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"
@@ -48,7 +51,7 @@ def _known_ids() -> set[str]:
 
 
 def test_corpus_is_large_real_and_covers_every_category() -> None:
-    assert len(CORPUS) >= 120
+    assert len(CORPUS) >= 150
     assert len({e.id for e in CORPUS}) == len(CORPUS), "duplicate excerpt ids"
     per_category = Counter(e.category for e in CORPUS)
     assert set(per_category) | NO_CONFIRMED_EXCERPT >= set(CATEGORIES), (
@@ -62,7 +65,8 @@ def test_corpus_is_large_real_and_covers_every_category() -> None:
 
 @pytest.mark.parametrize("excerpt", CORPUS, ids=[e.id for e in CORPUS])
 def test_expected_ids_exist_in_the_knowledge_base(excerpt: Excerpt) -> None:
-    unknown = set(excerpt.expected) - _known_ids()
+    # NEW: the thread established a cause no entry names yet (scored as a miss, honestly).
+    unknown = set(excerpt.expected) - _known_ids() - {"NEW"}
     assert not unknown, f"{excerpt.id}: expected ids not in the knowledge base: {unknown}"
 
 

@@ -230,15 +230,19 @@ def test_the_shipped_fact_rules_load_and_name_known_findings() -> None:
     [
         ("interfaces: {}\nrules: []\nfailure_lines: {hard: [], soft: []}\n", "not_clean"),
         (
-            "interfaces: {}\nrules: [{id: X, when: nope, needs: [failure], severity: error}]\nfailure_lines: {hard: [], soft: []}\nnot_clean: []\n",
+            "interfaces: {}\nrules: []\nfailure_lines: {hard: [], soft: []}\nnot_clean: []\nwrappers: [NO-SUCH-ID]\n",
+            "wrappers",
+        ),
+        (
+            "interfaces: {}\nrules: [{id: X, when: nope, needs: [failure], severity: error}]\nfailure_lines: {hard: [], soft: []}\nnot_clean: []\nwrappers: []\n",
             "when 'nope'",
         ),
         (
-            "interfaces: {}\nrules: []\nfailure_lines: {hard: ['('], soft: []}\nnot_clean: []\n",
+            "interfaces: {}\nrules: []\nfailure_lines: {hard: ['('], soft: []}\nnot_clean: []\nwrappers: []\n",
             "does not compile",
         ),
     ],
 )
 def test_a_malformed_rules_file_is_a_clear_error(text: str, message: str) -> None:
     with pytest.raises(FactRuleError, match=re.escape(message)):
-        parse_factrules(text)
+        parse_factrules(text, load_kb())

@@ -62,6 +62,8 @@ class FactRules:
     hard: tuple[re.Pattern[str], ...]
     soft: tuple[re.Pattern[str], ...]
     not_clean: tuple[str, ...] = ()
+    benign: re.Pattern[str] | None = None  # soft lines healthy runs print
+    wrappers: frozenset[str] = frozenset()  # ids that only say a failure happened elsewhere
 
     def iface_class(self, iface: str, addr: str) -> str | None:
         """The first class (in file order) the interface belongs to."""
@@ -80,7 +82,7 @@ class FactRules:
                     Signature(
                         f"{UNRECOGNIZED}#{kind}{i}", "unrecognized failure line", "env", "launch",
                         "error" if kind == "hard" else "warning", rx, 0, True,
-                        "-", "-", "-", "field",
+                        "-", "-", "-", "field", self.benign if kind == "soft" else None,
                     )
                 )
         return tuple(out)
@@ -142,9 +144,12 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
         doc = YAML(typ="safe").load(text)
     except YAMLError as exc:
         raise FactRuleError(f"not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict) or set(doc) != {"interfaces", "rules", "failure_lines", "not_clean"}:
+    if not isinstance(doc, dict) or set(doc) != {
+        "interfaces", "rules", "failure_lines", "not_clean", "wrappers"
+    }:
         raise FactRuleError(
-            "expected top-level 'interfaces:', 'rules:', 'failure_lines:' and 'not_clean:'"
+            "expected top-level 'interfaces:', 'rules:', 'failure_lines:', 'not_clean:' and "
+            "'wrappers:'"
         )
     classes = []
     for name, entry in (doc["interfaces"] or {}).items():
@@ -159,14 +164,21 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
     names = {c.name for c in classes}
     rules = tuple(_rule(e, i, names, known) for i, e in enumerate(doc["rules"] or []))
     fl = doc["failure_lines"]
-    if not isinstance(fl, dict) or set(fl) != {"hard", "soft"}:
-        raise FactRuleError("failure_lines: expected 'hard:' and 'soft:' lists")
+    if not isinstance(fl, dict) or set(fl) - {"benign"} != {"hard", "soft"}:
+        raise FactRuleError("failure_lines: expected 'hard:', 'soft:' (and 'benign:') lists")
     hard = tuple(_compile("failure_lines.hard", p) for p in fl["hard"] or [])
     soft = tuple(_compile("failure_lines.soft", p) for p in fl["soft"] or [])
+    benign = [_compile("failure_lines.benign", p).pattern for p in fl.get("benign") or []]
     not_clean = _list("not_clean", doc, "not_clean")
-    if known is not None and set(not_clean) - known:
-        raise FactRuleError(f"not_clean: {sorted(set(not_clean) - known)} have no entry")
-    return FactRules(tuple(classes), rules, hard, soft, tuple(not_clean))
+    wrappers = _list("wrappers", doc, "wrappers")
+    for key, named in (("not_clean", not_clean), ("wrappers", wrappers)):
+        if known is not None and set(named) - known:
+            raise FactRuleError(f"{key}: {sorted(set(named) - known)} have no entry")
+    return FactRules(
+        tuple(classes), rules, hard, soft, tuple(not_clean),
+        re.compile("|".join(f"(?:{b})" for b in benign)) if benign else None,
+        frozenset(wrappers),
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -240,7 +252,7 @@ def _iface_class(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
                 if p.rank is not None:
                     ranks.append(p.rank)
                 seen.append(f"{iface}:{addr}")
-                key = "bootstrap" if role == "bootstrap" else "socket"
+                key = {"bootstrap": "bootstrap", "NET/IB OOB": "ib"}.get(role, "socket")
                 ev.append(p.evidence.get(key, f"{_who(p)}: {role} {iface}:{addr}"))
                 break
     if not seen:

@@ -29,8 +29,8 @@ BOOTSTRAP: Final = re.compile(
 )
 SOCKET_USING: Final = re.compile(r"NET/Socket ?: Using(?P<devs>(?: \[\d+\][^:\s]+:[^<\s]+<\d+>)+)")
 IB_USING: Final = re.compile(
-    r"NET/IB ?: Using(?P<devs>(?: \[\d+\][\w.-]+:\d+/(?:IB|RoCE|UNSPECIFIED))*)"
-    r"(?: ?\[RO\])?(?:; OOB (?P<oobif>[^:\s]+):(?P<oobip>[^<\s]+)<\d+>)?"
+    r"NET/IB ?: Using(?P<devs>(?: \[\d+\][\w.-]+:\d+/[\w/]+)*)"
+    r"(?: ?\[RO\])? ?(?:; OOB (?P<oobif>[^:\s]+):(?P<oobip>[^<\s]+)<\d+>)?"
 )
 # NCCL <= 2.4 listed each socket interface on its own line.
 OLD_NET: Final = re.compile(r"\bNET : Using interface (?P<if>[^:\s]+):(?P<ip>[^<\s]+)<\d+>")
@@ -77,6 +77,7 @@ class ProcFacts:
     socket_devs: list[tuple[str, str]] = field(default_factory=list)
     ib_devs: list[str] = field(default_factory=list)  # "mlx5_0:1/RoCE"
     oob_if: str | None = None
+    oob_ip: str | None = None
     comm_ranks: dict[str, int] = field(default_factory=dict)  # commId (or "?") -> rank
     transports: set[str] = field(default_factory=set)  # NET/IB, NET/Socket, P2P, SHM
     nccl_env: dict[str, str] = field(default_factory=dict)
@@ -93,6 +94,8 @@ class ProcFacts:
         if self.bootstrap_if is not None and self.bootstrap_ip is not None:
             out.append(("bootstrap", self.bootstrap_if, self.bootstrap_ip))
         out += [("NET/Socket", name, addr) for name, addr in self.socket_devs]
+        if self.oob_if is not None and self.oob_ip is not None:
+            out.append(("NET/IB OOB", self.oob_if, self.oob_ip))
         return out
 
 
@@ -183,7 +186,7 @@ class FactCollector:
             p.evidence.setdefault("socket", said)
         elif "NET/IB" in text and (m := IB_USING.search(text)):
             p.ib_devs = [d["dev"] for d in IB_DEV.finditer(m["devs"] or "")]
-            p.oob_if = m["oobif"]
+            p.oob_if, p.oob_ip = m["oobif"], m["oobip"]
             p.evidence.setdefault("ib", said)
         elif "Using network" in text and (m := NETWORK.search(text)):
             p.network = m["net"]
@@ -228,7 +231,7 @@ class FactCollector:
 def _join(into: ProcFacts, p: ProcFacts) -> None:
     """Facts of `p` that `into` lacks."""
     for name in ("world_size", "nccl_version", "cuda_version", "bootstrap_if", "bootstrap_ip",
-                 "network", "oob_if", "collective", "node_rank"):
+                 "network", "oob_if", "oob_ip", "collective", "node_rank"):
         if getattr(into, name) is None:
             setattr(into, name, getattr(p, name))
     into.socket_devs = into.socket_devs or p.socket_devs

@@ -83,6 +83,33 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
     )
 
 
+def _past_wrappers(
+    d: Diagnoser, first: Finding | None, findings: list[Finding], hard: list[FirstError]
+) -> tuple[Finding | None, list[FirstError]]:
+    """A wrapper only says a failure happened: a line that says more leads; with none, the
+    failure is an honest unknown quoting each rank's first error line (wrappers included)."""
+    wrappers = load_factrules().wrappers
+    if first is None or first.id not in wrappers:
+        return first, hard
+    better = next((f for f in findings if f.severity == "error" and f.id not in wrappers), None)
+    if better is not None:
+        return better, hard
+    return None, hard or _wrapper_lines(d, wrappers)
+
+
+def _wrapper_lines(d: Diagnoser, wrappers: frozenset[str]) -> list[FirstError]:
+    """The first wrapper line of each rank, as failure lines of their own."""
+    out: dict[str, FirstError] = {}
+    for sid, hits in d.per_id.items():
+        if sid not in wrappers:
+            continue
+        for h in hits:
+            key = f"rank {h.rank}" if h.rank is not None else h.source
+            if key not in out or h.order < out[key].order:
+                out[key] = FirstError(key, h.order, h.t, h.where, h.text.strip()[:300])
+    return sorted(out.values(), key=lambda e: e.order)
+
+
 def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ...]:
     out = []
     for p in d.facts.processes(pid_rank):
@@ -108,6 +135,7 @@ def conclude(
     the facts' findings added."""
     hard, soft = d.unknown.firsts(True), d.unknown.firsts(False)
     unknown = None
+    first, hard = _past_wrappers(d, first, findings, hard)
     if hard and (
         first is None
         or first.severity != "error"
