@@ -222,12 +222,20 @@ def py_sites(path: str, text: str) -> Iterator[Site]:
         yield Site(f"{path}:{line}", re.sub(r"\s+", " ", fmt))
 
 
+_NUMERIC_FIELD = re.compile(r"rank|size|port|count|world|num|timeout|len|code|seq|pid|nodes", re.I)
+
+
+def _field_value(m: re.Match[str]) -> str:
+    """A Python {field}: a number when its name says so (rank, size, port ...), else a word."""
+    return "1" if _NUMERIC_FIELD.search(m.group()) else "X"
+
+
 def printed(project: str, fmt: str) -> str:
     """The line a site prints, placeholders filled with neutral values."""
     s = fmt.replace("\\n", " ").replace('\\"', '"').replace("\\t", " ").replace("%%", "%")
     s = s.replace("=%s", "=1")  # "rank=%s": a number in practice
     s = PRINTF.sub(lambda m: "X" if m.group(1) in "sc" else "0x1" if m.group(1) == "p" else "1", s)
-    s = PY_FIELD.sub("x", s)
+    s = PY_FIELD.sub(_field_value, s)
     s = s.strip()
     if project == "nccl":
         return f"host:1:1 [0] file.cc:1 NCCL WARN {s}"

@@ -20,7 +20,7 @@ from ddptui.diagnosis.signatures import load_signatures
 FILES = sorted(SITES_DIR.glob("*.tsv"))
 # Measured when the files were written (sites mapped to a specific entry / all sites);
 # a signature change that loses sites fails here.
-FLOORS = {"nccl": 0.30, "gloo": 0.01, "torch": 0.10}
+FLOORS = {"nccl": 0.30, "gloo": 0.02, "torch": 0.03}
 
 
 def test_every_project_has_its_sites() -> None:

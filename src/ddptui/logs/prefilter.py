@@ -33,6 +33,8 @@ sre_parse: Any = importlib.import_module("re._parser")
 # by environment; torch's process-group options; launchers' rank and world size.  Each
 # is printed a few times per rank, never per step.
 CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
+    # Each starts on a character ordinary text rarely has (upper case, "_"): the scan
+    # regex tests every position against the set of first characters.
     "Last error:",
     "nranks ",
     "_rank: ",
@@ -40,14 +42,13 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Bootstrap: Using",
     "NCCL version",
     "Using [",
-    "Using interface",
     "Using network",
-    "set by environment",
-    "GLOBAL_RANK: ",
-    "initialization options",
-    "master_addr=",
-    "dist_world_size",
-    "world_sizes=",
+    "Using interface",
+    "NCCL_",  # "NCCL_X set by environment to Y"
+    "_RANK: ",
+    "options: size: ",
+    "_addr=",
+    "_world_size",
     "WORLD_SIZE",
     "Running collective",
 )
