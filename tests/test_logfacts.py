@@ -154,6 +154,21 @@ def test_loopback_among_the_socket_interfaces_of_a_multi_host_job() -> None:
     assert "lo:127.0.0.1" in d.first.summary
 
 
+# NVIDIA/nccl#1634 (nccl-tests hang between some node pairs): the maintainer's answer
+# quotes these two lines, "you have `libnccl-net.so` on part of your hpc".
+NCCL_1634 = [
+    "HGX-H100-11:18226:18274 [5] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
+    "HGX-H100-04:589474:589541 [0] NCCL INFO Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+]
+
+
+def test_a_net_plugin_on_some_nodes_only() -> None:
+    d = diagnose_lines(NCCL_1634)
+    assert d.first is not None and d.first.id == "LOGS-NETPLUGIN-DIFFERS", ids(d)
+    assert "internal" in d.first.summary and "nccl_rdma_sharp_plugin" in d.first.summary
+    assert set(d.first.nodes) == {"HGX-H100-04", "HGX-H100-11"}
+
+
 def test_a_node_rank_claimed_by_two_nodes() -> None:
     """Testbed: node1 and node2 both started with --node-rank 1; torchrun's agents wait
     in the store as node rank 1 until the timeout."""

@@ -22,7 +22,7 @@ FACTRULES_FILE: Final = Path(__file__).with_name("factrules.yaml")
 UNRECOGNIZED: Final = "LOGS-UNRECOGNIZED"
 NEEDS: Final = frozenset({"explains", "several_hosts", "failure"})
 ASPECTS: Final = frozenset({"family", "kind", "network"})
-FACTS: Final = frozenset({"nccl_version", "world_size", "network"})
+FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"})
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
@@ -222,6 +222,7 @@ class Proc:
     source: str = ""
     collective: tuple[int, str] | None = None  # last (SequenceNumber, OpType) entered
     node_rank: int | None = None  # torchrun's node (group) rank its agent waits as
+    net_plugin: str | None = None  # the NCCL net plugin loaded ("internal": none)
 
 
 @dataclass(frozen=True)
@@ -303,7 +304,10 @@ def _differs(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     said = "; ".join(
         f"{v} on {', '.join(dict.fromkeys(_who(p) for p in ps[:4]))}" for v, ps in groups.items()
     )
-    key = {"nccl_version": "version", "world_size": "world", "network": "network"}[attr]
+    key = {
+        "nccl_version": "version", "world_size": "world", "network": "network",
+        "net_plugin": "net_plugin",
+    }[attr]
     ev = [ps[0].evidence[key] for ps in groups.values() if key in ps[0].evidence]
     ranks = [p.rank for ps in groups.values() for p in ps if p.rank is not None]
     return ranks, ev, f"{attr.replace('_', ' ')} differs: {said}", {"which": said}
@@ -445,6 +449,8 @@ def fact_findings(ctx: Context, rules: FactRules | None = None) -> list[Finding]
             severity = "error"
             summary += f" (explains {', '.join(explains[:3])})"
         nodes = tuple(sorted({p.host for p in ctx.procs if p.rank in ranks and p.host}))
+        if not nodes:  # ranks not stated: the hosts the finding names
+            nodes = tuple(h for h in ctx.hosts if h in summary)
         out.append(
             kb_finding(
                 rule.id,

@@ -34,6 +34,11 @@ IB_USING: Final = re.compile(
 )
 # NCCL <= 2.4 listed each socket interface on its own line.
 OLD_NET: Final = re.compile(r"\bNET : Using interface (?P<if>[^:\s]+):(?P<ip>[^<\s]+)<\d+>")
+# Which network plugin NCCL loaded (2.19+ wording, then older): a path, or none.
+PLUGIN_PATH: Final = re.compile(
+    r"\bPlugin Path : (?P<path>\S+)|NET/Plugin ?: Loaded net plugin (?P<name>.+?)\s*(?:\(|$)"
+)
+PLUGIN_NONE: Final = re.compile(r"NET/Plugin ?: (?:Could not find: libnccl-net|No plugin found)")
 SET_BY_ENV: Final = re.compile(r"\b(?P<var>NCCL_\w+) set by environment to (?P<val>\S*)")
 VIA: Final = re.compile(r"Channel \d+/\d+ : .* via (?P<t>NET/\w+|P2P|SHM|CollNet)")
 # torch's default process group (PG ID 0) states the world; subgroups state their own size.
@@ -74,6 +79,7 @@ class ProcFacts:
     bootstrap_if: str | None = None
     bootstrap_ip: str | None = None
     network: str | None = None  # "Socket", "IB", a plugin's name
+    net_plugin: str | None = None  # the external net plugin NCCL loaded, "internal" for none
     socket_devs: list[tuple[str, str]] = field(default_factory=list)
     ib_devs: list[str] = field(default_factory=list)  # "mlx5_0:1/RoCE"
     oob_if: str | None = None
@@ -169,6 +175,15 @@ class FactCollector:
                     p.world_size = p.world_size or int(world)
                     p.evidence.setdefault("world", f"{where}: {text.strip()}")
 
+    @staticmethod
+    def _plugin(p: ProcFacts, said: str, text: str) -> None:
+        if (m := PLUGIN_PATH.search(text)) is not None:
+            p.net_plugin = (m["path"] or m["name"] or "").strip()
+            p.evidence["net_plugin"] = said
+        elif p.net_plugin is None and PLUGIN_NONE.search(text):
+            p.net_plugin = "internal"
+            p.evidence["net_plugin"] = said
+
     def _nccl(self, p: ProcFacts, where: str, text: str) -> None:
         said = f"{where}: {text.strip()}"
         if "NCCL version " in text and p.nccl_version is None and (m := VERSION.search(text)):
@@ -177,6 +192,8 @@ class FactCollector:
         elif "Bootstrap" in text and p.bootstrap_if is None and (m := BOOTSTRAP.search(text)):
             p.bootstrap_if, p.bootstrap_ip = m["if"], m["ip"]
             p.evidence["bootstrap"] = said
+        elif "Plugin" in text:
+            self._plugin(p, said, text)
         elif "Using interface" in text and (m := OLD_NET.search(text)):
             if (m["if"], m["ip"]) not in p.socket_devs:
                 p.socket_devs.append((m["if"], m["ip"]))
@@ -231,7 +248,7 @@ class FactCollector:
 def _join(into: ProcFacts, p: ProcFacts) -> None:
     """Facts of `p` that `into` lacks."""
     for name in ("world_size", "nccl_version", "cuda_version", "bootstrap_if", "bootstrap_ip",
-                 "network", "oob_if", "oob_ip", "collective", "node_rank"):
+                 "network", "oob_if", "oob_ip", "collective", "node_rank", "net_plugin"):
         if getattr(into, name) is None:
             setattr(into, name, getattr(p, name))
     into.socket_devs = into.socket_devs or p.socket_devs

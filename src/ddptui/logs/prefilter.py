@@ -51,6 +51,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "_world_size",
     "WORLD_SIZE",
     "Running collective",
+    "Plugin Path : ",
+    "NET/Plugin",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
