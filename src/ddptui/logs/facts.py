@@ -209,16 +209,7 @@ class FactCollector:
             p.network = m["net"]
             p.evidence.setdefault("network", said)
         elif " nranks " in text and (m := INIT.search(text)):
-            # A process may join several communicators (subgroups): its world is the
-            # largest, its global rank the one it has there.
-            nranks = int(m["nranks"])
-            if p.world_size is None or nranks > p.world_size:
-                p.world_size, p.rank = nranks, int(m["rank"])
-            elif nranks == p.world_size and p.rank is None:
-                p.rank = int(m["rank"])
-            p.comm_ranks[m["commId"] or m["comm"]] = int(m["rank"])
-            p.evidence.setdefault("init", said)
-            p.init_complete = p.init_complete or m["what"] == "COMPLETE"
+            _init(p, m, said)
         elif "set by environment" in text and (m := SET_BY_ENV.search(text)):
             p.nccl_env.setdefault(m["var"], m["val"])
         elif " via " in text and (m := VIA.search(text)):
@@ -243,6 +234,19 @@ class FactCollector:
                 continue
             out.append(p)
         return out
+
+
+def _init(p: ProcFacts, m: re.Match[str], said: str) -> None:
+    """A process may join several communicators (subgroups): its world is the largest,
+    its global rank the one it has there."""
+    nranks = int(m["nranks"])
+    if p.world_size is None or nranks > p.world_size:
+        p.world_size, p.rank = nranks, int(m["rank"])
+    elif nranks == p.world_size and p.rank is None:
+        p.rank = int(m["rank"])
+    p.comm_ranks[m["commId"] or m["comm"]] = int(m["rank"])
+    p.evidence.setdefault("init", said)
+    p.init_complete = p.init_complete or m["what"] == "COMPLETE"
 
 
 def _join(into: ProcFacts, p: ProcFacts) -> None:
