@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "corpus"))
 
-from score import CORPUS_DIR, Excerpt, Got, load_corpus, markdown, score  # noqa: E402
+from score import CORPUS_DIR, Excerpt, Got, figures, load_corpus, markdown, score  # noqa: E402
 
 
 def _git_show(rev: str, path: str) -> str:
@@ -126,12 +126,18 @@ def heldout_report(excerpts: list[Excerpt]) -> str:
             continue
         rev = m.group(1)
         mine = [e for e in excerpts if e.source == path.name]
-        before = sum(v.outcome == "right" for v in score(mine, diagnose_with_kb_at(rev, mine)))
-        now = sum(v.outcome == "right" for v in score(mine))
-        n = len(mine)
+        before = figures(score(mine, diagnose_with_kb_at(rev, mine)))
+        now = figures(score(mine))
+
+        def said(f: dict[str, float | int]) -> str:
+            text = f"{f['right']}/{f['failing']} right, {f['called-clean']} called clean"
+            if f["healthy"]:
+                text += f", {f['false-alarm']}/{f['healthy']} healthy with an error"
+            return text
+
         out.append(
-            f"held-out {path.stem}: {before}/{n} right before tuning (KB at {rev}), "
-            f"{now}/{n} with today's KB"
+            f"held-out {path.stem}: {said(before)} before tuning (code and KB at {rev}); "
+            f"{said(now)} today"
         )
     return "\n".join(out)
 
