@@ -51,6 +51,7 @@ def ids(d: LogDiagnosis) -> list[str]:
         ("10.0.0.7: [INFO] launch.py: x", None, "10.0.0.7", "[INFO] launch.py: x"),
         ("[pod/train-worker-1/pytorch] RuntimeError: x", None, "train-worker-1", "RuntimeError: x"),
         ("gpu-st-1:23:23 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>", None, "gpu-st-1", None),
+        ("slurmstepd-vm: error: *** JOB 3 ON vm CANCELLED AT 2026-11-25T17:53:42 DUE TO TIME LIMIT ***", None, "vm", None),
         # not launcher prefixes: an exception class, a tool, a level, a plain word
         ("RuntimeError: Connection refused", None, None, None),
         ("torch.distributed.DistBackendError: NCCL error", None, None, None),
@@ -188,6 +189,37 @@ def test_a_rank_that_never_reached_the_collective() -> None:
     f = next(f for f in d.findings if f.id == "LOGS-NOT-IN-COLLECTIVE")
     assert "ranks 0, 1 entered ALLREDUCE (SequenceNumber 0)" in f.summary
     assert "ranks 2 never did" in f.summary
+
+
+# --------------------------------------------------------------------------- Slurm
+
+
+def slurm(name: str) -> LogDiagnosis:
+    """A real Slurm capture (slurm-wlm 22.05, srun --label; tests/fixtures/logs/slurm/)."""
+    return diagnose_lines((FIXTURES / "logs/slurm" / f"{name}.log").read_text().splitlines())
+
+
+def test_slurm_time_limit() -> None:
+    d = slurm("timelimit")
+    assert d.first is not None and d.first.id == "SLURM-TIMELIMIT", ids(d)
+    assert "JOB 3" in d.first.cause and "vm" in d.first.cause
+    assert "SLURM-TASK-EXIT" in ids(d)  # srun's "tasks 0-1: Terminated": listed, not the cause
+
+
+def test_slurm_step_that_cannot_start() -> None:
+    d = slurm("step_create")
+    assert d.first is not None and d.first.id == "SLURM-STEP-CREATE", ids(d)
+    assert "More processors requested than permitted" in d.first.cause
+
+
+def test_a_task_exit_leads_to_the_task_s_own_error() -> None:
+    """srun's "task 1: Exited with exit code 1" is a wrapper; task 1's own exception
+    (no signature knows it) is the honest answer, attributed by srun's --label."""
+    d = slurm("task_exit")
+    assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED", ids(d)
+    assert "rank 1 first" in d.first.summary
+    assert "RuntimeError: dataset shard 1 is missing" in d.first.cause
+    assert "SLURM-TASK-EXIT" in ids(d)
 
 
 # --------------------------------------------------------------------------- unknowns

@@ -13,6 +13,7 @@ role + local rank), [r3] / [l1] (ddptui's own tags), and at the very start of th
   12: ...                 srun --label (the task id, SLURM_PROCID: read as the global rank)
   worker-1: ...           DeepSpeed / pdsh (the host name; IPv4 addresses too)
   [pod/trainer-0/main] .. kubectl logs --prefix (the pod, read as the host)
+  slurmstepd-gpu1: ...    Slurm's step daemon (gpu1 is the host; the line is kept whole)
 
 API (stable; the shared-files helper attributes files through it):
   parse_head(text, year) -> (LineHead, stated year or None)
@@ -85,7 +86,10 @@ def launcher_prefix(text: str) -> tuple[int | None, str | None, int]:
         return None, m["pod"], m.end()
     m = _HOST_PREFIX.match(text)
     if m is not None and _is_host(m["host"]):
-        return None, m["host"], m.end()
+        host = m["host"]
+        if host.startswith("slurmstepd-"):  # Slurm's step daemon names itself after the node
+            return None, host[len("slurmstepd-") :], 0
+        return None, host, m.end()
     return None, None, 0
 
 
