@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ddptui.config import ClusterConfig
     from ddptui.headless import HeadlessPrinter
     from ddptui.report.autosave import Autosaver
+    from ddptui.report.schema import ReportModel
 
 
 @click.command()
@@ -101,9 +102,9 @@ def run_check(
         where = f" (the session is saved in {saver.path})" if saver and saver.saves else ""
         click.secho(f"ddptui: cannot write the report: {exc}{where}", fg="red", err=True)
         return EXIT_USAGE
-    if any(step["status"] == "error" for step in report["steps"]):
+    if any(step.status == "error" for step in report.steps):
         return EXIT_INTERNAL  # ddptui could not run a step: its own bug, said per step
-    if report["verdict"] == "fail":
+    if report.verdict == "fail":
         return EXIT_FAIL
     return EXIT_OK
 
@@ -115,7 +116,7 @@ async def _session(
     printer: HeadlessPrinter,
     *,
     metrics: bool = True,
-) -> tuple[dict[str, Any], bool, Autosaver | None]:
+) -> tuple[ReportModel, bool, Autosaver | None]:
     """The run core, headless: the printer subscribes; Ctrl-C/SIGTERM stop it."""
     from ddptui.checklist.run import RunCore, RunEvent
 

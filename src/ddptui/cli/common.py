@@ -21,6 +21,7 @@ import click
 
 if TYPE_CHECKING:
     from ddptui.config import ClusterConfig, ConfigError
+    from ddptui.report.export import Report
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEMO_SOURCE = "<embedded demo>"
@@ -141,7 +142,7 @@ def unwritable(path: str) -> str | None:
 
 
 def write_reports(
-    report: dict[str, Any],
+    report: Report,
     json_path: str | None,
     md_path: str | None,
     html_path: str | None,

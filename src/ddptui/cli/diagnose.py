@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -26,6 +26,9 @@ from ddptui.cli.common import (
     refuse_unwritable,
     report_options,
 )
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 
 @click.command("diagnose")
@@ -107,7 +110,7 @@ def _run(
     return EXIT_FAIL if diag.failed else EXIT_OK
 
 
-def _write(report: dict[str, Any], outputs: list[tuple[str, str | None]]) -> None:
+def _write(report: ReportModel, outputs: list[tuple[str, str | None]]) -> None:
     from ddptui.report.export import render, write_report
 
     for fmt, path in outputs:
@@ -124,7 +127,7 @@ def _write(report: dict[str, Any], outputs: list[tuple[str, str | None]]) -> Non
         click.echo(f"{fmt}: {written}", err=True)
 
 
-def _print_human(diag: Any, report: dict[str, Any], out: TextIO, seconds: float) -> None:
+def _print_human(diag: Any, report: ReportModel, out: TextIO, seconds: float) -> None:
     from ddptui.logs.render import human_lines
 
     for problem in diag.problems:

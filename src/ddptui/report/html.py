@@ -10,6 +10,7 @@ from html import escape
 from typing import Any
 
 from ddptui.glyphs import GLYPH, STATUSES
+from ddptui.report.first import FirstFailure
 from ddptui.report.screenshot import clean_screenshot
 from ddptui.report.svg import finite, human_rate, peak, series, sparkline
 from ddptui.report.views import (
@@ -235,17 +236,17 @@ def _header(report: Mapping[str, Any], names: list[str], name: Any) -> str:
 
 
 def _banner(report: Mapping[str, Any]) -> str:
-    first = report.get("first_failure")
+    first = FirstFailure.from_document(report)
     steps = {str(s.get("id")): s for s in steps_of(report)}
-    if isinstance(first, Mapping):
-        step = steps.get(str(first.get("step")), {"id": first.get("step")})
-        finding = f"<code>{_e(first['finding'])}</code> " if first.get("finding") else ""
-        nodes = ", ".join(str(n) for n in first.get("nodes") or []) or NONE
+    if first is not None:
+        step = steps.get(first.step, {"id": first.step})
+        finding = f"<code>{_e(first.finding)}</code> " if first.finding else ""
+        nodes = ", ".join(first.nodes) or NONE
         return (
             f'<div class="banner fail" role="alert"><h2>{GLYPH["fail"]} First failure: <code>'
-            f"{_e(first.get('step'))}</code> — {_e(step_title(step))}</h2>"
-            f"<p>{finding}on <b>{_e(nodes)}</b>{_place(first)}: {_prose(first.get('summary', ''))}</p>"
-            f"<p><b>Fix:</b> {_fix(str(first.get('fix') or ''))}</p></div>"
+            f"{_e(first.step)}</code> — {_e(step_title(step))}</h2>"
+            f"<p>{finding}on <b>{_e(nodes)}</b>{_place(first.to_dict())}: {_prose(first.summary)}</p>"
+            f"<p><b>Fix:</b> {_fix(first.fix)}</p></div>"
         )
     bad = [s for s in steps.values() if s.get("status") not in ("pass", "skip")]
     if not bad:

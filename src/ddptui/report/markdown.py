@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddptui.glyphs import EMOJI, STATUSES, severity_glyph
+from ddptui.report.first import FirstFailure
 from ddptui.report.svg import finite, human_rate, peak, series, text_sparkline
 from ddptui.report.views import (
     BUSBW_NA,
@@ -168,18 +169,18 @@ def _fix_block(fix: str) -> list[str]:
 
 
 def _first_failure(report: Mapping[str, Any]) -> list[str]:
-    first = report.get("first_failure")
+    first = FirstFailure.from_document(report)
     steps = {str(s.get("id")): s for s in steps_of(report)}
-    if isinstance(first, Mapping):
-        step = steps.get(str(first.get("step")), {"id": first.get("step")})
-        nodes = ", ".join(esc(n) for n in first.get("nodes") or []) or NONE
-        finding = f"{code(first['finding'])} " if first.get("finding") else ""
+    if first is not None:
+        step = steps.get(first.step, {"id": first.step})
+        nodes = ", ".join(esc(n) for n in first.nodes) or NONE
+        finding = f"{code(first.finding)} " if first.finding else ""
         return [
-            f"## ❌ First failure: {code(first.get('step'))} — {esc(step_title(step))}",
+            f"## {EMOJI['fail']} First failure: {code(first.step)} — {esc(step_title(step))}",
             "",
-            f"{finding}on **{nodes}**{_place(first)}: {prose(first.get('summary', ''))}",
+            f"{finding}on **{nodes}**{_place(first.to_dict())}: {prose(first.summary)}",
             "",
-            *_fix_block(str(first.get("fix") or "")),
+            *_fix_block(first.fix),
         ]
     bad = [s for s in steps.values() if s.get("status") not in ("pass", "skip")]
     if not bad:

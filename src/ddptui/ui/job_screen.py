@@ -17,8 +17,9 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
 from ddptui.glyphs import severity_glyph
+from ddptui.report.export import Report, document_of
 
-Relook = Callable[[], Awaitable[dict[str, Any]]]
+Relook = Callable[[], Awaitable[Report]]
 STATE_STYLE = {
     "healthy": ("HEALTHY", "bold green"),
     "waiting": ("WAITING", "bold cyan"),
@@ -127,9 +128,9 @@ class JobScreen(ModalScreen[None]):
     JobScreen #job-keys { height: 1; width: 100%; padding: 0 1; color: $text-muted; }
     """
 
-    def __init__(self, report: dict[str, Any], *, relook: Relook | None = None) -> None:
+    def __init__(self, report: Report, *, relook: Relook | None = None) -> None:
         super().__init__()
-        self.report = report
+        self.report = document_of(report)
         self.relook = relook
 
     def compose(self) -> ComposeResult:
@@ -176,7 +177,7 @@ class JobScreen(ModalScreen[None]):
     async def _relook(self) -> None:
         assert self.relook is not None
         try:
-            self.report = await self.relook()
+            self.report = document_of(await self.relook())
         except Exception as exc:  # noqa: BLE001 - shown to the user, the screen stays
             self.notify(f"Could not look again: {exc}", severity="error")
             return

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.model import StepResult
 from ddptui.glyphs import GLYPH
+from ddptui.report.first import FirstFailure
 from ddptui.stepmeta import ORDER
 
 __all__ = [
@@ -118,7 +119,7 @@ def _attention_text(r: StepResult) -> str:
 
 
 def banner_text(
-    first: dict[str, str | list[str] | None] | None,
+    first: FirstFailure | None,
     running: str | None,
     done: bool,
     results: Mapping[str, StepResult] | None = None,
@@ -126,9 +127,9 @@ def banner_text(
     """(text, style class) of the banner: the first failure and its fix lead; with
     no failure, the first step in error or warning (never "passed" under a WARN)."""
     if first is not None:
-        nodes = ", ".join(first.get("nodes") or []) or "-"
+        nodes = ", ".join(first.nodes) or "-"
         return (
-            f"{GLYPH['fail']} FAIL at {first['step']} on {nodes}: {first['summary']}\n  Fix: {first['fix']}",
+            f"{GLYPH['fail']} FAIL at {first.step} on {nodes}: {first.summary}\n  Fix: {first.fix}",
             "fail",
         )
     if running:
