@@ -174,16 +174,3 @@ def traceback_where(before: list[str]) -> str | None:
         if not any(lib in file for lib in _LIBRARY):
             return f"{file.rsplit('/', 1)[-1]}:{line} in {func}"
     return None
-
-
-# The host in NCCL's `host:pid:tid [dev]` prefix (additive: for naming the node a line
-# came from; the prefix parsing above is unchanged).
-_NCCL_HOST: Final = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9_.-]+):\d+:\d+\s+\[\d+\]\s")
-
-
-def nccl_host(text: str) -> str | None:
-    """The host name NCCL's prefix gives a line, None when it has none."""
-    if "NCCL" not in text:
-        return None
-    m = _NCCL_HOST.search(text[:200])
-    return m["host"] if m is not None else None

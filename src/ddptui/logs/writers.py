@@ -1,5 +1,6 @@
 """Who wrote the lines a finding quotes: the rank the log itself says (lineinfo's
-prefixes), the node from the host names in the lines, else from the job's layout (the
+prefixes), the node from the host names in the lines (lineinfo's LineHead.host: NCCL's
+prefix, pdsh/DeepSpeed, kubectl, slurmstepd), else from the job's layout (the
 config's node order x nproc_per_node), else, for a file only one node has, that node.
 When none of these tells, the file is named, never the node that happened to read it.
 Pure core."""
@@ -11,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ddptui.diagnosis.finding import Finding
 from ddptui.logs.diagnose import LogDiagnosis
-from ddptui.logs.lineinfo import nccl_host
+from ddptui.logs.lineinfo import parse_head
 from ddptui.logs.sharedfs import SharedFile
 
 
@@ -50,7 +51,7 @@ class Writer:
 def writer_of(
     f: Finding, texts: Sequence[str], files: Mapping[str, SharedFile], layout: Layout
 ) -> Writer:
-    hosts = {h for h in (nccl_host(t) for t in texts) if h}
+    hosts = {h for h in (parse_head(t, 2000)[0].host for t in texts) if h}
     if len(hosts) == 1:
         host = next(iter(hosts))
         node = layout.node_of_host(host)
