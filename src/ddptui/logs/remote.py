@@ -24,7 +24,7 @@ SLACK_S: Final = 120.0  # reading and redacting 64 MiB on a slow node
 
 def load_config_nodes(path: str) -> list[str]:
     """The configured nodes' names (ConfigError when the config is not valid)."""
-    from ddptui.sources.resolve import config_for
+    from ddptui.cluster import config_for
 
     return [n.display for n in config_for(path).nodes]
 
@@ -357,7 +357,7 @@ def read_remote(
     says what it would read, files seen from several nodes are read on one of them.  The
     reads go on in a thread while the caller diagnoses `inputs` (each stream blocks until
     its file has arrived); the caller then calls `.finish()`, and cleans up `.spool`."""
-    from ddptui.sources.resolve import config_for
+    from ddptui.cluster import config_for
 
     config = config_for(config_path)  # a cluster.yaml, or --slurm/--hostfile's cluster
     spool = Spool()
