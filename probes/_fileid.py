@@ -112,3 +112,10 @@ def identity(path):
         "head": head,
         "tail": tail,
     }
+
+
+def identity_or_none(path):
+    try:
+        return identity(path)
+    except OSError:
+        return None

@@ -12,11 +12,9 @@
 # PARAMS: {"user": name or None, "match": regex or None, "salt": hex, "window_s": float,
 #   "pyspy": path or None, "stacks": bool, "native": bool, "allow_pause": bool,
 #   "log_globs": [glob], "fallback_logs": [path] (read only when no job runs here),
-#   "log_lines": int, "ras": bool, "fr": bool, "trigger_dump": bool,
-#   "log_paths": [path] (exact: the files the login node gave this node to read, each
-#   file once across nodes), "fallback_paths": [path] (the same, only when no job runs
-#   here), "fr_paths": [{"path", "rank"}] (flight recorder dumps left by a job that is
-#   gone: read only when no job runs here)}
+#   "log_lines": int, "ras": bool, "fr": bool, "trigger_dump": bool, "log_paths": [path],
+#   "fallback_paths": [path], "fr_paths": [{"path", "rank"}] (exact files the login node
+#   gave this node to read, each once across nodes; the last two only when no job runs here)}
 # stdlib only (/proc helpers in _proc.py, sent before this file); must run on Python 3.8+.
 import base64
 import glob
@@ -186,18 +184,7 @@ def trigger_dump(env, ranks):
     return results
 
 
-def read_fr_path(path, rank):
-    """A dump the job left behind (the job is gone): read as it is, never stale."""
-    rec = read_fr_file(path, rank, 0.0)
-    rec["stale"] = False
-    return rec
-
-
-def read_fr(prefix, rank, since):
-    return read_fr_file("%s%d" % (prefix, rank), rank, since)
-
-
-def read_fr_file(path, rank, since):
+def read_fr(path, rank, since):
     try:
         st = os.stat(path)
     except OSError:
@@ -342,10 +329,8 @@ def main():
     if chosen is not None:
         known = observe(chosen, table, btime, salt, window, log_files)
     read_logs(log_files, known, salt)
-    if chosen is None:
-        for item in PARAMS.get("fr_paths") or []:
-            rec = read_fr_path(str(item.get("path")), _int(item.get("rank")))
-            emit("fr", postmortem=True, **rec)
+    for item in PARAMS.get("fr_paths") or [] if chosen is None else []:  # left by a gone job
+        emit("fr", postmortem=True, **read_fr(str(item.get("path")), _int(item.get("rank")), 0))
     emit("done", found=chosen is not None)
 
 
@@ -535,7 +520,7 @@ def flight_recorder(job, workers):
             t["dumped"] = _mtime(prefix + str(t["rank"])) >= asked
     if fr_enabled(env0) or triggered or any(os.path.exists(prefix + str(r)) for r in ranks):
         for rank in ranks:
-            emit("fr", triggered=triggered, **read_fr(prefix, rank, job["started"]))
+            emit("fr", triggered=triggered, **read_fr(prefix + str(rank), rank, job["started"]))
     emit(
         "fr_config",
         enabled=fr_enabled(env0),
@@ -565,14 +550,10 @@ def read_logs(files, known, salt):
                 pass
         lines, err = tail_lines(path, known, salt, limit)
         writers = sorted({p for other, ps in files.items() for p in ps if _same(other, st)})
-        try:
-            fid = identity(path)
-        except OSError:
-            fid = None
         emit(
             "log",
             path=shown,
-            fid=fid,
+            fid=identity_or_none(path),
             size=st.st_size,
             mtime=st.st_mtime,
             age_s=round(time.time() - st.st_mtime, 1),
