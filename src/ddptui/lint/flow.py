@@ -82,7 +82,14 @@ _RANK_ENV: Final = frozenset(
     }
 )
 _GET_RANK: Final = frozenset(
-    {"get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank"}
+    {
+        "get_rank",
+        "get_local_rank",
+        "get_node_local_rank",
+        "get_global_rank",
+        "get_group_rank",
+        "Get_rank",  # mpi4py
+    }
 )
 
 
@@ -128,6 +135,9 @@ class Flow:
         self._guard_busy: set[FuncNode] = set()
         self._idents: set[str | None] | None = None
         self._loops: list[ast.For | ast.AsyncFor | ast.While] | None = None
+        self._rv_memo: dict[ast.AST, bool] = {}
+        self.memo: dict[tuple[str, ast.AST, int], object] = {}  # rules' own answers
+        self._re_memo: dict[ast.AST, bool] = {}
         self.wrapper_calls = [c for c in script.calls if self._is_wrapper(c)]
         self.ddp_calls = [
             c for c in self.wrapper_calls if last(script.call_name(c)) == "DistributedDataParallel"
@@ -251,7 +261,15 @@ class Flow:
 
     # --- rank-dependent code ----------------------------------------------------------
 
-    def rank_valued(self, expr: ast.AST, depth: int = 0) -> bool:  # noqa: PLR0911 - per kind
+    def rank_valued(self, expr: ast.AST, depth: int = 0) -> bool:
+        if depth:
+            return self._rank_valued(expr, depth)
+        found = self._rv_memo.get(expr)
+        if found is None:
+            found = self._rv_memo[expr] = self._rank_valued(expr, 0)
+        return found
+
+    def _rank_valued(self, expr: ast.AST, depth: int = 0) -> bool:  # noqa: PLR0911 - per kind
         """Whether an expression IS the rank or is computed from it (`rank`, `args.local_rank`,
         `dist.get_rank()`, `int(os.environ["RANK"])`, `rank % 8`, `is_master = rank == 0`);
         a call that merely takes the rank as an argument is not."""
@@ -288,6 +306,14 @@ class Flow:
     def is_rank_expr(self, expr: ast.AST, depth: int = 0) -> bool:
         """Whether the rank appears anywhere in an expression (a per-rank path, a rank
         slice); names are followed to what they were given."""
+        if depth:
+            return self._is_rank_expr(expr, depth)
+        found = self._re_memo.get(expr)
+        if found is None:
+            found = self._re_memo[expr] = self._is_rank_expr(expr, 0)
+        return found
+
+    def _is_rank_expr(self, expr: ast.AST, depth: int) -> bool:
         for n in [expr, *own_nodes(expr)]:
             if self.rank_valued(n):
                 return True

@@ -1,0 +1,242 @@
+"""Rules that real projects needed: the global rank used where the local GPU index
+belongs, and model parameters that take no part in forward while DDP is not told."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow, ident
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script, const, kwarg, last
+
+_GLOBAL_ENV: Final = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+_LOCAL_ENV: Final = frozenset(
+    {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}
+)
+_GLOBAL_NAME: Final = re.compile(r"^(global_|world_)?rank$|^RANK$|^global_rank$", re.I)
+_FIRST_HELPER: Final = re.compile(r"zero_first|rank_zero_first|main_process_first|local_first")
+_LAYERS: Final = re.compile(
+    r"^(Linear|Bilinear|LazyLinear|Conv[123]d|ConvTranspose[123]d|Embedding|EmbeddingBag"
+    r"|LSTM|GRU|RNN|LSTMCell|GRUCell|MultiheadAttention|LayerNorm|Sequential|ModuleList"
+    r"|ModuleDict|Transformer\w*|BatchNorm[123]d|GroupNorm)$"
+)
+
+
+def _env_key(expr: ast.expr) -> str | None:
+    """'RANK' for `os.environ["RANK"]`, `os.getenv("RANK")`, `os.environ.get("RANK", 0)`."""
+    if isinstance(expr, ast.Subscript) and "environ" in ast.unparse(expr.value):
+        v = const(expr.slice)
+        return v if isinstance(v, str) else None
+    if isinstance(expr, ast.Call) and expr.args and ident(expr.func) in ("getenv", "get"):
+        if ident(expr.func) == "get" and "environ" not in ast.unparse(expr.func):
+            return None
+        v = const(expr.args[0])
+        return v if isinstance(v, str) else None
+    return None
+
+
+def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa: PLR0911, PLR0912
+    """'global' when an expression is the global rank as far as the code shows
+    (`dist.get_rank()`, `int(os.environ["RANK"])`, `node_rank * gpus + gpu`, a name given
+    one of those), 'local' for the local rank or a GPU index computed from it
+    (`LOCAL_RANK`, `rank % torch.cuda.device_count()`), None when unknown."""
+    if depth > 4:
+        return None
+    env = _env_key(expr)
+    if env is not None:
+        return "global" if env in _GLOBAL_ENV else "local" if env in _LOCAL_ENV else None
+    if isinstance(expr, ast.Call):
+        name = last(s.call_name(expr))
+        if name == "get_rank" and "distributed" in s.call_name(expr) and not expr.args:
+            return None if kwarg(expr, "group") is not None else "global"
+        if name in ("get_local_rank", "get_node_local_rank", "current_device"):
+            return "local"
+        if name in ("int", "str") and expr.args:
+            return rank_kind(s, expr.args[0], depth + 1)
+        return None
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.Mod):
+            return "local"
+        text = ast.unparse(expr).lower()
+        if isinstance(expr.op, ast.Add) and "node" in text and ("gpu" in text or "rank" in text):
+            return "global"  # node_rank * gpus_per_node + gpu
+        return None
+    if isinstance(expr, ast.Name | ast.Attribute):
+        kinds: set[str] = set()
+        origins = s.origins(expr)
+        if isinstance(expr, ast.Attribute) and origins == [expr]:  # `args.rank = ...`
+            origins = _attr_values(s, ast.unparse(expr))
+        for o in origins:
+            if o is expr:
+                continue
+            k = rank_kind(s, o, depth + 1)
+            if k is None and isinstance(o, ast.Name | ast.Attribute) and o is not expr:
+                continue
+            kinds.add(k or "unknown")
+        if kinds == {"global"}:
+            return "global"
+        if "local" in kinds:
+            return "local"
+        return None
+    return None
+
+
+def _attr_values(s: Script, text: str) -> list[ast.expr]:
+    return [
+        n.value
+        for n in s.nodes
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and ast.unparse(t) == text for t in n.targets)
+    ]
+
+
+def _sinks(s: Script, f: Flow) -> Iterator[tuple[ast.AST, ast.expr, str]]:
+    """(where to report, the value, what it is used for) of GPU-index arguments."""
+    for c in s.calls:
+        name = last(s.call_name(c))
+        a0 = c.args[0] if c.args else None
+        if name in ("set_device", "set_device_index") and a0 is not None:
+            yield c, a0, f"`{ast.unparse(c)}`"
+        elif c in f.ddp_calls:
+            ids = kwarg(c, "device_ids")
+            if isinstance(ids, ast.List | ast.Tuple) and len(ids.elts) == 1:
+                yield ids, ids.elts[0], f"`device_ids={ast.unparse(ids)}`"
+            out = kwarg(c, "output_device")
+            if out is not None:
+                yield out, out, f"`output_device={ast.unparse(out)}`"
+        elif name == "device" and s.call_name(c).startswith("torch") and len(c.args) > 1:
+            if const(c.args[0]) == "cuda":
+                yield c, c.args[1], f"`{ast.unparse(c)}`"
+        elif isinstance(c.func, ast.Attribute) and c.func.attr == "cuda" and a0 is not None:
+            yield c, a0, f"`{ast.unparse(c)}`"
+        elif _FIRST_HELPER.search(name) and a0 is not None:
+            yield c, a0, f"`{ast.unparse(c)}` (each node's local rank 0 should go first)"
+
+
+def global_rank_device(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.distributed:
+        return
+    seen: set[int] = set()
+    for at, value, what in _sinks(s, f):
+        if rank_kind(s, value) != "global" or getattr(at, "lineno", 0) in seen:
+            continue
+        seen.add(getattr(at, "lineno", 0))
+        yield Hit.at(
+            "DDP-HARDCODED-DEVICE",
+            at,
+            (
+                f"{what} is given the global rank `{ast.unparse(value)}`, not the GPU index on "
+                "this node: on the second node it names a GPU that does not exist"
+            ),
+            seen=f"{what} with the global rank `{ast.unparse(value)}`",
+        )
+
+
+def _module_class(s: Script, cls: ast.ClassDef) -> bool:
+    return any(
+        last(s.qualname(b) or "") == "Module" or s.class_named(b) is not None for b in cls.bases
+    )
+
+
+def _layer(s: Script, value: ast.expr) -> bool:
+    if not isinstance(value, ast.Call):
+        return False
+    qn = s.call_name(value)
+    if _LAYERS.match(last(qn)) and qn.startswith("torch"):
+        return True
+    cls = s.class_named(value.func)
+    return cls is not None and _module_class(s, cls)
+
+
+def unused_params(s: Script, f: Flow) -> Iterator[Hit]:
+    """A layer built in `__init__` of a model that DDP wraps, which no other method of
+    the class reads, while DDP runs without find_unused_parameters."""
+    if not f.ddp_calls or any(
+        kwarg(c, "find_unused_parameters") is not None or kwarg(c, "static_graph") is not None
+        for c in f.ddp_calls
+    ):
+        return
+    if any(
+        (
+            isinstance(n, ast.Attribute)
+            and n.attr == "requires_grad"
+            and isinstance(n.ctx, ast.Store)
+        )
+        or (isinstance(n, ast.Attribute) and n.attr == "requires_grad_")
+        for n in s.nodes
+    ):
+        return  # frozen parameters take no part in DDP's reduction
+    for cls, wrap in _wrapped_classes(s, f):
+        init = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+        if not init or _reflective(cls):
+            continue
+        used = _self_reads(cls, init[0])
+        for node in ast.walk(init[0]):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+                continue
+            t = node.targets[0]
+            if (
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+                and t.attr not in used
+                and _layer(s, node.value)
+            ):
+                where = s.path_of(node)
+                yield Hit.at(
+                    "DDP-FIND-UNUSED",
+                    s.entry_anchor(wrap),
+                    (
+                        f"DDP wraps `{cls.name}` without find_unused_parameters, but its "
+                        f"`self.{t.attr}` ({where}:{node.lineno}) is used by no method of it: "
+                        "DDP waits for gradients that never come and fails at the second step"
+                    ),
+                    severity="error",
+                )
+                return
+
+
+def _wrapped_classes(s: Script, f: Flow) -> list[tuple[ast.ClassDef, ast.Call]]:
+    """The project model classes DDP wraps, each with its DDP call."""
+    out: dict[ast.ClassDef, ast.Call] = {}
+    for call in f.ddp_calls:
+        if not call.args:
+            continue
+        for o in s.origins(call.args[0]):
+            if isinstance(o, ast.Call):
+                cls = s.class_named(o.func)
+                if cls is not None and cls not in out and _module_class(s, cls):
+                    out[cls] = call
+    return list(out.items())
+
+
+def _reflective(cls: ast.ClassDef) -> bool:
+    """The class reaches its attributes by name or by iteration: no verdict possible."""
+    return any(
+        isinstance(n, ast.Name | ast.Attribute)
+        and ident(n) in ("getattr", "children", "named_children", "modules", "__dict__", "_modules")
+        for n in ast.walk(cls)
+    ) or any(
+        isinstance(n, ast.Attribute) and n.attr == "requires_grad" and isinstance(n.ctx, ast.Store)
+        for n in ast.walk(cls)
+    )
+
+
+def _self_reads(cls: ast.ClassDef, init: ast.FunctionDef) -> set[str]:
+    """`self.x` read anywhere in the class but the plain `self.x = ...` of __init__."""
+    used: set[str] = set()
+    for n in ast.walk(cls):
+        if (
+            isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+            and isinstance(n.ctx, ast.Load)
+        ):
+            used.add(n.attr)
+    return used
+
+
+RULES = (global_rank_device, unused_params)
