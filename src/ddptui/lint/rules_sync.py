@@ -49,12 +49,23 @@ class SyncFlow(Flow):
     def __init__(self, script: Script) -> None:
         super().__init__(script)
         self.buffers = any(
-            kwarg(c, "broadcast_buffers") is None
-            for c in self.ddp_calls  # (a script that switches them off: no broadcast)
-        ) and any(
-            last(script.call_name(c)) == "register_buffer"
-            or bool(_BN.match(last(script.call_name(c))))
-            for c in script.calls
+            const(kwarg(c, "broadcast_buffers")) is not False and self._may_hold_buffers(c)
+            for c in self.ddp_calls
+        )
+
+    def _may_hold_buffers(self, ddp: ast.Call) -> bool:
+        """The wrapped model shows buffers: BatchNorm or register_buffer in the project's
+        code that runs, or a SyncBatchNorm conversion on the way to DDP (a model from
+        outside the project shows nothing: precision first)."""
+        s = self.s
+        if any(
+            last(s.call_name(c)) == "register_buffer" or bool(_BN.match(last(s.call_name(c))))
+            for c in s.calls
+        ):
+            return True
+        return any(
+            isinstance(o, ast.Call) and last(s.call_name(o)) == "convert_sync_batchnorm"
+            for o in (s.origins(ddp.args[0]) if ddp.args else [])
         )
 
     def direct_sync(self, call: ast.Call) -> str | None:

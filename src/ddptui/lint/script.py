@@ -154,8 +154,11 @@ class Script:
         for node in self._walked(root):
             target = None
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                if node.id in self.module_of(node).local:
-                    target = self.resolve(self.module_of(node), node.id)
+                mod = self.module_of(node)
+                if node.id in mod.local:
+                    target = self.resolve(mod, node.id)
+                elif node.id in mod.functions or node.id in mod.classes:
+                    target = self.resolve_in(mod, node.id)  # the same file's own
             elif (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name)
