@@ -11,8 +11,10 @@ to start. A quit slower than 20 s is reported as such, not raised.)
 1. Start-up: `.venv/bin/ddptui` (embedded local demo) in a 160x50 tmux pane; wall time
    from `tmux new` to the app's first frame (the app writes the time of its first
    refresh to DDPTUI_TRACE_FIRST_FRAME), and to the first capture-pane (polled every
-   ~10 ms) that shows the checklist, then the loaded config ("ddptui local-demo");
-   median of --startup-runs. Plus `python -X importtime -c "import ddptui.ui.app"`.
+   ~10 ms) that shows the checklist, that shows the cluster's name and its node columns
+   (ddptui's plain frame, from a glance at the config before Textual loads), then the
+   loaded config (the header's clock runs); median of --startup-runs (--startup-only:
+   this part alone). Plus `python -X importtime -c "import ddptui.ui.app"`.
 2. 32 `host: local` nodes streaming metrics at 2 Hz (metrics_interval 0.5): after a 10 s
    warm-up, CPU time (utime+stime from /proc/PID/stat) of the app process alone, of its
    probe processes (python descendants of the app) and of the tmux server, over --window s.
@@ -33,14 +35,27 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from procstat import (
+    alive,
+    all_procs,
+    cmdline,
+    cpu_ticks,
+    own_cpu_s,
+    python_descendants,
+    stat,
+    system_busy_ticks,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -83,57 +98,37 @@ def pane_pid(name: str) -> int:
 
 def wait_for_text(name: str, text: str, timeout: float, poll: float = 0.01) -> float:
     """perf_counter() of the first capture that contains text."""
+    return wait_until(name, lambda screen: text in screen, repr(text), timeout, poll)
+
+
+def wait_until(
+    name: str, seen: Callable[[str], bool], what: str, timeout: float, poll: float = 0.01
+) -> float:
+    """perf_counter() of the first capture for which seen(capture) holds."""
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
-        if text in capture(name):
+        if seen(capture(name)):
             return time.perf_counter()
         time.sleep(poll)
-    raise RuntimeError(f"{text!r} did not appear within {timeout:g} s:\n{capture(name)}")
+    raise RuntimeError(f"{what} did not appear within {timeout:g} s:\n{capture(name)}")
 
 
-# --------------------------------------------------------------------------- /proc
+def shows_node_columns(screen: str, cluster: str, nodes: list[str]) -> bool:
+    """The cluster's name in the header and a column per node beside step and status."""
+    lines = screen.splitlines()
+    heads = [line.split("│")[0].split() for line in lines]
+    return bool(lines) and cluster in lines[0] and ["step", "status", *nodes] in heads
 
 
-def stat(pid: int) -> tuple[int, str, str, int, int] | None:
-    """(ppid, comm, state, utime+stime ticks, starttime) or None if gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    comm = raw[raw.index("(") + 1 : raw.rindex(")")]
-    f = raw[raw.rindex(")") + 2 :].split()
-    # f[0] is field 3 (state): utime=14, stime=15, starttime=22 -> f[11], f[12], f[19]
-    return int(f[1]), comm, f[0], int(f[11]) + int(f[12]), int(f[19])
+# --------------------------------------------------------------------------- processes
 
 
-def all_procs() -> dict[int, tuple[int, str, str, int, int]]:
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            st = stat(int(entry.name))
-            if st is not None:
-                out[int(entry.name)] = st
-    return out
 
 
-def alive(pid: int, start: int) -> bool:
-    st = stat(pid)
-    return st is not None and st[4] == start and st[2] != "Z"
 
 
-def python_descendants(root: int) -> dict[int, tuple[int, str, str, int, int]]:
-    procs = all_procs()
-    children: dict[int, list[int]] = {}
-    for pid, st in procs.items():
-        children.setdefault(st[0], []).append(pid)
-    found, todo = {}, list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        st = procs[pid]
-        if st[1].startswith("python") and st[2] != "Z":
-            found[pid] = st
-        todo.extend(children.get(pid, []))
-    return found
+
+
 
 
 def track_probes(app: int) -> dict[int, tuple[int, str, str, int, int]]:
@@ -143,11 +138,6 @@ def track_probes(app: int) -> dict[int, tuple[int, str, str, int, int]]:
     return probes
 
 
-def cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return []
 
 
 def is_app(pid: int) -> bool:
@@ -177,23 +167,10 @@ def app_pid(name: str, timeout: float = 10.0) -> int:
     raise RuntimeError(f"no ddptui process under tmux pane pid {pane}")
 
 
-def system_busy_ticks() -> int:
-    """Busy (non-idle, non-iowait) ticks of all cores together, from /proc/stat."""
-    f = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    return sum(f[:8]) - f[3] - f[4]  # user nice system idle iowait irq softirq steal
 
 
-def own_cpu_s() -> float:
-    """CPU of this script and its (reaped) tmux client subprocesses."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
 
 
-def cpu_ticks(pid: int) -> int:
-    st = stat(pid)
-    if st is None:
-        raise RuntimeError(f"pid {pid} exited during the CPU window")
-    return st[3]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -245,13 +222,20 @@ def wait_quit(
 
 # --------------------------------------------------------------------------- 1. start-up
 
+LOADED = re.compile(r"local-demo · 2 node\(s\) · \d\d:\d\d")  # the header's clock runs
 
-def bench_startup(runs: int) -> tuple[list[float], list[float], list[float]]:
+
+def demo_columns(screen: str) -> bool:  # the embedded demo's name and nodes
+    return shows_node_columns(screen, "local-demo", ["node0", "node1"])
+
+
+def bench_startup(runs: int) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per run: (first frame by the app's own clock, first frame seen by capture-pane,
-    the frame with the config loaded). Polling capture-pane costs CPU the app then lacks
+    the first frame with the cluster's name and node columns, the frame with the config
+    loaded: the header's clock runs). Polling capture-pane costs CPU the app then lacks
     on 2 cores, so the app writes the wall time of its first frame (after the first
     refresh) to DDPTUI_TRACE_FIRST_FRAME, and the poll runs only every 10 ms."""
-    own, seen, loaded = [], [], []
+    own, seen, nodes, loaded = [], [], [], []
     trace = Path(tempfile.mkdtemp(prefix="ddptui-bench-")) / "first-frame"
     for i in range(runs):
         name = f"start{i}"
@@ -262,9 +246,11 @@ def bench_startup(runs: int) -> tuple[list[float], list[float], list[float]]:
             # The first frame: the header and the checklist rows; the config (pydantic,
             # YAML) loads right after it and the header then names the cluster.
             t1 = wait_for_text(name, " allreduce ", timeout=30)
-            t2 = wait_for_text(name, "ddptui local-demo", timeout=30)
+            t_nodes = wait_until(name, demo_columns, "node columns", 30)
+            t2 = wait_until(name, lambda s: bool(LOADED.search(s)), "the loaded header", 30)
             own.append(float(trace.read_text().split()[0]) - wall0)
             seen.append(t1 - t0)
+            nodes.append(t_nodes - t0)
             loaded.append(t2 - t0)
             app = app_pid(name)
             probes = {p: s[4] for p, s in track_probes(app).items()}
@@ -272,7 +258,7 @@ def bench_startup(runs: int) -> tuple[list[float], list[float], list[float]]:
             wait_quit(name, app, probes)
         finally:
             kill_session(name)
-    return own, seen, loaded
+    return own, seen, nodes, loaded
 
 
 def importtime(repeats: int = 3) -> tuple[float, list[tuple[float, float, int, str]]]:
@@ -467,7 +453,7 @@ def _stop(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds through the finally blocks
 
 
-def main() -> None:  # noqa: PLR0915 - mostly the table
+def main() -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with &
@@ -477,6 +463,7 @@ def main() -> None:  # noqa: PLR0915 - mostly the table
     ap.add_argument("--warmup", type=float, default=10.0)
     ap.add_argument("--window", type=float, default=30.0)
     ap.add_argument("--presses", type=int, default=30)
+    ap.add_argument("--startup-only", action="store_true", help="only part 1 (start-up)")
     args = ap.parse_args()
     if not (VENV_BIN / "ddptui").exists():
         raise SystemExit(f"{VENV_BIN / 'ddptui'} not found (run scripts/setup first)")
@@ -486,18 +473,16 @@ def main() -> None:  # noqa: PLR0915 - mostly the table
         # A keeper session holds the tmux server up, so every run pays only for its
         # own session, not for a server start.
         new_session("keeper", "sleep 86400")
-        startup, seen, loaded = bench_startup(args.startup_runs)
+        startup, seen, nodes, loaded = bench_startup(args.startup_runs)
         imp_total, imp_rows = importtime()
-        s = bench_streaming(args.nodes, args.warmup, args.window, args.presses)
+        if not args.startup_only:
+            s = bench_streaming(args.nodes, args.warmup, args.window, args.presses)
     finally:
         cleanup()
     took = time.perf_counter() - started
 
     cores = os.cpu_count()
     usable = len(os.sched_getaffinity(0))
-    caps = s["capture_s"]
-    sends = s["send_s"]
-    n = args.nodes
 
     print(f"## ddptui TUI benchmark ({COLS}x{ROWS} tmux pane)\n")
     tmux_v = subprocess.run(["tmux", "-V"], capture_output=True, text=True, check=False).stdout
@@ -516,6 +501,12 @@ def main() -> None:  # noqa: PLR0915 - mostly the table
         "drawn before Textual loads), polled every ~10 ms |"
     )
     print(
+        f"| start-up to first frame with node columns (demo) | **median "
+        f"{ms(statistics.median(nodes))}** (min {ms(min(nodes))}, max {ms(max(nodes))}) | "
+        "same runs, to the first capture showing the cluster's name and a column per node "
+        "(node0, node1) beside step and status |"
+    )
+    print(
         f"| start-up to Textual's first frame | median {ms(statistics.median(startup))} "
         f"(min {ms(min(startup))}, max {ms(max(startup))}) | "
         "wall time from `tmux new` to the app's first refresh (DDPTUI_TRACE_FIRST_FRAME) |"
@@ -523,12 +514,31 @@ def main() -> None:  # noqa: PLR0915 - mostly the table
     print(
         f"| start-up to the config loaded (demo) | median {ms(statistics.median(loaded))} "
         f"(min {ms(min(loaded))}, max {ms(max(loaded))}) | "
-        'same runs, to the frame naming the cluster ("ddptui local-demo") with its nodes |'
+        "same runs, to the frame whose header clock runs (pydantic and the YAML parser done) |"
     )
     print(f"| `import ddptui.ui.app` | {ms(imp_total)} | `python -X importtime`, median of 3 |")
+    if not args.startup_only:
+        print_streaming(s, args.nodes, args.warmup, usable)
+    print(f"\nTextual first-frame runs (ms): {', '.join(f'{t * 1000:.0f}' for t in startup)}\n")
+    print(
+        "`python -X importtime -c 'import ddptui.ui.app'`: five largest cumulative "
+        "(nested rows overlap their parents):\n"
+    )
+    print("| module | depth | cumulative | self |")
+    print("|---|---|---|---|")
+    top = sorted((r for r in imp_rows if r[3] != "ddptui.ui.app"), key=lambda r: -r[0])[:5]
+    print(f"| ddptui.ui.app (total) | 0 | {ms(imp_total)} | - |")
+    for cum, self_s, depth, mod in top:
+        print(f"| {mod} | {depth} | {ms(cum)} | {self_s * 1000:.1f} ms |")
+
+
+def print_streaming(s: dict[str, Any], n: int, warmup: float, usable: int) -> None:
+    """Parts 2-4: the rows of the table for n streaming nodes."""
+    caps = s["capture_s"]
+    sends = s["send_s"]
     print(
         f"| {n} nodes @ 2 Hz: app CPU | **{s['app_pct']:.1f} % of one core** | "
-        f"utime+stime of the app pid, {s['window_s']:.0f} s window after {args.warmup:g} s warm-up |"
+        f"utime+stime of the app pid, {s['window_s']:.0f} s window after {warmup:g} s warm-up |"
     )
     print(
         f"| {n} nodes @ 2 Hz: probes CPU (total) | {s['probes_pct']:.1f} % of one core "
@@ -582,21 +592,7 @@ def main() -> None:  # noqa: PLR0915 - mostly the table
         "recorded probe pid/starttime pairs all gone |"
     )
     print(f'| {n}-node first frame | {ms(s["first_frame_s"])} | one run, header "ddptui bench{n}" |')
-    print(
-        f"\nload average (1 min) at window start/end: "
-        f"{s['loadavg_1m'][0]:.2f} / {s['loadavg_1m'][1]:.2f}; "
-        f"Textual first-frame runs (ms): {', '.join(f'{t * 1000:.0f}' for t in startup)}\n"
-    )
-    print(
-        "`python -X importtime -c 'import ddptui.ui.app'`: five largest cumulative "
-        "(nested rows overlap their parents):\n"
-    )
-    print("| module | depth | cumulative | self |")
-    print("|---|---|---|---|")
-    top = sorted((r for r in imp_rows if r[3] != "ddptui.ui.app"), key=lambda r: -r[0])[:5]
-    print(f"| ddptui.ui.app (total) | 0 | {ms(imp_total)} | - |")
-    for cum, self_s, depth, mod in top:
-        print(f"| {mod} | {depth} | {ms(cum)} | {self_s * 1000:.1f} ms |")
+    print(f"\nload average (1 min), window start/end: {s['loadavg_1m'][0]:.2f} / {s['loadavg_1m'][1]:.2f}")
 
 
 if __name__ == "__main__":

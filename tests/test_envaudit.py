@@ -18,8 +18,8 @@ from ddptui.diagnosis.envaudit import (
     nccl_ifname_match,
     visible_gpu_count,
 )
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_entry
-from ddptui.diagnosis.model import Finding
 
 MASTER = "10.0.0.1"
 

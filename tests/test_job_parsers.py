@@ -16,7 +16,8 @@ from ddptui.job.flight import PlainUnpickler, UnsafeDump, analyse, load_dump, pa
 from ddptui.job.joblogs import exits, root_causes
 from ddptui.job.model import LogFile, NodeView
 from ddptui.job.ras import parse_ras, split_capture
-from ddptui.job.side import flight_findings, read_fr_records
+from ddptui.job.readings import flight_findings
+from ddptui.job.side import read_fr_records
 from ddptui.job.stacks import (
     Place,
     group_ranks,

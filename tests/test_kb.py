@@ -113,6 +113,32 @@ def test_no_finding_text_written_in_python() -> None:
     )
 
 
+KB_MODULE = "src/ddptui/diagnosis/kb.py"
+
+
+def finding_builds(path: str, text: str) -> list[str]:
+    """Calls in text that build a Finding by hand (Finding(...), finding(...))."""
+    return [
+        f"{path}:{node.lineno}"
+        for node in ast.walk(ast.parse(text, path))
+        if isinstance(node, ast.Call) and _name(node.func) in ("Finding", "finding")
+    ]
+
+
+def test_findings_are_built_only_by_the_knowledge_base() -> None:
+    """Every Finding comes from kb.py (kb_finding, signature_finding): a Finding(...) or
+    finding(...) anywhere else in src writes or copies cause and fix around the KB."""
+    planted = "from x import Finding\nf = Finding('A-B', 'error', (), 's', 'c', 'f')\n"
+    assert finding_builds("planted.py", planted) == ["planted.py:2"]  # the scan sees one
+    offenders = [
+        hit
+        for path in SOURCES
+        if (rel := str(path.relative_to(ROOT))) != KB_MODULE
+        for hit in finding_builds(rel, path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, f"build findings with kb_finding()/signature_finding(): {offenders}"
+
+
 def test_every_emitted_id_has_an_entry() -> None:
     kb = load_kb()
     missing = [str(s) for s in SITES if s.id is not None and s.id not in kb]

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.config import load_config
+from ddptui.demo import DEMO_YAML, demo_config
+from ddptui.glance import Glance, glance_file, glance_text
 from ddptui.launch import ALT_SCREEN_ON, splash
 from ddptui.stepmeta import ORDER
 
@@ -26,6 +29,52 @@ def test_splash_draws_the_checklist_on_the_alternate_screen() -> None:
         assert f" {step:<10} " in out
     narrow = splash("a-very-long-path/" * 10 + "cluster.yaml", 30)
     assert all(len(line) <= 30 for line in narrow.split("\x1b[2J", 1)[1].split("\r\n")[:2])
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")))
+def test_glance_sees_the_names_the_real_parser_sees(path: Path) -> None:
+    cfg = load_config(str(path))
+    assert glance_file(str(path)) == Glance(cfg.name, tuple(n.display for n in cfg.nodes))
+    demo = demo_config()
+    assert glance_text(DEMO_YAML) == Glance(demo.name, tuple(n.display for n in demo.nodes))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nodes: [{host: a}]\n",  # flow style: left to the real parser
+        "nodes:\n  - a\n",  # an item that is not a mapping
+        "nodes:\n  - {host: a}\n",
+        "nodes:\n  - host: a\n - host: b\n",  # indentation that goes back
+        "nodes:\n  - user: u\n",  # a node without host or name
+        "nodes:\n  - host: *alias\n",
+        "[1, 2]\n",
+    ],
+)
+def test_glance_gives_up_on_what_it_does_not_read(text: str) -> None:
+    assert glance_text(text) is None
+
+
+def test_glance_reads_block_style_names_and_hosts() -> None:
+    text = (
+        "# c\nname: 'x y'  # the cluster\nmaster: {addr: h}\nnodes:\n- host: a\n  name: b\n"
+        "  env:\n    name: not-a-node\n  ssh:\n    - host: nested\n- name: c\n  host: d\n"
+        "-   host: e\nscript: t.py\n"
+    )
+    assert glance_text(text) == Glance("x y", ("b", "c", "e"))
+    assert glance_file("/nonexistent/cluster.yaml") is None
+
+
+def test_splash_draws_the_node_columns_a_glance_found() -> None:
+    out = splash("c.yaml", 160, Glance("local-demo", ("node0", "node1")))
+    lines = out.split("\x1b[2J", 1)[1].split("\r\n")
+    assert lines[0].startswith(" ddptui local-demo · 2 node(s) · loading")
+    assert lines[1].split() == ["step", "status", "node0", "node1"]
+    assert all(line.count("·") == 3 for line in lines[2:])  # status and two nodes
+    many = splash("c.yaml", 160, Glance("big", tuple(f"n{i}" for i in range(64))))
+    head = many.split("\x1b[2J", 1)[1].split("\r\n")[1]
+    assert head.split()[2] == "n0" and head.rstrip().endswith("more")  # the rest collapsed
+    assert len(head) <= 160
 
 
 @pytest.mark.skipif(

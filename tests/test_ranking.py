@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from ddptui.diagnosis.model import Finding, StepResult
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import StepResult
 from ddptui.diagnosis.ranking import (
     RankingError,
     Topology,
@@ -79,8 +80,8 @@ def test_real_h100_session_replayed_names_the_duplicate_gpu_first() -> None:
     alone puts the duplicate GPU first: what `ddptui report` and replay show."""
     results = results_from_report(_report())
     first = first_failure(results)
-    assert first is not None and (first["step"], first["finding"]) == ("allreduce", "ENV-DUPGPU")
-    assert first["nodes"] == ["gpuA", "gpuB"]
+    assert first is not None and (first.step, first.finding) == ("allreduce", "ENV-DUPGPU")
+    assert first.to_dict()["nodes"] == ["gpuA", "gpuB"]
 
 
 # --------------------------------------------------------------------------- topology

@@ -279,7 +279,7 @@ def test_no_canary_on_the_tui_screens_or_exports(
             table = app.query_one("#checklist", DataTable)
             table.move_cursor(row=ORDER.index("allreduce"), column=2 + LOG_NODE)
             await pilot.pause(0.3)
-            screens["detail"] = app.detail_source
+            screens["detail"] = app.checklist.detail_source
             screens["main screen"] = app.export_screenshot()
             await pilot.press("l")
             await pilot.pause(0.3)

@@ -306,11 +306,12 @@ def test_durations_read_back_exactly_as_shown_live() -> None:
 def test_first_failure_carries_the_rank_and_place_of_its_finding() -> None:
     """CONTRACT.md 2026-11-23: a finding's rank and where reach first_failure, and both
     reports say them beside the node."""
-    from ddptui.diagnosis.model import NodeResult, StepResult, finding
+    from ddptui.diagnosis.finding import Finding
+    from ddptui.diagnosis.model import NodeResult, StepResult
     from ddptui.report.json_report import first_failure
 
-    stuck = finding(
-        "JOB-HUNG-RANK", "error", ["node1"], "rank 2 is in `evaluate`", "c", "f",
+    stuck = Finding(
+        "JOB-HUNG-RANK", "error", ("node1",), "rank 2 is in `evaluate`", "c", "f",
         rank=2, where="train.py:88 in evaluate",
     )  # fmt: skip
     nodes = {"node1": NodeResult("fail", "stuck")}
@@ -318,19 +319,19 @@ def test_first_failure_carries_the_rank_and_place_of_its_finding() -> None:
         {"allreduce": StepResult("allreduce", "AR", "fail", 1.0, nodes, (stuck,))}
     )
     assert first is not None
-    assert (first["rank"], first["where"]) == (2, "train.py:88 in evaluate")
+    assert (first.rank, first.where) == (2, "train.py:88 in evaluate")
     report = json.loads((REPORTS / "session_allreduce_hang.json").read_text())
-    report["first_failure"] = first
+    report["first_failure"] = first.to_dict()
     ReportModel.model_validate(report)
     assert "on **node1** (rank 2, at `train.py:88 in evaluate`):" in render(report, "markdown")
     assert "<b>node1</b> (rank 2, at <code>train.py:88 in evaluate</code>):" in render(
         report, "html"
     )
-    plain = finding("AR-HANG", "error", ["node1"], "s", "c", "f")
+    plain = Finding("AR-HANG", "error", ("node1",), "s", "c", "f")
     first = first_failure(
         {"allreduce": StepResult("allreduce", "AR", "fail", 1.0, nodes, (plain,))}
     )
-    assert first is not None and "rank" not in first and "where" not in first
+    assert first is not None and "rank" not in first.to_dict() and "where" not in first.to_dict()
 
 
 # -- one report model: build, check, load ---------------------------------------------
@@ -356,11 +357,36 @@ def test_build_report_passes_the_model_and_replays_to_the_same_json() -> None:
     recorded = json.loads((REPORTS / "session_port_env.json").read_text())
     session = local_session()
     session.results.update(results_from_report(recorded))
-    built = build_report(session)
+    built = build_report(session).document()
     assert json.dumps(built["steps"]) == json.dumps(recorded["steps"])
     assert built["first_failure"] == recorded["first_failure"]
     again = results_from_report(json.loads(json.dumps(built)))
     assert json.dumps([r.to_dict() for r in again.values()]) == json.dumps(built["steps"])
+    assert list(built) == [  # CONTRACT.md's keys, in the order they were always written
+        "schema_version", "ddptui_version", "config", "cluster", "started_at", "finished_at",
+        "nodes", "master", "steps", "first_failure", "verdict", "timings", "versions",
+        "tables", "logs", "metrics",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        REPORTS / "session_port_env.json",
+        REPORTS / "session_allreduce_hang.json",
+        REPORTS / "healthy.json",
+        REPORTS.parent / "job" / "report-hung-3nodes.json",
+        REPORTS.parent / "gpu-h100" / "check-2nodes-1gpu.json",
+    ],
+    ids=lambda p: p.name,
+)
+def test_the_report_model_writes_a_report_byte_for_byte(path: Path) -> None:
+    """build_report, the job report and the logs report return the report model: its
+    document() is the JSON ddptui always wrote (same keys, same order, numbers as they
+    were measured), here for reports check, job and a session wrote."""
+    data = json.loads(path.read_text())
+    doc = ReportModel.model_validate(data).document()
+    assert json.dumps(doc, indent=2) == json.dumps(data, indent=2)
 
 
 def test_build_report_refuses_a_document_the_model_rejects() -> None:

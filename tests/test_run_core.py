@@ -17,7 +17,8 @@ from ddptui.checklist import registry
 from ddptui.checklist.base import Step, StepContext
 from ddptui.checklist.run import RunCore, RunEvent
 from ddptui.demo import demo_config
-from ddptui.diagnosis.model import Finding, NodeResult
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import NodeResult
 from ddptui.ui.app import DdptuiApp
 
 

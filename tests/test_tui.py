@@ -53,7 +53,7 @@ def screen_state(app: DdptuiApp) -> dict[str, Any]:
         for step in app.results
         for col in ["status", *app.node_names]
     }
-    return {"cells": cells, "banner": banner(app), "verdict": app._verdict()}
+    return {"cells": cells, "banner": banner(app), "verdict": app.snapshot().label}
 
 
 async def replay_state(path: Path, node: str) -> tuple[dict[str, Any], list[str], str]:
@@ -67,7 +67,7 @@ async def replay_state(path: Path, node: str) -> tuple[dict[str, Any], list[str]
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause(0.2)
         state = screen_state(app)
-        detail = app.detail_source
+        detail = app.checklist.detail_source
         table = app.query_one("#checklist", DataTable)
         table.move_cursor(column=2 + app.node_names.index(node))
         await pilot.press("l")
@@ -141,9 +141,9 @@ def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbe
             # The session saved itself: replayed, it shows the same failure and fix.
             assert app.saver is not None and app.saver.path.exists()
             seen = screen_state(app)
-            app._move_to("port", 2 + app.node_names.index("node1"))  # where replay lands
+            app.checklist.move_to("port", 2 + app.node_names.index("node1"))  # where replay lands
             await pilot.pause(0.2)
-            detail = app.detail_source
+            detail = app.checklist.detail_source
             replayed, _, replay_detail = await replay_state(app.saver.path, "node1")
             assert replayed["cells"] == seen["cells"]
             assert replayed["banner"] == seen["banner"]
@@ -152,7 +152,7 @@ def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbe
             # the detail pane explains the selected failure
             await pilot.press("n")
             await pilot.pause(0.3)
-            assert "PORT-TIMEOUT" in app.detail_source
+            assert "PORT-TIMEOUT" in app.checklist.detail_source
             # fix the cluster, re-run the port step only: it turns green, others stay
             testbed.iptables(0, "-F")
             inventory_before = app.results["inventory"]
@@ -192,7 +192,7 @@ def test_healthy_testbed_all_green_with_live_metrics(testbed: Testbed) -> None:
             from textual.widgets import Log
 
             log = app.screen.query_one(Log)
-            assert log.line_count > 10, (len(app.logs["node0"]), log.line_count, app._selected())
+            assert log.line_count > 10, (len(app.logs["node0"]), log.line_count, app.checklist.selected())
             live_log = [str(log.lines[i]) for i in range(log.line_count)]
             await pilot.press("escape")
             seen = screen_state(app)

@@ -59,7 +59,7 @@ def test_tui_at_64_nodes_shows_failures_first_and_filters() -> None:
             assert rest.startswith("✔") and str(N - len(labels) + 3) in rest
             assert len(labels) < 30  # no sideways scroll through 64 columns
             await pilot.press("n")  # the first failing cell
-            assert app._selected() == ("port", "node17")
+            assert app.checklist.selected() == ("port", "node17")
             await pilot.press("slash")
             await pilot.pause()
             app.screen.query_one(Input).value = "node4"

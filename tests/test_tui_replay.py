@@ -12,7 +12,7 @@ from typing import Any
 
 from textual.widgets import DataTable, Log
 
-from ddptui.diagnosis.model import finding
+from ddptui.diagnosis.finding import Finding
 from ddptui.report.html import render_html
 from ddptui.ui.app import DdptuiApp
 from ddptui.ui.banner import Banner
@@ -29,19 +29,19 @@ def log_lines(app: DdptuiApp) -> list[str]:
 
 def test_mark_lines_marks_the_quoted_line_in_place() -> None:
     lines = ["[r1] NCCL INFO Bootstrap", f"[r1] node1:1234:99 [0] {WARN}", "[r1] done"]
-    f = finding("NCCL-REMOTE-CLOSED", "error", ["node1"], "s", "c", "x", [f"node1: {WARN}"])
+    f = Finding("NCCL-REMOTE-CLOSED", "error", ("node1",), "s", "c", "x", (f"node1: {WARN}",))
     out = marked_lines("node1", lines, [], [f])
     assert out[0] == lines[0] and out[2] == lines[2]
     assert out[1] == f"⟶ NCCL-REMOTE-CLOSED │ {lines[1]}"
-    short = finding("X", "error", ["node1"], "s", "c", "x", ["short"])
+    short = Finding("X", "error", ("node1",), "s", "c", "x", ("short",))
     assert marked_lines("node1", lines, [], [short]) == lines  # too short to match
 
 
 def test_marked_lines_follow_line_ids_not_text() -> None:
     """Two identical lines: only the one the finding cites by id is marked."""
     lines = [f"[r1] {WARN}", "[r1] between", f"[r1] {WARN}"]
-    f = finding("NCCL-REMOTE-CLOSED", "error", ["node1"], "s", "c", "x", [f"node1: {WARN}"],
-                lines=["node1#3"])
+    f = Finding("NCCL-REMOTE-CLOSED", "error", ("node1",), "s", "c", "x", (f"node1: {WARN}",),
+                lines=("node1#3",))
     out = marked_lines("node1", lines, ["node1#1", "node1#2", "node1#3"], [f])
     assert out[0] == lines[0] and out[2].startswith("⟶ NCCL-REMOTE-CLOSED")
 
@@ -59,7 +59,7 @@ def test_replay_shows_the_saved_session_read_only(tmp_path: Path) -> None:
             assert str(table.get_cell("allreduce", "node0")).startswith("✔")
             banner = str(app.query_one(Banner).render())
             assert "FAIL at port" in banner and "iptables -I INPUT" in banner
-            assert app._selected() == ("port", "node1")  # lands on the first failure
+            assert app.checklist.selected() == ("port", "node1")  # lands on the first failure
             assert "REPLAY" in str(app.query_one("#header").render())
             # The metrics timeline came back with the session.
             view = app.metrics.snapshot().node("node2")
@@ -98,7 +98,7 @@ def test_replay_log_screen_marks_the_signature_line() -> None:
         app = DdptuiApp.replay(report, "session.json")
         async with app.run_test(size=(160, 50)) as pilot:
             await pilot.pause(0.2)
-            app._move_to("allreduce", 2 + app.node_names.index("node1"))
+            app.checklist.move_to("allreduce", 2 + app.node_names.index("node1"))
             await pilot.press("l")
             await pilot.pause(0.3)
             lines = log_lines(app)
@@ -118,7 +118,7 @@ def test_export_from_replay_equals_the_saved_session(tmp_path: Path) -> None:
         app = DdptuiApp.replay(copy.deepcopy(report), "s.json")
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause(0.1)
-            app._export(("json", str(tmp_path / "again.json")))
+            app.checklist.export(("json", str(tmp_path / "again.json")))
             await pilot.pause(0.1)
             await pilot.press("q")
 
@@ -171,7 +171,7 @@ def test_html_export_from_the_tui_embeds_the_screen(tmp_path: Path) -> None:
         app = DdptuiApp.replay(report, "s.json")
         async with app.run_test(size=(160, 50)) as pilot:
             await pilot.pause(0.2)
-            app._export(("html", str(out)))
+            app.checklist.export(("html", str(out)))
             await pilot.press("q")
 
     asyncio.run(scenario())

@@ -27,13 +27,14 @@ def recorded_app(report: str) -> tuple[DdptuiApp, Any]:
     results = results_from_report(json.loads((REPORTS / f"{report}.json").read_text()))
 
     async def load(pilot: Any) -> None:
+        await pilot.pause()  # the checklist screen is composed
         for result in results.values():
             app._on_step(result)
-        first = app._failures()
+        first = app.checklist.failures()
         if first:
             app.query_one("#checklist").move_cursor(row=first[0][0], column=first[0][1])
         app.clock = lambda: app.started  # 00:00 whatever the machine's load
-        app._tick()
+        app.checklist.tick()
         await pilot.pause()
 
     return app, load

@@ -19,15 +19,17 @@ from textual.app import App
 from textual.widgets import DataTable, Input, Label, Log, Static
 
 from ddptui.config import parse_config
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import NodeResult, StepResult
 from ddptui.metrics import MetricsModel, sparkline
 from ddptui.report.load import results_from_report
 from ddptui.stepmeta import ORDER
-from ddptui.ui.app import STEP_CHARS, DdptuiApp
+from ddptui.ui.app import DdptuiApp
 from ddptui.ui.banner import Banner
 from ddptui.ui.export_screen import ExportScreen
 from ddptui.ui.header import HeaderBar
 from ddptui.ui.job_screen import KEYS_HINT, JobScreen
+from ddptui.ui.layout import STEP_CHARS
 from ddptui.ui.log_screen import LogScreen
 from ddptui.ui.matrix import GROUP
 from ddptui.ui.metrics_pane import METRICS_NODES, MetricsPane, NodeMetrics, rate_top
@@ -255,12 +257,12 @@ def test_recorded_64_node_run_leads_with_the_failing_nodes() -> None:
                 app._on_step(result)
             await pilot.press("n")  # the first failing cell
             app.clock = lambda: app.started
-            app._tick()
+            app.checklist.tick()
             await pilot.pause()
             table = app.query_one("#checklist", DataTable)
             labels = [str(c.label) for c in table.columns.values()]
             assert labels[2:4] == ["node17", "node40"] and labels[-1] == "+57 more"
-            assert app._selected() == ("port", "node17")
+            assert app.checklist.selected() == ("port", "node17")
             banner = text_of(app.query_one(Banner))
             assert banner.startswith("✘ FAIL at port on node17, node40")
             assert str(table.get_cell("port", GROUP)) == "✔57"
@@ -313,14 +315,14 @@ def test_many_nodes_detail_and_metrics_show_the_failing_ones_not_all() -> None:
         async with app.run_test(size=(160, 50)) as pilot:
             app._on_step(bad)
             await pilot.pause()
-            detail = app.detail_source
+            detail = app.checklist.detail_source
             assert "**node7**" in detail and "**node200**" in detail
             assert "**254 nodes pass**: node0, node1" in detail and "**node3**" not in detail
             shown = [w.node for w in app.query(NodeMetrics)]
             assert len(shown) == METRICS_NODES and shown[:2] == ["node7", "node200"]
             hidden = app.query_one(".metrics-hidden", Static)
             assert f"{n - METRICS_NODES} more node(s)" in text_of(hidden)
-            app._set_filter("node25")
+            app.checklist.set_filter("node25")
             await pilot.pause()
             shown = [w.node for w in app.query(NodeMetrics)]
             assert shown == ["node25", *(f"node25{i}" for i in range(6))]

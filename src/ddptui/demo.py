@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from ddptui.config import ClusterConfig, load_config, parse_config
+if TYPE_CHECKING:
+    from ddptui.config import ClusterConfig
 
 DEMO_YAML = """\
 # ddptui embedded demo: two "nodes" that are both this machine (host: local),
@@ -33,10 +35,14 @@ timeouts:
 def demo_config() -> ClusterConfig:
     """The demo runs probes with this very interpreter (the one that has ddptui, and torch
     when installed), so it works from any environment."""
+    from ddptui.config import parse_config  # pydantic: not on the first frame's path
+
     cfg = parse_config(DEMO_YAML, "<embedded demo>")
     return cfg.model_copy(update={"python": sys.executable})
 
 
 def config_or_demo(path: str | None) -> ClusterConfig:
     """The config at path (ConfigError as load_config raises it), or the demo's."""
+    from ddptui.config import load_config
+
     return demo_config() if path is None else load_config(path)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 from ddptui import __version__
 from ddptui.config import ClusterConfig
-from ddptui.diagnosis.model import GLYPH, NodeResult, StepResult
+from ddptui.diagnosis.model import NodeResult, StepResult
+from ddptui.glyphs import GLYPH
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 COLOR = {
     "pass": "green",
@@ -70,33 +74,29 @@ class HeadlessPrinter:
                 fg="red" if f.severity == "error" else "yellow",
             )
 
-    def summary(self, report: dict[str, Any]) -> None:
+    def summary(self, report: ReportModel) -> None:
         took = time.monotonic() - self.started
         self._echo()
-        first = report["first_failure"]
+        first = report.first()
         if first is None:
-            warns = [s["id"] for s in report["steps"] if s["status"] == "warn"]
+            warns = [s.id for s in report.steps if s.status == "warn"]
             tail = f" (warnings in: {', '.join(warns)})" if warns else ""
             self._echo(f"PASS: every step passed in {took:.1f}s{tail}", fg="green", bold=True)
             return
-        step = next(s for s in report["steps"] if s["id"] == first["step"])
-        f = next((x for x in step["findings"] if x["id"] == first["finding"]), None)
-        nodes = ", ".join(first["nodes"]) or "-"
-        self._echo(
-            f"FAIL at step '{first['step']}' on {nodes}: {first['summary']}", fg="red", bold=True
-        )
-        if f is not None:
-            self._echo(f"  finding: {f['id']}")
-            self._echo(f"  cause:   {f['cause']}")
-            self._echo(f"  fix:     {f['fix']}", fg="cyan", bold=True)
-            for ev in f["evidence"][:6]:
+        nodes = ", ".join(first.nodes) or "-"
+        self._echo(f"FAIL at step '{first.step}' on {nodes}: {first.summary}", fg="red", bold=True)
+        if first.finding is not None:
+            self._echo(f"  finding: {first.finding}")
+            self._echo(f"  cause:   {first.cause}")
+            self._echo(f"  fix:     {first.fix}", fg="cyan", bold=True)
+            for ev in first.evidence[:6]:
                 self._echo(f"  | {ev}", dim=True)
-        others = [
-            x
-            for s in report["steps"]
-            for x in s["findings"]
-            if x["severity"] == "error" and x is not f
+        errors: list[tuple[str, str | None]] = [
+            (s.id, x.id) for s in report.steps for x in s.findings if x.severity == "error"
         ]
+        if (first.step, first.finding) in errors:
+            errors.remove((first.step, first.finding))  # the one said above
+        others = errors
         if others:
             self._echo(f"  ({len(others)} more error finding(s) above; --json for all)")
         self._echo(f"diagnosed in {took:.1f}s")

@@ -14,7 +14,7 @@ PROBE_PREFIX_FILES = ("_common.py",)
 # Extra shared files a probe needs, sent after _common.py and before the probe.
 PROBE_LIBS: dict[str, tuple[str, ...]] = {
     "env": ("_redact.py",),
-    "job": ("_redact.py",),
+    "job": ("_redact.py", "_proc.py"),
     "allreduce": ("_redact.py",),
     "logread": ("_redact.py",),
 }

@@ -8,15 +8,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ddptui.diagnosis.kb import kb_finding
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.kb import kb_finding, signature_finding
 from ddptui.diagnosis.logstore import LogLine, LogStore
-from ddptui.diagnosis.model import (
-    Finding,
-    Status,
-    bandwidth_outliers,
-    finding,
-    node_status_from,
-)
+from ddptui.diagnosis.model import Status, bandwidth_outliers, node_status_from
 from ddptui.diagnosis.ranking import rank_findings
 from ddptui.transport.base import ProbeOutput
 
@@ -301,14 +296,12 @@ def _root_finding(run: ArRun, matches: list[Any], root: Any) -> Finding:
     others = [(o, mm) for _, o, mm in matches if mm is not m and not mm.signature.secondary][:4]
     secondary = [(o, mm) for _, o, mm in matches if mm.signature.secondary and mm is not m][:3]
     quoted = [(origin, m), *others, *secondary]
-    return finding(
-        sig.id,
-        "error",
+    return signature_finding(
+        m,
         nodes,
         summary,
-        m.cause_text(),
-        m.fix_text(),
-        [
+        severity="error",
+        evidence=[
             f"{o}: {mm.line.strip()}" + (" (consequence)" if (o, mm) in secondary else "")
             for o, mm in quoted
         ],

@@ -11,8 +11,9 @@ from typing import Any, ClassVar
 
 from ddptui.checklist.facts import InventoryFacts, Route
 from ddptui.config import ClusterConfig
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.logstore import LogStore
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult, step_status
+from ddptui.diagnosis.model import NodeResult, StepResult, step_status
 from ddptui.diagnosis.ranking import Topology
 from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeOutput, Transport
 

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, odd_nodes
+from ddptui.diagnosis.model import odd_nodes
 
 # --------------------------------------------------------------------------- ranks
 

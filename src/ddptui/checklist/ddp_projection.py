@@ -12,8 +12,8 @@ from typing import Any
 
 from ddptui.checklist.base import StepContext
 from ddptui.checklist.ddp_analysis import RankReport
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding
 
 # A step's backward is about 2/3 of its forward+backward compute: the window in which
 # DDP's bucketed allreduce can hide (it starts with the first full bucket).

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding
 
 # A neighbour entry in one of these states (after the probe let entries in flux settle)
 # means ARP got no answer: never (INCOMPLETE, FAILED), not any more (PROBE: unicast

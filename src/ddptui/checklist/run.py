@@ -20,9 +20,10 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ddptui.checklist.runner import Session
+from ddptui.checklist.snapshot import RunSnapshot
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.logstore import LogLine
 from ddptui.diagnosis.model import NodeResult, StepResult
@@ -30,6 +31,9 @@ from ddptui.metrics import MetricsModel
 from ddptui.report.autosave import Autosaver
 from ddptui.report.json_report import build_report, run_state
 from ddptui.stepmeta import ORDER
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 METRICS_STOP_S = 10.0  # bound on stopping the metrics probes (closing kills them anyway)
 
@@ -50,17 +54,6 @@ class RunEvent:
 
 
 RunListener = Callable[[RunEvent], None]
-
-
-@dataclass(frozen=True)
-class RunSnapshot:
-    """The run at one moment, for views: results so far, what runs, the header's state."""
-
-    results: dict[str, StepResult]
-    running: str | None
-    selected: tuple[str, ...]
-    state: str  # pass | warn | fail | error | running | waiting
-    label: str  # e.g. "RUNNING 2/6", "WAITING 1/6", "PASS", "FAIL (3/6 run)"
 
 
 @dataclass
@@ -131,12 +124,13 @@ class RunCore:
         state, label = run_state(results, self.selected, self.running)
         return RunSnapshot(results, self.running, self.selected, state, label)
 
-    def report(self) -> dict[str, Any]:
-        """The one report document (JSON-ready), as the run stands now."""
+    def report(self) -> ReportModel:
+        """The one report (document() is its JSON), as the run stands now."""
         report = build_report(self.session, metrics=self.model)
         if self.lint is not None:
-            report["lint"] = {"script": self.config.script, "headline": self.lint.headline(),
-                              **self.lint.to_dict()}
+            lint = {"script": self.config.script, "headline": self.lint.headline(),
+                    **self.lint.to_dict()}  # fmt: skip
+            report = report.model_copy(update={"lint": lint})
         return report
 
     def script_headline(self) -> str | None:

@@ -47,7 +47,7 @@ from ddptui.diagnosis.envkb import (
     TORCH_SHOULD_MATCH,
 )
 from ddptui.diagnosis.envrules_net import _rule_gloo_count, _rule_gloo_syntax, _rule_ifname
-from ddptui.diagnosis.model import Finding
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.netmatch import _same_addr, is_loopback, nccl_ifname_match
 
 # --------------------------------------------------------------------------- master, ranks, world

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.diagnosis.envkb import REDACTED_PREFIX, SOURCE_WORDS
+from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, Severity, odd_nodes
+from ddptui.diagnosis.model import odd_nodes
 from ddptui.diagnosis.netmatch import _is_up
 
 

@@ -16,7 +16,7 @@ from ddptui.diagnosis.envfacts import (
     _set,
     _where,
 )
-from ddptui.diagnosis.model import Finding
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.netmatch import _is_up, _nccl_addrs, _routes_to_master, nccl_ifname_match
 
 # --------------------------------------------------------------------------- NCCL_SOCKET_IFNAME

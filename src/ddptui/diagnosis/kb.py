@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ddptui.diagnosis.model import Finding, Severity
-from ddptui.diagnosis.signatures import SIGNATURES_FILE, fill, load_signatures
+from ddptui.diagnosis.finding import Finding, Severity
+from ddptui.diagnosis.signatures import SIGNATURES_FILE, Match, fill, load_signatures
 
 KB_DIR: Final = Path(__file__).with_name("kb")
 SEVERITIES: Final = ("error", "warning", "info")
@@ -205,6 +205,36 @@ def kb_finding(
         summary,
         fill(entry.cause, values).strip(),  # an empty trailing {detail} leaves no space
         fill(entry.fix, values).strip(),
+        tuple(evidence),
+        rank,
+        where,
+        tuple(lines),
+    )
+
+
+def signature_finding(
+    match: Match,
+    nodes: Iterable[str],
+    summary: str,
+    evidence: Iterable[str] = (),
+    *,
+    severity: Severity | None = None,
+    rank: int | None = None,
+    where: str | None = None,
+    lines: Iterable[str] = (),
+) -> Finding:
+    """A Finding for a log line a signature recognised: its id, cause and fix are the
+    signature's (signatures.yaml), filled from the line's named groups; severity the
+    signature's unless given (an unknown one reads info)."""
+    sig = match.signature
+    own: Severity = sig.severity if sig.severity in SEVERITIES else "info"  # type: ignore[assignment]
+    return Finding(
+        sig.id,
+        severity or own,
+        tuple(nodes),
+        summary,
+        match.cause_text(),
+        match.fix_text(),
         tuple(evidence),
         rank,
         where,

@@ -1,4 +1,4 @@
-"""Immutable results: findings, per-node results, step results. Core layer."""
+"""Immutable results: per-node results and step results (with their findings). Core layer."""
 
 from __future__ import annotations
 
@@ -8,90 +8,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.ranking import primary
+
 Status = Literal["pass", "warn", "fail", "skip", "error"]
-Severity = Literal["error", "warning", "info"]
 
 STATUS_RANK: dict[str, int] = {"pass": 0, "skip": 1, "warn": 2, "error": 3, "fail": 4}
-# The one glyph table: every view (TUI, check's lines, reports) draws a status with these.
-GLYPH: dict[str, str] = {
-    "pass": "✔",
-    "warn": "!",
-    "fail": "✘",
-    "skip": "-",
-    "error": "?",
-    "pending": "·",
-    "running": "…",
-}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One diagnosed fact: what is wrong (or noteworthy), where, why, and the fix."""
-
-    id: str
-    severity: Severity
-    nodes: tuple[str, ...]
-    summary: str
-    cause: str
-    fix: str
-    evidence: tuple[str, ...] = ()
-    rank: int | None = None  # the global rank it is about, when one is (job, logs)
-    where: str | None = None  # "file.py:123 in func", when a place in code is known
-    lines: tuple[str, ...] = ()  # ids of the log lines it quotes (LogStore "node#seq")
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id,
-            "severity": self.severity,
-            "nodes": list(self.nodes),
-            "summary": self.summary,
-            "cause": self.cause,
-            "fix": self.fix,
-            "evidence": list(self.evidence),
-        }
-        if self.rank is not None:
-            out["rank"] = self.rank
-        if self.where:
-            out["where"] = self.where
-        if self.lines:
-            out["lines"] = list(self.lines)
-        return out
-
-    @classmethod
-    def from_dict(cls, f: dict[str, Any]) -> Finding:
-        rank = f.get("rank")
-        return cls(
-            str(f["id"]),
-            f["severity"],
-            tuple(f.get("nodes") or ()),
-            f.get("summary", ""),
-            f.get("cause", ""),
-            f.get("fix", ""),
-            tuple(f.get("evidence") or ()),
-            rank if isinstance(rank, int) else None,
-            f.get("where") or None,
-            tuple(f.get("lines") or ()),
-        )
-
-
-def finding(
-    id: str,
-    severity: Severity,
-    nodes: list[str] | tuple[str, ...],
-    summary: str,
-    cause: str,
-    fix: str,
-    evidence: list[str] | tuple[str, ...] = (),
-    *,
-    rank: int | None = None,
-    where: str | None = None,
-    lines: list[str] | tuple[str, ...] = (),
-) -> Finding:
-    return Finding(
-        id, severity, tuple(nodes), summary, cause, fix, tuple(evidence), rank, where, tuple(lines)
-    )
-
-
 @dataclass(frozen=True)
 class NodeResult:
     """One node's outcome for one step; `data` holds the facts the step gathered."""
@@ -145,8 +67,6 @@ class StepResult:
     def primary(self) -> Finding | None:
         """The most specific finding behind a failure: the first error, else the first
         warning, after a real cause is put before its consequences (ranking.yaml)."""
-        from ddptui.diagnosis.ranking import primary
-
         return primary(self.findings)
 
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding
 from ddptui.diagnosis.netmatch import is_loopback
 
 # Section 1.1: optional 2.26+ timestamp, host:pid:tid [dev], optional file:line and

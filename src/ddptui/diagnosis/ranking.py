@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ddptui.diagnosis.model import Finding, Severity
+from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.signatures import fill
 
 RANKING_FILE: Final = Path(__file__).with_name("ranking.yaml")

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ddptui.diagnosis.model import Finding
+from ddptui.diagnosis.finding import Finding
 from ddptui.job.model import LogFile
 
 # "[rank3]:", "[default3]:" (torchrun --tee / log prefixes), "[rank3]:[E1123 ...".
@@ -165,44 +165,10 @@ def failed_collective_where(log: LogFile) -> str | None:
 
 def classify(lines: Iterable[str], source: str) -> tuple[Finding | None, tuple[Finding, ...]]:
     """The knowledge base's reading of these lines: (root cause, every finding)."""
-    try:
-        from ddptui.logs.diagnose import diagnose_lines  # the diagnose command's machinery
-    except ImportError:  # an older tree without ddptui.logs: the signature KB directly
-        return _classify_signatures(list(lines), source)
+    from ddptui.logs.diagnose import diagnose_lines  # the diagnose command's machinery
+
     result = diagnose_lines(lines, source=source)
     return result.first, tuple(result.findings)
-
-
-def _classify_signatures(
-    lines: list[str], source: str
-) -> tuple[Finding | None, tuple[Finding, ...]]:
-    from ddptui.diagnosis.model import finding
-    from ddptui.diagnosis.signatures import classify_lines, root_cause
-
-    matches = classify_lines((float(i), source, strip_prefix(ln)[1]) for i, ln in enumerate(lines))
-    out = []
-    seen: set[str] = set()
-    for _, _, m in matches:
-        if m.signature.id in seen:
-            continue
-        seen.add(m.signature.id)
-        sev = (
-            m.signature.severity if m.signature.severity in ("error", "warning", "info") else "info"
-        )
-        out.append(
-            finding(
-                m.signature.id,
-                sev,  # type: ignore[arg-type]
-                [source.split(":", 1)[0]],
-                m.signature.title,
-                m.cause_text(),
-                m.fix_text(),
-                [m.line[:300]],
-            )
-        )
-    root = root_cause(matches)
-    first = next((f for f in out if root and f.id == root[2].signature.id), None)
-    return first, tuple(out)
 
 
 def rank_lines(

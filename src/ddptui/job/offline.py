@@ -8,11 +8,11 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding
 from ddptui.job.flight import RankDump, UnsafeDump, load_dump, parse_dump
 from ddptui.job.ras import RasStatus, parse_ras, split_capture
-from ddptui.job.side import flight_findings
+from ddptui.job.readings import flight_findings, ras_findings
 
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.\w+)?$")
 
@@ -62,41 +62,6 @@ def read_ras(paths: Sequence[str]) -> list[tuple[str, RasStatus]]:
                 f"{path}: not an NCCL RAS answer (no version, no communicators)"
             )
     return out
-
-
-def ras_findings(
-    answers: Sequence[tuple[str, RasStatus]], nodes: Sequence[str] = ()
-) -> list[Finding]:
-    """A problem finding per answer that reports one; else one status line for them all."""
-    out = []
-    for source, status in answers:
-        if status.problems:
-            out.append(
-                kb_finding(
-                    "JOB-RAS-PROBLEM",
-                    nodes,
-                    f"NCCL RAS ({source}): {status.problems[0]}",
-                    status.problems[:6],
-                    node=source,
-                    what="; ".join(status.problems[:3]),
-                )
-            )
-    if out or not answers:
-        return out
-    source, status = answers[-1]
-    sizes = ", ".join(str(c.size) for c in status.comms)
-    counts = status.collective_counts or {}
-    return [
-        kb_finding(
-            "JOB-RAS-OK",
-            nodes,
-            f"NCCL RAS: NCCL {status.version or '?'}, {len(status.comms)} communicator(s) "
-            f"(size {sizes or '?'}), no missing rank, no error",
-            [f"{s}: {a.form} form" for s, a in answers]
-            + ([f"collective counts (launched, not progress): {counts}"] if counts else []),
-            version=status.version or "?",
-        )
-    ]
 
 
 def offline_findings(fr_paths: Sequence[str], ras_paths: Sequence[str]) -> list[Finding]:

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddptui import __version__
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult, node_status_from, step_status
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import NodeResult, StepResult, node_status_from, step_status
 from ddptui.job.joblogs import classify, rank_lines, root_causes
 from ddptui.job.model import RankView
 from ddptui.job.run import JobLook, JobOptions, look_at_job
 from ddptui.job.stacks import describe_groups, rank_ranges
-from ddptui.report.json_report import SCHEMA_VERSION, failure_of
+from ddptui.report.first import failure_of
+from ddptui.report.json_report import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 STEP_TITLE = "Your training job"
 LOG_TAIL = 200
@@ -72,12 +77,12 @@ def _node_results(look: JobLook, findings: tuple[Finding, ...]) -> dict[str, Nod
 
 def first_failure(findings: Sequence[Finding]) -> dict[str, Any] | None:
     primary = next((f for f in findings if f.severity == "error"), None)
-    return failure_of("job", primary) if primary is not None else None
+    return failure_of("job", primary).to_dict() if primary is not None else None
 
 
 def build_job_report(
     look: JobLook, config_name: str | None, master: dict[str, Any]
-) -> dict[str, Any]:
+) -> ReportModel:
     findings = look.findings
     nodes = _node_results(look, findings)
     status = step_status(nodes, findings)
@@ -94,7 +99,7 @@ def build_job_report(
         for v in look.views
         if v.logs
     }
-    from ddptui.report.schema import validate_report
+    from ddptui.report.schema import report_model
 
     doc = {
         "schema_version": SCHEMA_VERSION,
@@ -114,7 +119,7 @@ def build_job_report(
         "logs": logs,
         "job": step.data,
     }
-    return validate_report(doc, "job report")  # the one report model, as check's
+    return report_model(doc, "job report")  # the one report model, as check's
 
 
 def timelines(look: JobLook) -> dict[str, dict[str, Any]]:
@@ -190,7 +195,7 @@ async def look_report(
     *,
     transports: dict[str, Any] | None = None,
     options: JobOptions | None = None,
-) -> dict[str, Any]:
+) -> ReportModel:
     """One look at the job as the report document: what the TUI's job view shows. Pass
     the session's transports to reuse its connections (they are left open)."""
     look = await look_at_job(config, config_path, options or JobOptions(), transports=transports)

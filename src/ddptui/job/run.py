@@ -13,7 +13,7 @@ from typing import Any
 
 from ddptui.checklist.runner import targets_from, utcnow
 from ddptui.config import ClusterConfig
-from ddptui.diagnosis.model import Finding
+from ddptui.diagnosis.finding import Finding
 from ddptui.job import lastknown
 from ddptui.job.model import NodeView, node_from_records
 from ddptui.job.side import ambiguity, side_findings

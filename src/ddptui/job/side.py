@@ -10,12 +10,13 @@ from collections.abc import Sequence
 
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.envaudit import EnvFacts, audit_env
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding
-from ddptui.job.flight import RankDump, UnsafeDump, analyse, load_dump, parse_dump
+from ddptui.job.flight import RankDump, UnsafeDump, load_dump, parse_dump
 from ddptui.job.joblogs import classify
 from ddptui.job.model import NodeView
 from ddptui.job.ras import parse_ras
+from ddptui.job.readings import flight_findings, ras_findings
 from ddptui.job.stacks import rank_ranges
 from ddptui.job.verdict import JobVerdict
 from ddptui.transport.base import NodeTarget
@@ -233,8 +234,6 @@ def _gpu(views: Sequence[NodeView]) -> list[Finding]:
 
 
 def _ras(views: Sequence[NodeView]) -> list[Finding]:
-    from ddptui.job.offline import ras_findings
-
     out = []
     for v in views:
         answers = [
@@ -285,68 +284,6 @@ def read_fr_records(views: Sequence[NodeView]) -> tuple[list[RankDump], list[Fin
                     )
                 )
     return dumps, bad
-
-
-def flight_findings(dumps: Sequence[RankDump], nodes: list[str]) -> list[Finding]:
-    out = []
-    for stop in analyse(dumps):
-        if stop.diverged:
-            out.append(
-                kb_finding(
-                    "JOB-FR-DIVERGED",
-                    nodes,
-                    f"flight recorder: ranks part ways at collective #{stop.seq} (pg {stop.pg})",
-                    list(stop.diverged),
-                    where=stop.where,
-                    at=stop.where or "?",
-                    seq=stop.seq,
-                    pg=stop.pg,
-                    what="; ".join(stop.diverged),
-                )
-            )
-            continue
-        missing = f"; rank(s) {rank_ranges(stop.missing)} never enqueued it" if stop.missing else ""
-        if stop.timed_out is False and not stop.missing:
-            out.append(
-                kb_finding(
-                    "JOB-FR-INFLIGHT",
-                    nodes,
-                    f"flight recorder: collective #{stop.seq} ({stop.op}) was in flight for "
-                    f"{stop.age_s:.0f} s when dumped (timeout {stop.timeout_s:.0f} s), last "
-                    f"completed #{stop.last_completed}, at {stop.where or '?'}",
-                    [f"frames: {' <- '.join(stop.frames)}"],
-                    rank=stop.ranks[0] if stop.ranks else None,
-                    where=stop.where,
-                    seq=stop.seq,
-                    op=stop.op,
-                    age=f"{stop.age_s:.0f}",
-                    limit=f"{stop.timeout_s:.0f}",
-                )
-            )
-            continue
-        out.append(
-            kb_finding(
-                "JOB-FR-TIMEOUT",
-                nodes,
-                f"flight recorder: collective #{stop.seq} ({stop.op}) {stop.state}, last completed "
-                f"#{stop.last_completed}, at {stop.where or '?'}{missing}",
-                [
-                    f"frames: {' <- '.join(stop.frames)}",
-                    f"ranks with the entry: {rank_ranges(stop.ranks)}",
-                ],
-                rank=stop.ranks[0] if stop.ranks else None,
-                who=rank_ranges(stop.ranks),
-                where=stop.where,
-                at=stop.where or "?",
-                seq=stop.seq,
-                last=stop.last_completed,
-                op=stop.op,
-                sizes=stop.sizes,
-                state=stop.state,
-                pg=stop.pg,
-            )
-        )
-    return out
 
 
 def _flight(views: Sequence[NodeView]) -> list[Finding]:

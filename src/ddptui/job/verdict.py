@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_entry, kb_finding
-from ddptui.diagnosis.model import Finding
 from ddptui.job.joblogs import (
     Exit,
     classify,

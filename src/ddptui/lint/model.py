@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddptui.diagnosis.model import Severity
+from ddptui.diagnosis.finding import Severity
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from ddptui.diagnosis.model import Finding
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
 from ddptui.logs.lineinfo import ELASTIC_LOCAL, NCCL_INIT_RANK
 from ddptui.logs.scan import Candidate, from_lines
@@ -229,17 +230,15 @@ class Diagnoser:
             said += f", rank {rank}"
         if count > 1:
             said += f" ({count} lines)"
-        return Finding(
-            sid,
-            sig.severity,  # type: ignore[arg-type]
-            tuple(sources),
+        return signature_finding(
+            h.match,
+            sources,
             said,
-            h.match.cause_text(),
-            h.match.fix_text(),
-            tuple(f"{x.where}: {x.text.strip()[:400]}" for x in hits),
-            rank,
-            next((x.code for x in hits if x.code), None),
-            tuple(x.where for x in hits),
+            [f"{x.where}: {x.text.strip()[:400]}" for x in hits],
+            severity=sig.severity,  # type: ignore[arg-type]
+            rank=rank,
+            where=next((x.code for x in hits if x.code), None),
+            lines=[x.where for x in hits],
         )
 
     def _timelines(self) -> tuple[RankTimeline, ...]:

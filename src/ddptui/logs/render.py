@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 from typing import Final
 
 from ddptui.diagnosis.signatures import load_signatures
+from ddptui.glyphs import GLYPH, severity_glyph
 from ddptui.logs.diagnose import LogDiagnosis, RankTimeline
 
-GLYPH: Final = {"error": "✘", "warning": "!", "info": "i"}
 WIDTH: Final = 100
 TIMELINES_SHOWN: Final = 16
 EVENTS_SHOWN: Final = 6
@@ -41,7 +41,7 @@ def timeline_lines(tl: RankTimeline, events: int = EVENTS_SHOWN) -> list[str]:
     if cut or tl.dropped:
         out.append(f"    … {cut + tl.dropped} earlier event(s)")
     for e in shown[cut:]:
-        out.append(f"    {clock(e.t)}  {GLYPH.get(e.severity, ' ')} {e.label}  ({e.source}:{e.lineno})")
+        out.append(f"    {clock(e.t)}  {severity_glyph(e.severity) or ' '} {e.label}  ({e.source}:{e.lineno})")
     return out
 
 
@@ -49,14 +49,14 @@ def cause_lines(diag: LogDiagnosis) -> list[str]:
     """The verdict: the first cause with its fix and evidence, or why there is none."""
     first = diag.first
     if first is None and diag.problems and not diag.bytes_read:
-        return ["✘ No input could be read (see the messages above)."]
+        return [f"{severity_glyph('error')} No input could be read (see the messages above)."]
     if first is None:
-        return ["✔ Nothing wrong found: no line matches a known failure."]
+        return [f"{GLYPH['pass']} Nothing wrong found: no line matches a known failure."]
     rank = f", rank {first.rank}" if first.rank is not None else ""
     if first.severity == "error":
-        out = [f"{GLYPH['error']} First cause: {first.id}{rank}"]
+        out = [f"{severity_glyph('error')} First cause: {first.id}{rank}"]
     else:
-        out = [f"{GLYPH['warning']} No failure found, but a warning: {first.id}{rank}"]
+        out = [f"{severity_glyph('warning')} No failure found, but a warning: {first.id}{rank}"]
     out.append(f"  {first.summary}")
     if first.where:
         out.append(f"  in code: {first.where}")
@@ -78,7 +78,7 @@ def human_lines(diag: LogDiagnosis, seconds: float | None = None) -> list[str]:
         consequences = {sig.id for sig in load_signatures() if sig.secondary}
         for f in others[:12]:
             tail = " (a consequence)" if f.id in consequences else ""
-            out.append(f"  {GLYPH.get(f.severity, ' ')} {f.id}: {f.summary}{tail}")
+            out.append(f"  {severity_glyph(f.severity) or ' '} {f.id}: {f.summary}{tail}")
         if len(others) > 12:
             out.append(f"  … {len(others) - 12} more (see the report)")
     timelines = [tl for tl in diag.timelines if tl.events]

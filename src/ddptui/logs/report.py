@@ -6,12 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ddptui import __version__
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult, node_status_from, step_status
+from ddptui.diagnosis.model import NodeResult, StepResult, node_status_from, step_status
 from ddptui.logs.diagnose import LogDiagnosis, RankTimeline
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 STEP_ID: Final = "logs"
 STEP_TITLE: Final = "Log diagnosis"
@@ -111,9 +115,11 @@ def status_severity(status: str) -> str:
 
 
 def first_failure(first: Finding | None) -> dict[str, Any] | None:
-    from ddptui.report.json_report import failure_of
+    from ddptui.report.first import failure_of
 
-    return failure_of(STEP_ID, first) if first is not None and first.severity == "error" else None
+    if first is None or first.severity != "error":
+        return None
+    return failure_of(STEP_ID, first).to_dict()
 
 
 def build_log_report(
@@ -124,8 +130,8 @@ def build_log_report(
     started_at: str,
     finished_at: str,
     seconds: float,
-) -> dict[str, Any]:
-    from ddptui.report.schema import validate_report
+) -> ReportModel:
+    from ddptui.report.schema import report_model
 
     step = step_result(diag, inputs, seconds)
     doc = {
@@ -146,4 +152,4 @@ def build_log_report(
         "logs": {},
         "metrics": None,
     }
-    return validate_report(doc, "diagnose report")  # the one report model, as check's
+    return report_model(doc, "diagnose report")  # the one report model, as check's

@@ -6,9 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ddptui.logs.diagnose import LogDiagnosis
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 
 def utcnow() -> str:
@@ -50,8 +53,8 @@ def run_diagnosis(
     config_path: str | None = None,
     stdin: BinaryIO | None = None,
     max_bytes: int = 64 << 20,
-) -> tuple[LogDiagnosis, dict[str, Any], float]:
-    """(diagnosis, report document, seconds).  SpecError / ConfigError / InputError for
+) -> tuple[LogDiagnosis, ReportModel, float]:
+    """(diagnosis, the report model, seconds).  SpecError / ConfigError / InputError for
     what the user must change; unreadable inputs are in the diagnosis' problems."""
     from ddptui.logs.inputs import Inputs, diagnose_inputs
     from ddptui.logs.report import InputInfo, build_log_report

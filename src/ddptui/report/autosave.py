@@ -12,6 +12,10 @@ import secrets
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddptui.report.export import Report
 from typing import Any
 
 KEEP = 200  # sessions kept; older ones are pruned when a new one starts
@@ -54,12 +58,12 @@ class Autosaver:
     def info(self) -> dict[str, Any]:
         return {"id": self.id, "autosave": str(self.path)}
 
-    def save(self, report: dict[str, Any]) -> bool:
+    def save(self, report: Report) -> bool:
         """Write now (in this thread); True when the file holds this report."""
         self._issued += 1
         return self._write(report, self._issued)
 
-    def save_later(self, report: dict[str, Any]) -> None:
+    def save_later(self, report: Report) -> None:
         """Write in the background; the report must not change afterwards."""
         self._issued += 1
         if self._pool is None:
@@ -71,10 +75,10 @@ class Autosaver:
         """Wait for the background saves asked for so far."""
         wait(self._pending, timeout=timeout)
 
-    def _write(self, report: dict[str, Any], seq: int) -> bool:
-        from ddptui.report.export import atomic_write
+    def _write(self, report: Report, seq: int) -> bool:
+        from ddptui.report.export import atomic_write, document_of
 
-        text = json.dumps(report, separators=(",", ":")) + "\n"
+        text = json.dumps(document_of(report), separators=(",", ":")) + "\n"
         with self._lock:
             if seq < self._written:
                 return True  # a newer session state is on disk already

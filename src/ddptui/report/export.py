@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 FORMATS = ("json", "markdown", "html")
+# A report as built (the model) or as saved and loaded again (its JSON document).
+Report = Union["ReportModel", Mapping[str, Any]]
 
 
-def render(report: dict[str, Any], fmt: str, *, screenshot_svg: str | None = None) -> str:
+def document_of(report: Report) -> dict[str, Any]:
+    """The JSON document of a report: a loaded one as it is, a built one dumped."""
+    if isinstance(report, dict):
+        return report
+    return dict(report) if isinstance(report, Mapping) else report.document()
+
+
+def render(report: Report, fmt: str, *, screenshot_svg: str | None = None) -> str:
     """The report as text; an HTML report embeds screenshot_svg (the TUI at export time)."""
+    report = document_of(report)
     if fmt == "json":
         return json.dumps(report, indent=2) + "\n"
     if fmt == "markdown":
@@ -39,7 +53,7 @@ def atomic_write(path: Path, text: str, mode: int | None = None) -> None:
 
 
 def write_report(
-    report: dict[str, Any], fmt: str, path: str | Path, *, screenshot_svg: str | None = None
+    report: Report, fmt: str, path: str | Path, *, screenshot_svg: str | None = None
 ) -> Path:
     target = Path(path).expanduser()
     atomic_write(target, render(report, fmt, screenshot_svg=screenshot_svg))

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from ddptui.glyphs import GLYPH, STATUSES
+from ddptui.report.first import FirstFailure
 from ddptui.report.screenshot import clean_screenshot
 from ddptui.report.svg import finite, human_rate, peak, series, sparkline
 from ddptui.report.views import (
@@ -47,7 +49,6 @@ from ddptui.report.views import (
 
 __all__ = ["clean_screenshot", "render_html"]  # clean_screenshot: re-exported for callers
 
-GLYPH = {"pass": "✔", "warn": "▲", "fail": "✘", "skip": NONE, "error": "!"}
 CELL_CHARS = 90
 MANY_RANKS = 16  # more ranks than this: the table is collapsed
 SEVERITY_CLASS = {"error": "fail", "warning": "warn", "info": "info"}
@@ -235,21 +236,21 @@ def _header(report: Mapping[str, Any], names: list[str], name: Any) -> str:
 
 
 def _banner(report: Mapping[str, Any]) -> str:
-    first = report.get("first_failure")
+    first = FirstFailure.from_document(report)
     steps = {str(s.get("id")): s for s in steps_of(report)}
-    if isinstance(first, Mapping):
-        step = steps.get(str(first.get("step")), {"id": first.get("step")})
-        finding = f"<code>{_e(first['finding'])}</code> " if first.get("finding") else ""
-        nodes = ", ".join(str(n) for n in first.get("nodes") or []) or NONE
+    if first is not None:
+        step = steps.get(first.step, {"id": first.step})
+        finding = f"<code>{_e(first.finding)}</code> " if first.finding else ""
+        nodes = ", ".join(first.nodes) or NONE
         return (
-            f'<div class="banner fail" role="alert"><h2>✘ First failure: <code>'
-            f"{_e(first.get('step'))}</code> — {_e(step_title(step))}</h2>"
-            f"<p>{finding}on <b>{_e(nodes)}</b>{_place(first)}: {_prose(first.get('summary', ''))}</p>"
-            f"<p><b>Fix:</b> {_fix(str(first.get('fix') or ''))}</p></div>"
+            f'<div class="banner fail" role="alert"><h2>{GLYPH["fail"]} First failure: <code>'
+            f"{_e(first.step)}</code> — {_e(step_title(step))}</h2>"
+            f"<p>{finding}on <b>{_e(nodes)}</b>{_place(first.to_dict())}: {_prose(first.summary)}</p>"
+            f"<p><b>Fix:</b> {_fix(first.fix)}</p></div>"
         )
     bad = [s for s in steps.values() if s.get("status") not in ("pass", "skip")]
     if not bad:
-        return '<div class="banner pass"><h2>✔ Every step passed.</h2></div>'
+        return f'<div class="banner pass"><h2>{GLYPH["pass"]} Every step passed.</h2></div>'
     items = "".join(
         f"<li><code>{_e(s.get('id'))}</code> {_e(s.get('status'))}: {_e(step_title(s))}</li>"
         for s in bad
@@ -285,7 +286,7 @@ def _steps(report: Mapping[str, Any], names: list[str]) -> str:
         rows.append(f"<tr>{''.join(cells)}</tr>")
         if compact:
             more.append(_step_details(step, names))
-    legend = " · ".join(f"{_e(g)} {s}" for s, g in GLYPH.items())
+    legend = " · ".join(f"{_e(GLYPH[s])} {s}" for s in STATUSES)
     table = _table(head, rows, "steps compact" if compact else "steps")
     return table + f'<p class="note">{legend}</p>' + "".join(more)
 

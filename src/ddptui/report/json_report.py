@@ -5,12 +5,16 @@ from __future__ import annotations
 import platform
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddptui import __version__
 from ddptui.diagnosis.logstore import LogStore
-from ddptui.diagnosis.model import Finding, StepResult, bandwidth_outliers, odd_nodes
+from ddptui.diagnosis.model import StepResult, bandwidth_outliers, odd_nodes
+from ddptui.report.first import first_failure
 from ddptui.stepmeta import ORDER
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 SCHEMA_VERSION = 1
 EXCERPT_CONTEXT = 5  # log lines kept before and after a line a finding quotes
@@ -18,42 +22,6 @@ EXCERPTS_PER_NODE = 12
 TAIL_LINES = 300
 METRICS_BUDGET = 6000  # samples per report, shared by the nodes (a 32-GPU-node sample ~2 KB)
 VERSION_FACTS = ("python", "torch", "torch_cuda", "nccl", "driver", "kernel", "os")
-
-
-def first_failure(results: Mapping[str, StepResult]) -> dict[str, Any] | None:
-    """The earliest step (checklist order) whose status is fail, and its most specific finding."""
-    for step_id in ORDER:
-        result = results.get(step_id)
-        if result is None or result.status != "fail":
-            continue
-        primary = result.primary
-        if primary is None:
-            failed = [n for n, r in result.nodes.items() if r.status == "fail"]
-            return {
-                "step": step_id,
-                "nodes": failed,
-                "finding": None,
-                "summary": f"{step_id} failed",
-                "fix": "",
-            }
-        return failure_of(step_id, primary)
-    return None
-
-
-def failure_of(step_id: str, primary: Finding) -> dict[str, Any]:
-    """The report's `first_failure` for a step and its finding (check, job, diagnose)."""
-    out: dict[str, Any] = {
-        "step": step_id,
-        "nodes": list(primary.nodes),
-        "finding": primary.id,
-        "summary": primary.summary,
-        "fix": primary.fix,
-    }
-    if primary.rank is not None:  # CONTRACT.md 2026-11-23: the rank and place, when known
-        out["rank"] = primary.rank
-    if primary.where:
-        out["where"] = primary.where
-    return out
 
 
 def run_state(
@@ -90,9 +58,9 @@ def verdict(results: Mapping[str, StepResult]) -> str:
     return "pass"
 
 
-def build_report(session: Any, *, metrics: Any = None) -> dict[str, Any]:
-    """Everything a session knows, as one document. `metrics` is a MetricsModel (the
-    TUI's or check's live metrics)."""
+def build_report(session: Any, *, metrics: Any = None) -> ReportModel:
+    """Everything a session knows, as the report model (its document() is the JSON).
+    `metrics` is a MetricsModel (the TUI's or check's live metrics)."""
     results: dict[str, StepResult] = session.results
     steps = [results[s].to_dict() for s in ORDER if s in results]
     names = [t.name for t in session.targets]
@@ -107,7 +75,7 @@ def build_report(session: Any, *, metrics: Any = None) -> dict[str, Any]:
         "nodes": [{"name": t.name, "host": t.host, "rank": t.rank} for t in session.targets],
         "master": {"addr": session.config.master.addr, "port": session.config.master.port},
         "steps": steps,
-        "first_failure": first_failure(results),
+        "first_failure": first.to_dict() if (first := first_failure(results)) else None,
         "verdict": verdict(results),
         "timings": {
             "total_s": round(float(getattr(session, "elapsed_s", 0.0)), 3),
@@ -128,9 +96,9 @@ def build_report(session: Any, *, metrics: Any = None) -> dict[str, Any]:
     # One model builds, checks and loads a report: what is written must load again.
     # About 10 ms on a 13 MB 32-node 8-GPU session (metrics samples stay untyped).
     # Imported here: pydantic stays off the TUI's first-frame path.
-    from ddptui.report.schema import validate_report
+    from ddptui.report.schema import report_model
 
-    return validate_report(report, "the report ddptui built (a bug: please report it)")
+    return report_model(report, "the report ddptui built (a bug: please report it)")
 
 
 def metrics_per_node(nodes: int) -> int:

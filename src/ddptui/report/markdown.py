@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ddptui.glyphs import EMOJI, STATUSES, severity_glyph
+from ddptui.report.first import FirstFailure
 from ddptui.report.svg import finite, human_rate, peak, series, text_sparkline
 from ddptui.report.views import (
     BUSBW_NA,
@@ -49,8 +51,6 @@ from ddptui.report.views import (
 # Re-exported: tests and callers import these from here.
 __all__ = ["NONE", "clean_line", "fix_commands", "node_names", "render_markdown", "steps_of"]
 
-GLYPH = {"pass": "✅", "warn": "⚠️", "fail": "❌", "skip": "\u2796", "error": "❓"}
-SEVERITY_GLYPH = {"error": "❌", "warning": "⚠️", "info": "\u2139\ufe0f"}
 CELL_CHARS = 48
 MD_TAIL_LINES = 30
 MD_RANK_ROWS = 16
@@ -153,7 +153,7 @@ def _header(report: Mapping[str, Any], names: list[str]) -> list[str]:
         meta.append(f"config {code(report.get('config'))}")
     return [
         f"# ddptui {esc(report.get('command') or 'check')}: {esc(name)} — "
-        f"{GLYPH.get(verdict, '')} {esc(verdict.upper())}",
+        f"{EMOJI.get(verdict, '')} {esc(verdict.upper())}",
         "",
         " · ".join(meta),
         "",
@@ -169,18 +169,18 @@ def _fix_block(fix: str) -> list[str]:
 
 
 def _first_failure(report: Mapping[str, Any]) -> list[str]:
-    first = report.get("first_failure")
+    first = FirstFailure.from_document(report)
     steps = {str(s.get("id")): s for s in steps_of(report)}
-    if isinstance(first, Mapping):
-        step = steps.get(str(first.get("step")), {"id": first.get("step")})
-        nodes = ", ".join(esc(n) for n in first.get("nodes") or []) or NONE
-        finding = f"{code(first['finding'])} " if first.get("finding") else ""
+    if first is not None:
+        step = steps.get(first.step, {"id": first.step})
+        nodes = ", ".join(esc(n) for n in first.nodes) or NONE
+        finding = f"{code(first.finding)} " if first.finding else ""
         return [
-            f"## ❌ First failure: {code(first.get('step'))} — {esc(step_title(step))}",
+            f"## {EMOJI['fail']} First failure: {code(first.step)} — {esc(step_title(step))}",
             "",
-            f"{finding}on **{nodes}**{_place(first)}: {prose(first.get('summary', ''))}",
+            f"{finding}on **{nodes}**{_place(first.to_dict())}: {prose(first.summary)}",
             "",
-            *_fix_block(str(first.get("fix") or "")),
+            *_fix_block(first.fix),
         ]
     bad = [s for s in steps.values() if s.get("status") not in ("pass", "skip")]
     if not bad:
@@ -197,7 +197,7 @@ def _place(item: Mapping[str, Any]) -> str:
 
 def _status(result: Mapping[str, Any]) -> str:
     status = str(result.get("status"))
-    return f"{GLYPH.get(status, '')} {esc(status)}"
+    return f"{EMOJI.get(status, '')} {esc(status)}"
 
 
 def _steps(report: Mapping[str, Any], names: list[str]) -> list[str]:
@@ -215,13 +215,13 @@ def _steps(report: Mapping[str, Any], names: list[str]) -> list[str]:
             if r is None:
                 cells.append(NONE)
                 continue
-            glyph = GLYPH.get(str(r.get("status")), esc(r.get("status")))
+            glyph = EMOJI.get(str(r.get("status")), esc(r.get("status")))
             summary = "" if compact else esc(shorten(str(r.get("summary") or ""), CELL_CHARS))
             cells.append(f"{glyph} {summary}".strip())
         rows.append(cells)
         if compact:
             more += _step_details(step, names)
-    legend = " · ".join(f"{g} {s}" for s, g in GLYPH.items())
+    legend = " · ".join(f"{EMOJI[s]} {s}" for s in STATUSES)
     if prefix:
         legend += f" · columns are node names without {code(prefix)}"
     return ["## Steps", "", *table(head, rows), legend, "", *more]
@@ -352,7 +352,7 @@ def _findings(report: Mapping[str, Any]) -> list[str]:
             severity = str(f.get("severity") or "info")
             nodes = ", ".join(esc(n) for n in f.get("nodes") or []) or NONE
             out += [
-                f"### {SEVERITY_GLYPH.get(severity, '')} {code(f.get('id'))} · "
+                f"### {severity_glyph(severity, emoji=True)} {code(f.get('id'))} · "
                 f"{code(step.get('id'))} · {esc(severity)}",
                 "",
                 f"**{prose(f.get('summary', ''))}**" if f.get("summary") else "",

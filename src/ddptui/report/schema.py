@@ -12,9 +12,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ddptui.diagnosis.model import Finding, NodeResult, StepResult
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import NodeResult, StepResult
+from ddptui.report.first import FirstFailure
 
 StatusName = Literal["pass", "warn", "fail", "skip", "error"]
+# A number as measured: kept int or float as it came, so a report dumps byte for byte
+# as it was built or saved (a float field would write a probe's 100 as 100.0).
+Number = int | float
 
 
 class _Open(BaseModel):
@@ -36,18 +41,7 @@ class FindingModel(_Open):
     lines: list[str] = Field(default_factory=list)
 
     def to_finding(self) -> Finding:
-        return Finding(
-            self.id,
-            self.severity,
-            tuple(self.nodes),
-            self.summary,
-            self.cause,
-            self.fix,
-            tuple(self.evidence),
-            self.rank,
-            self.where or None,
-            tuple(self.lines),
-        )
+        return Finding.from_dict(self.model_dump())
 
 
 class NodeResultModel(_Open):
@@ -55,7 +49,7 @@ class NodeResultModel(_Open):
 
     status: StatusName
     summary: str = ""
-    duration_s: float | None = None
+    duration_s: Number | None = None
     data: dict[str, Any] | None = None
 
     def to_result(self) -> NodeResult:
@@ -68,7 +62,7 @@ class StepModel(_Open):
     id: str
     title: str = ""
     status: StatusName
-    duration_s: float = 0.0
+    duration_s: Number = 0.0
     nodes: dict[str, NodeResultModel] = Field(default_factory=dict)
     findings: list[FindingModel] = Field(default_factory=list)
     data: dict[str, Any] | None = None
@@ -149,10 +143,10 @@ class RankRowModel(_Open):
     rank: int | None = None
     node: str | None = None
     bytes: int | None = None
-    time_us: float | None = None
-    busbw_gbps: float | None = None
-    algbw_gbps: float | None = None
-    link_gbps: float | None = None
+    time_us: Number | None = None
+    busbw_gbps: Number | None = None
+    algbw_gbps: Number | None = None
+    link_gbps: Number | None = None
     straggler: bool = False
     slowest: bool = False
 
@@ -161,9 +155,9 @@ class SweepSizeModel(_Open):
     """One message size of the sweep, as nccl-tests reports it (the slowest rank)."""
 
     bytes: int
-    time_us: float | None = None
-    algbw_gbps: float | None = None
-    busbw_gbps: float | None = None
+    time_us: Number | None = None
+    algbw_gbps: Number | None = None
+    busbw_gbps: Number | None = None
 
 
 class AllreduceTableModel(_Open):
@@ -171,7 +165,7 @@ class AllreduceTableModel(_Open):
 
     backend: str | None = None
     world_size: int | None = None
-    seconds: float | None = None
+    seconds: Number | None = None
     timed_out: bool | None = None
     ranks: list[RankRowModel] = Field(default_factory=list)
     sizes: list[SweepSizeModel] = Field(default_factory=list)
@@ -187,8 +181,8 @@ class TablesModel(_Open):
 
 
 class TimingsModel(_Open):
-    total_s: float | None = None
-    steps: dict[str, float | None] = Field(default_factory=dict)
+    total_s: Number | None = None
+    steps: dict[str, Number | None] = Field(default_factory=dict)
 
 
 class VersionsModel(_Open):
@@ -207,32 +201,59 @@ class MetricsModelDoc(_Open):
     The samples stay untyped on purpose: typing them made checking a 13 MB 32-node
     8-GPU session take 4-6 s instead of milliseconds."""
 
-    interval_s: float | None = None
+    interval_s: Number | None = None
     nodes: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class ReportModel(_Open):
-    """A ddptui diagnosis report / saved session (CONTRACT.md + docs/report-format.md).
-    build_report's document passes it before it is returned, load_report's before it
-    is used, and results_from_report reads steps through StepModel."""
+    """A ddptui diagnosis report / saved session (CONTRACT.md + docs/report-format.md):
+    what build_report, the job report and the logs report return, and what load_report
+    checks a saved one against. Fields in the order the JSON writes them; a new
+    top-level key is one line here (and where a builder fills it)."""
 
+    schema_version: int | None = None
     ddptui_version: str
+    command: str | None = None  # "job" / "diagnose"; absent for the checklist
     config: str | None = None
+    cluster: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
     nodes: list[NodeModel]
+    master: MasterModel | None = None
     steps: list[StepModel]
     first_failure: FirstFailureModel | None = None
-    schema_version: int | None = None
-    cluster: str | None = None
     verdict: str | None = None
-    master: MasterModel | None = None
     timings: TimingsModel | None = None
     versions: VersionsModel | None = None
     tables: TablesModel | None = None
     logs: dict[str, LogModel] | None = None
     metrics: MetricsModelDoc | None = None
     session: dict[str, Any] | None = None
+    lint: dict[str, Any] | None = None  # the audit of the config's `script:`
+    job: dict[str, Any] | None = None  # `ddptui job`: verdict, ranks, stack groups
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document: the keys given, in this order, values as given."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def first(self) -> FirstFailure | None:
+        """The first failure the report records, with its finding's cause and evidence."""
+        ff = self.first_failure
+        if ff is None:
+            return None
+        step = next((s for s in self.steps if s.id == ff.step), None)
+        found = next((f for f in step.findings if f.id == ff.finding), None) if step else None
+        return FirstFailure(
+            ff.step,
+            tuple(ff.nodes),
+            ff.finding,
+            ff.summary,
+            ff.fix,
+            ff.rank,
+            ff.where,
+            found.cause if found else "",
+            tuple(found.evidence) if found else (),
+        )
 
 
 def report_schema() -> dict[str, Any]:
@@ -267,17 +288,22 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return validate_report(data, str(path))
 
 
-def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
-    """`data` checked against ReportModel and returned unchanged (the JSON a report writes
-    is the dict itself, key order kept); ReportError names each problem's place."""
+def report_model(data: Any, source: str = "report") -> ReportModel:
+    """`data` as the report model; ReportError names each problem's place."""
     try:
-        ReportModel.model_validate(data)
+        return ReportModel.model_validate(data)
     except ValidationError as exc:
         problems = []
         for err in exc.errors()[:8]:
             where = ".".join(str(x) for x in err["loc"]) or "(top level)"
             problems.append(f"{where}: {err['msg']}")
         raise ReportError(f"{source}: not a ddptui report: " + "; ".join(problems)) from None
+
+
+def validate_report(data: Any, source: str = "report") -> dict[str, Any]:
+    """`data` checked against ReportModel and returned unchanged (a saved document is
+    written again byte for byte); ReportError names each problem's place."""
+    report_model(data, source)
     if not isinstance(data, dict):  # pragma: no cover - the model check above ensures it
         raise ReportError(f"{source}: not a ddptui report")
     return data

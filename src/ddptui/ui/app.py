@@ -1,38 +1,25 @@
-"""The interactive checklist walkthrough: steps x nodes, the first failure with its fix,
-details as Markdown, live metrics per node.
-
-The app only lays out and renders: the run core (checklist/run.py) owns the session,
-the metrics, the autosave and the logs, and the app subscribes to its events. Steps
-run in declared workers; a step that raises shows `error` in its cell (the core turns
-it into a result).
-"""
+"""The interactive checklist walkthrough: the app loads the config, owns the run core's
+subscription, the workers that run steps, and quitting; the ChecklistScreen draws. Live and
+replay both render from one RunSnapshot (`snapshot()`): the run core's results live, the
+saved session's in a replay. Steps run in declared workers; a step that raises shows
+`error` in its cell (the core turns it into a result)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
-import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rich.text import Text
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
 
-from ddptui.diagnosis.model import NodeResult, StepResult
-from ddptui.report.json_report import first_failure, run_state
-from ddptui.stepmeta import ORDER, TITLES
-from ddptui.ui.banner import Banner
-from ddptui.ui.checklist_table import ChecklistTable
-from ddptui.ui.header import HeaderBar
-from ddptui.ui.matrix import GROUP, Columns, group_cell, node_columns
-from ddptui.ui.metrics_pane import METRICS_NODES, MetricsPane
-from ddptui.ui.render import GLYPH, STYLE, banner_text, detail_markdown
+from ddptui.checklist.snapshot import RunSnapshot
+from ddptui.report.json_report import run_state
+from ddptui.stepmeta import ORDER
+from ddptui.ui.checklist_screen import COMMANDS, ChecklistScreen
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -40,16 +27,12 @@ if TYPE_CHECKING:
     from ddptui.checklist.run import RunCore, RunEvent
     from ddptui.checklist.runner import Session
     from ddptui.config import ClusterConfig
+    from ddptui.diagnosis.model import StepResult
+    from ddptui.glance import Glance
+    from ddptui.report.export import Report
     from ddptui.ui.replay import Replay
 
 QUIT_BOUND_S = 8.0
-STATUS_CHARS = 12  # "✘ fail 28.1s"
-STEP_CHARS = max(len(s) for s in ORDER)  # "allreduce"
-
-
-def _append_time(path: str) -> None:
-    with contextlib.suppress(OSError), Path(path).open("a") as f:
-        f.write(f"{time.time():.6f}\n")
 
 
 class DdptuiApp(App[int]):
@@ -64,13 +47,13 @@ class DdptuiApp(App[int]):
         Binding("a", "run_all", "All"),
         Binding("r", "rerun", "Re-run"),
         Binding("s", "skip", "Skip"),
-        Binding("n", "next_failure", "Next fail"),
-        Binding("p", "prev_failure", "Prev fail"),
-        Binding("l", "logs", "Logs"),
-        Binding("j", "job", "Job"),
-        Binding("d", "diagnose", "Diagnose logs"),
-        Binding("slash", "filter_nodes", "Filter", show=False),
-        Binding("e", "export", "Export"),
+        Binding("n", "screen.next_failure", "Next fail"),
+        Binding("p", "screen.prev_failure", "Prev fail"),
+        Binding("l", "screen.logs", "Logs"),
+        Binding("j", "screen.job", "Job"),
+        Binding("d", "screen.diagnose", "Diagnose logs"),
+        Binding("slash", "screen.filter_nodes", "Filter", show=False),
+        Binding("e", "screen.export", "Export"),
         Binding("q", "quit_app", "Quit"),
         Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
     ]
@@ -83,35 +66,34 @@ class DdptuiApp(App[int]):
         autoconnect: bool = True,
         replay: dict[str, Any] | None = None,
         load: Callable[[], ClusterConfig] | None = None,
+        glance: Glance | None = None,
     ) -> None:
-        """config, or load: a function that returns it, called after the first frame
-        (pydantic and the YAML parser stay off the start-up path). A ConfigError it
-        raises ends the app with return code 2, the error in `config_error`."""
+        """config, or load: a function that returns it, called after the first frame (off
+        the start-up path: pydantic, YAML); a ConfigError it raises ends the app with code
+        2 (`config_error`). glance: the name and nodes shown until the config is loaded."""
         super().__init__()
         if config is None and load is None:
             raise ValueError("give a config or a function that loads it")
         self._load = load
         self.config_error: Exception | None = None
         # None only until _load_config() has run (the first frame); never None after.
-        self.config: ClusterConfig = config  # type: ignore[assignment]
+        self.config = config
         self.source = source
         self.autoconnect = autoconnect and replay is None
         self.replay_data = replay  # a saved session shown read-only (`ddptui replay`)
         self._replay: Replay | None = None
         self.core: RunCore | None = None
+        # Results shown while no run core exists (none is made with autoconnect=False).
+        self._held: dict[str, StepResult] = {}
         self._autosave_warned = False
         self._queued: bool | None = None  # enter (True) / a (False) pressed while connecting
-        self.results: dict[str, StepResult] = {}
-        self.running: str | None = None
+        self.running: str | None = None  # the step the steps worker runs (or is about to)
         self.clock = time.monotonic  # the header's elapsed time (tests freeze it)
         self.started = self.clock()
-        self.node_names: list[str] = []
-        self.node_filter = ""
-        self.columns = Columns((), (), 6)
-        self._replay_metrics: Any = None
+        self.glance = glance if config is None else None
+        self.node_names: list[str] = list(self.glance.nodes) if self.glance else []
         self._quitting = False
-        self.detail_source = ""
-        self.elapsed_frozen = 0.0
+        self.checklist = ChecklistScreen(self)
 
     @classmethod
     def replay(cls, report: dict[str, Any], source: str) -> DdptuiApp:
@@ -126,10 +108,28 @@ class DdptuiApp(App[int]):
     # ------------------------------------------------------------------ what views read
 
     @property
-    def _main(self) -> Screen[Any]:
-        """The checklist's screen, also while a modal (logs, job, diagnosis) is on top:
-        the clock and the run's events keep updating it underneath."""
-        return self.screen_stack[0] if self.screen_stack else self.screen
+    def replaying(self) -> bool:
+        return self.replay_data is not None
+
+    def snapshot(self) -> RunSnapshot:
+        """The run as the views draw it: the core's results live, the saved ones in a
+        replay; the header's state never PASS while a step is pending."""
+        if self.core is not None:
+            results = self.core.snapshot().results
+        else:
+            results = dict(self._replay.results if self._replay is not None else self._held)
+        if not results and self.running is None:
+            state = "connecting" if self.core is not None else "ready"
+            return RunSnapshot(results, None, ORDER, state, state.upper())
+        return RunSnapshot(results, self.running, ORDER, *run_state(results, ORDER, self.running))
+
+    @property
+    def results(self) -> dict[str, StepResult]:
+        return self.snapshot().results
+
+    def elapsed(self) -> float:
+        """Seconds the header shows: since start, or the saved session's length."""
+        return self._replay.elapsed_s if self._replay else self.clock() - self.started
 
     @property
     def session(self) -> Session | None:
@@ -141,42 +141,35 @@ class DdptuiApp(App[int]):
 
     @property
     def metrics(self) -> Any:
-        return self.core.model if self.core is not None else self._replay_metrics
+        return self.core.model if self.core else (self._replay.metrics if self._replay else None)
 
     def log_lines(self, node: str) -> tuple[list[str], list[str], dict[int, str]]:
         """(lines, their ids, known marks) of a node's log, live or replayed."""
         if self._replay is not None:
             log = self._replay.logs.get(node)
             return (list(log.lines), list(log.ids), dict(log.marks)) if log else ([], [], {})
-        if self.core is None:
-            return [], [], {}
-        kept = self.core.logs.lines(node)
+        kept = self.core.logs.lines(node) if self.core is not None else []
         return [ln.tagged() for ln in kept], [ln.id for ln in kept], {}
 
-    # ------------------------------------------------------------------ layout
+    def current_report(self) -> Report | None:
+        """What `e` exports: the live session's report, or the replayed one as saved."""
+        if self.replay_data is not None:
+            return self.replay_data
+        return self.core.report() if self.core is not None else None
 
-    def compose(self) -> ComposeResult:
-        yield HeaderBar(id="header")
-        with Horizontal(id="body"):
-            with Vertical(id="left"):
-                yield ChecklistTable(id="checklist", cursor_type="cell", zebra_stripes=False)
-                yield Banner(id="banner")
-                with VerticalScroll(id="detail-scroll"):
-                    yield Static(id="detail")
-            yield MetricsPane([], id="metrics")
-        yield Footer()
+    # ------------------------------------------------------------------ start-up
+
+    def get_default_screen(self) -> Screen[Any]:
+        return self.checklist
 
     def on_mount(self) -> None:
-        trace = os.environ.get("DDPTUI_TRACE_FIRST_FRAME")
-        if trace:  # for bench/bench_tui.py: when the first frame was drawn (wall clock)
-            self.call_after_refresh(_append_time, trace)
-        self._main.query_one("#checklist", DataTable).focus()
-        self.set_interval(1.0, self._tick)
+        """The first frame, then the config (if still to load) and the connection."""
+        self.set_interval(1.0, self.checklist.tick)
         if self.config is None:
-            # First frame: the checklist without node columns; the config (pydantic,
-            # the YAML parser) loads right after it.
-            self._build_table()
-            self._refresh_chrome()
+            # First frame: the checklist, with the node columns a glance at the file
+            # found; the config (pydantic, the YAML parser) loads right after it.
+            self.checklist.build_table()
+            self.checklist.refresh_chrome()
             self.call_after_refresh(self._load_config)
             return
         self._config_ready()
@@ -192,133 +185,51 @@ class DdptuiApp(App[int]):
         self._config_ready()
 
     def _config_ready(self) -> None:
+        assert self.config is not None
         self.node_names = [n.display for n in self.config.nodes]
-        if self._replay is not None:
-            self._show_replay(self._replay)
-        self._build_table()
-        first = first_failure(self.results)
-        if first is not None and first["nodes"]:
-            self._move_to(first["step"], node=first["nodes"][0])  # replay lands there
-        self._refresh_chrome()
+        if self._replay is not None:  # the saved metrics timeline
+            self.checklist.metrics_pane.model = self._replay.metrics
+        self.checklist.build_table()
+        self.checklist.land_on_first_failure()  # a replay lands there
+        self.checklist.refresh_chrome()
         if self.autoconnect:
             # The frame comes first; the session (asyncssh, steps) loads after it.
             self.call_after_refresh(self._connect)
-
-    def _room(self) -> int:
-        """Characters the node columns share (left of the metrics pane)."""
-        left = int(self.size.width * 0.6) - 2
-        return left - (STEP_CHARS + 2) - STATUS_CHARS - 2
-
-    def _build_table(self) -> None:
-        """The matrix: step rows, one column per node that fits (failing nodes first,
-        the passing rest collapsed into one column); rebuilt when that set changes."""
-        table = self._main.query_one("#checklist", DataTable)
-        cursor = table.cursor_coordinate
-        self.columns = node_columns(self.node_names, self.results, self._room(), self.node_filter)
-        table.clear(columns=True)
-        # A fixed width: an auto-sized column is measured on the table's next idle, and
-        # a rebuild (filter, failing nodes moving first) could show it at its label's 4.
-        table.add_column("step", key="step", width=STEP_CHARS)
-        table.add_column("status", key="status", width=STATUS_CHARS)
-        for name in self.columns.nodes:
-            table.add_column(name, key=name, width=self.columns.width)
-        if self.columns.rest:
-            label = f"+{len(self.columns.rest)} more"
-            table.add_column(label, key=GROUP, width=max(self.columns.width, len(label) + 2))
-        for step_id in ORDER:
-            table.add_row(step_id, *self._row_cells(step_id), key=step_id)
-        table.move_cursor(row=cursor.row, column=cursor.column)
-        # The metrics pane follows the matrix: its nodes first (failing ones lead), the
-        # filter applies, at most METRICS_NODES widgets.
-        shown = [*self.columns.nodes, *self.columns.rest]
-        self._main.query_one(MetricsPane).set_nodes(
-            shown[:METRICS_NODES], len(self.node_names) - min(len(shown), METRICS_NODES)
-        )
-
-    def _row_cells(self, step_id: str) -> list[Text]:
-        result = self.results.get(step_id)
-        if step_id == self.running:
-            status = self._cell("running", "running", STATUS_CHARS)
-        elif result is None:
-            status = self._cell("pending", "")
-        else:
-            status = self._cell(
-                result.status, f"{result.status} {result.duration_s:.1f}s", STATUS_CHARS
-            )
-        cells = [status]
-        for name in self.columns.nodes:
-            nr = result.nodes.get(name) if result is not None else None
-            cells.append(self._cell(nr.status, nr.summary) if nr else self._cell("pending", ""))
-        if self.columns.rest:
-            state, text = group_cell(result, self.columns.rest)
-            cells.append(self._cell(state, text, 40, glyph=False))  # counts carry glyphs
-        return cells
-
-    def _cell(
-        self, status: str, text: str, limit: int | None = None, *, glyph: bool = True
-    ) -> Text:
-        label = f"{GLYPH[status]} {text}".rstrip() if glyph else text
-        limit = limit or self.columns.width
-        if len(label) > limit:
-            label = label[: limit - 1] + "…"
-        return Text(label, style=STYLE[status])
-
-    def _refresh_row(self, step_id: str) -> None:
-        wanted = node_columns(self.node_names, self.results, self._room(), self.node_filter)
-        if wanted.keys != self.columns.keys:
-            self._build_table()  # failing nodes move to the front
-            return
-        table = self._main.query_one("#checklist", DataTable)
-        cells = self._row_cells(step_id)
-        for key, cell in zip(("status", *self.columns.keys), cells, strict=True):
-            table.update_cell(step_id, key, cell, update_width=False)
 
     # ------------------------------------------------------------------ the run core
 
     def _connect(self) -> None:
         from ddptui.checklist.run import RunCore
 
+        assert self.config is not None
         self.core = RunCore(self.config, self.source)
         self.core.subscribe(self._on_event)
         self.run_steps_worker(["ssh"])
 
-    def _show_replay(self, view: Replay) -> None:
-        """A saved session as it was: results, logs, the metrics timeline."""
-        for result in view.results.values():
-            self.results[result.id] = result
-        if view.metrics is not None:
-            self._replay_metrics = view.metrics
-            self._main.query_one(MetricsPane).model = view.metrics
-        self.elapsed_frozen = view.elapsed_s
-
     def _on_event(self, event: RunEvent) -> None:
         if event.kind == "node" and event.step and event.node and event.node_result:
-            self._on_node(event.step, event.node, event.node_result)
+            self.checklist.node_done(event.step, event.node, event.node_result)
         elif event.kind == "step" and event.result is not None:
             self._on_step(event.result)
         elif event.kind == "step-started" and event.step:
             self.running = event.step
-            self._move_to(event.step)  # the detail pane follows the step being run
-            self._refresh_row(event.step)
-            self._refresh_chrome()
+            self.checklist.move_to(event.step)  # the detail pane follows the step being run
+            self.checklist.refresh_row(event.step)
+            self.checklist.refresh_chrome()
         elif event.kind == "metrics" and self.core is not None:
-            self._main.query_one(MetricsPane).model = self.core.model
+            self.checklist.metrics_pane.model = self.core.model
         elif event.kind == "saved" and event.message and not self._autosave_warned:
             self._autosave_warned = True  # once: it would say the same after every step
             self.notify(event.message, severity="warning", timeout=10)
 
-    def _on_node(self, step: str, node: str, result: NodeResult) -> None:
-        table = self._main.query_one("#checklist", DataTable)
-        if node in self.columns.nodes:
-            table.update_cell(step, node, self._cell(result.status, result.summary))
-        self._refresh_detail()
-
     def _on_step(self, result: StepResult) -> None:
-        self.results[result.id] = result
+        """A step's result is in (from the core; without one, it is held here)."""
+        if self.core is None:
+            self._held[result.id] = result
         if self.running == result.id:
             self.running = None
-        self._refresh_row(result.id)
-        self._refresh_chrome()
+        self.checklist.refresh_row(result.id)
+        self.checklist.refresh_chrome()
 
     def run_steps_worker(self, step_ids: list[str]) -> None:
         """The one way steps run: a declared worker, one batch at a time. Busy from now,
@@ -339,80 +250,13 @@ class DdptuiApp(App[int]):
             await self.core.run_steps(step_ids)
         finally:
             self.running = None
-            self._refresh_chrome()
-        first = first_failure(self.results)
-        if first is not None and first["nodes"]:
-            # Land on the first failure: its cause and fix are in the detail pane.
-            self._move_to(first["step"], node=first["nodes"][0])
+            self.checklist.refresh_chrome()
+        self.checklist.land_on_first_failure()
         if self._queued is not None:  # enter / a pressed while connecting
             first_only, self._queued = self._queued, None
             self.call_later(self._run_pending, first_only=first_only)  # after this worker
 
-    # ------------------------------------------------------------------ chrome
-
-    def _tick(self) -> None:
-        replay = self.replay_data is not None
-        if self.config is None:
-            self._main.query_one(HeaderBar).update(f"ddptui · loading {self.source} …")
-            return
-        state, label = self._state()
-        self._main.query_one(HeaderBar).update_state(
-            self.config.name or self.source,
-            len(self.node_names),
-            self.elapsed_frozen if replay else self.clock() - self.started,
-            state,
-            label,
-            replay=(self.replay_data or {}).get("started_at") or "" if replay else None,
-        )
-
-    def _state(self) -> tuple[str, str]:
-        """The header's (state, label): never PASS while a step is pending."""
-        if not self.results and self.running is None:
-            state = "connecting" if self.core is not None else "ready"
-            return state, state.upper()
-        return run_state(self.results, ORDER, self.running)
-
-    def _verdict(self) -> str:
-        return self._state()[1]
-
-    def _refresh_chrome(self) -> None:
-        self._tick()
-        done = all(s in self.results for s in ORDER)
-        text, kind = banner_text(first_failure(self.results), self.running, done, self.results)
-        script = self.core.script_headline() if self.core is not None else None
-        if script and kind != "fail":
-            text += f"\n  {script} (ddptui lint for the details)"
-        self._main.query_one(Banner).show(text, kind)
-        self._refresh_detail()
-
-    def _selected(self) -> tuple[str, str | None]:
-        table = self._main.query_one("#checklist", DataTable)
-        row, col = table.cursor_coordinate
-        step = ORDER[min(max(row, 0), len(ORDER) - 1)]
-        keys = self.columns.nodes
-        node = keys[col - 2] if 2 <= col < 2 + len(keys) else None
-        return step, node
-
-    def _refresh_detail(self) -> None:
-        step, node = self._selected()
-        text = detail_markdown(self.results.get(step), TITLES[step], node, step == self.running)
-        if text == self.detail_source:
-            return  # nothing changed: skip the re-render (it is the costly part of a key)
-        self.detail_source = text
-        if not self.results:
-            # First frame: plain text. rich.markdown (markdown-it) loads once there is
-            # something worth formatting, off the start-up path.
-            plain = text.replace("## ", "").replace("**", "")  # no Markdown syntax on screen
-            self._main.query_one("#detail", Static).update(Text(plain))
-            return
-        from rich.markdown import Markdown
-
-        self._main.query_one("#detail", Static).update(Markdown(text))
-
-    def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
-        self._refresh_detail()
-
-    # ------------------------------------------------------------------ actions
+    # ------------------------------------------------------------------ running steps
 
     def action_next_step(self) -> None:
         self._run_pending(first_only=True)
@@ -421,7 +265,7 @@ class DdptuiApp(App[int]):
         self._run_pending(first_only=False)
 
     def _read_only(self) -> bool:
-        if self.replay_data is not None:
+        if self.replaying:
             self.notify("Replay of a saved session: read-only (e exports, l shows logs).")
             return True
         return False
@@ -429,11 +273,12 @@ class DdptuiApp(App[int]):
     def _run_pending(self, *, first_only: bool) -> None:
         if self._read_only():
             return
-        todo = [s for s in ORDER if s not in self.results]
+        results = self.results
+        todo = [s for s in ORDER if s not in results]
         if not todo:
             self.notify("Every step has run; r re-runs the selected one.")
             return
-        if self.core is None or "ssh" not in self.results:
+        if self.core is None or "ssh" not in results:
             # Still loading or connecting: run it as soon as the nodes are connected.
             self._queued = first_only
             self.notify("Connecting to the nodes; the steps run once they are connected.")
@@ -445,13 +290,13 @@ class DdptuiApp(App[int]):
     def action_rerun(self) -> None:
         if self._read_only() or self._busy():
             return
-        step, _ = self._selected()
+        step, _ = self.checklist.selected()
         self.run_steps_worker([step])
 
     def action_skip(self) -> None:
         if self._read_only() or self._busy() or self.core is None:
             return
-        step, _ = self._selected()
+        step, _ = self.checklist.selected()
         self.core.skip_step(step)
 
     def _busy(self) -> bool:
@@ -460,168 +305,13 @@ class DdptuiApp(App[int]):
             return True
         return False
 
-    def _move_to(self, step: str, col: int | None = None, *, node: str | None = None) -> None:
-        table = self._main.query_one("#checklist", DataTable)
-        if node is not None:
-            col = 2 + self.columns.nodes.index(node) if node in self.columns.nodes else None
-        _, current = table.cursor_coordinate
-        table.move_cursor(row=ORDER.index(step), column=current if col is None else col)
-
-    def _failures(self) -> list[tuple[int, int]]:
-        cells = []
-        for r, step in enumerate(ORDER):
-            res = self.results.get(step)
-            if res is None:
-                continue
-            for c, name in enumerate(self.columns.nodes):
-                if res.nodes.get(name) and res.nodes[name].status in ("fail", "error"):
-                    cells.append((r, c + 2))
-        return cells
-
-    def _jump(self, direction: int) -> None:
-        cells = self._failures()
-        if not cells:
-            self.notify("No failures.")
-            return
-        table = self._main.query_one("#checklist", DataTable)
-        here = (table.cursor_coordinate.row, table.cursor_coordinate.column)
-        ahead = [c for c in cells if (c > here if direction > 0 else c < here)]
-        target = (
-            (ahead[0] if direction > 0 else ahead[-1])
-            if ahead
-            else (cells[0] if direction > 0 else cells[-1])
-        )
-        table.move_cursor(row=target[0], column=target[1])
-
-    def action_next_failure(self) -> None:
-        self._jump(+1)
-
-    def action_prev_failure(self) -> None:
-        self._jump(-1)
-
-    def action_filter_nodes(self) -> None:
-        from ddptui.ui.filter_screen import FilterScreen
-
-        if not self.node_names:
-            return
-        self.push_screen(FilterScreen(self.node_filter), self._set_filter)
-
-    def _set_filter(self, text: str | None) -> None:
-        if text is None:
-            return
-        self.node_filter = text.strip()
-        self._build_table()
-        shown = len(self.columns.nodes) + len(self.columns.rest)
-        self.notify(
-            f"nodes matching {self.node_filter!r}: {shown} of {len(self.node_names)}"
-            if self.node_filter
-            else f"all {len(self.node_names)} nodes"
-        )
-
-    def action_logs(self) -> None:
-        from ddptui.ui.log_screen import LogScreen, marked_lines
-
-        if not self.node_names:
-            return  # the config is still loading
-        _, node = self._selected()
-        node = node or (self.columns.nodes or tuple(self.node_names))[0]
-        findings = [
-            f
-            for step in ORDER
-            if (r := self.results.get(step)) is not None
-            for f in r.findings
-            if node in f.nodes
-        ]
-        quoted = [(f.id, e) for f in findings for e in f.evidence]
-        lines, ids, marks = self.log_lines(node)
-        self.push_screen(LogScreen(node, marked_lines(node, lines, ids, findings, marks), quoted))
-
-    def action_job(self) -> None:
-        """The user's own job on every node (read-only): who is stuck or dead, where."""
-        if self.replay_data is not None:
-            self.notify("Replay of a saved session: `ddptui job CONFIG` looks at a live job.")
-            return
-        if self.core is None or "ssh" not in self.results:
-            self.notify("Connecting to the nodes; press j again once they are connected.")
-            return
-        self.notify(f"Looking at your job on {len(self.node_names)} node(s) (read-only)…")
-        self.run_worker(
-            self._open_job(),
-            name="job",
-            group="job",
-            exclusive=True,
-            exit_on_error=False,
-            description="look at the user's job on every node",
-        )
-
-    async def _job_report(self) -> dict[str, Any]:
-        from ddptui.job.report import build_job_report
-        from ddptui.job.run import JobOptions, look_at_job
-
-        assert self.core is not None
-        look = await look_at_job(
-            self.config, self.source, JobOptions(), transports=self.core.session.transports
-        )
-        master = {"addr": self.config.master.addr, "port": self.config.master.port}
-        return build_job_report(look, self.config.name, master)
-
-    async def _open_job(self) -> None:
-        from ddptui.ui.job_screen import JobScreen
-
-        try:
-            report = await self._job_report()
-        except Exception as exc:  # noqa: BLE001 - a bug in the job view must not end the app
-            self.notify(f"ddptui could not look at the job: {exc}", severity="error", timeout=10)
-            return
-        self.push_screen(JobScreen(report, relook=self._job_report))
-
-    def action_diagnose(self) -> None:
-        """Post-mortem of log files (local paths, or NODE:GLOB read on the nodes)."""
-        from ddptui.ui.diagnose_screen import DiagnoseScreen
-
-        config_path = None if self.source.startswith("<") else self.source
-        self.push_screen(DiagnoseScreen(config_path=config_path))
-
-    def action_export(self) -> None:
-        from ddptui.ui.export_screen import ExportScreen
-
-        self.push_screen(ExportScreen(), self._export)
-
-    def current_report(self) -> dict[str, Any] | None:
-        """What `e` exports: the live session's report, or the replayed one as saved."""
-        if self.replay_data is not None:
-            return self.replay_data
-        return self.core.report() if self.core is not None else None
-
-    def _export(self, choice: tuple[str, str] | None) -> None:
-        report = self.current_report() if choice else None
-        if not choice or report is None:
-            return
-        fmt, path = choice
-        from ddptui.report.export import write_report
-
-        # The screen as it is now goes into an HTML report (Textual renders it as SVG).
-        shot = (
-            self.export_screenshot(title=f"ddptui {self.config.name or ''}")
-            if fmt == "html"
-            else None
-        )
-        try:
-            written = write_report(report, fmt, path, screenshot_svg=shot)
-        except OSError as exc:
-            saver = self.saver
-            saved = f"; the session is saved in {saver.path}" if saver and saver.saves else ""
-            self.notify(
-                f"Cannot write {path}: {exc.strerror or exc}{saved}", severity="error", timeout=10
-            )
-            return
-        self.notify(f"Report written: {written}")
+    # ------------------------------------------------------------------ quitting
 
     def action_quit_app(self) -> None:
         if self._quitting:
             return
         self._quitting = True
-        self._main.query_one(Banner).show("stopping everything on the nodes…", "running")
+        self.checklist.banner.show("stopping everything on the nodes…", "running")
         self.run_worker(
             self._stop_and_exit(),
             name="quit",
@@ -645,28 +335,6 @@ class DdptuiApp(App[int]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for key, title, help_text, action in (
-            (
-                "enter",
-                "Run next step",
-                "Run the next step of the walkthrough",
-                self.action_next_step,
-            ),
-            ("a", "Run all steps", "Run every remaining step", self.action_run_all),
-            ("r", "Re-run selected step", "Run the selected step again", self.action_rerun),
-            ("s", "Skip selected step", "Mark the selected step skipped", self.action_skip),
-            ("n", "Next failure", "Jump to the next failing cell", self.action_next_failure),
-            (
-                "p",
-                "Previous failure",
-                "Jump to the previous failing cell",
-                self.action_prev_failure,
-            ),
-            ("l", "Logs of selected node", "Open the node's log", self.action_logs),
-            ("j", "Job view", "Your running or hung job: who is stuck, where", self.action_job),
-            ("d", "Diagnose log files", "Classify log files: the first cause and its fix", self.action_diagnose),
-            ("/", "Filter nodes", "Show only nodes whose name contains…", self.action_filter_nodes),
-            ("e", "Export report", "Write JSON / Markdown / HTML", self.action_export),
-            ("q", "Quit", "Stop everything on the nodes and quit", self.action_quit_app),
-        ):
-            yield SystemCommand(f"{title} ({key})", help_text, action)
+        for key, title, help_text, action in COMMANDS:
+            owner = self.checklist if hasattr(self.checklist, f"action_{action}") else self
+            yield SystemCommand(f"{title} ({key})", help_text, getattr(owner, f"action_{action}"))

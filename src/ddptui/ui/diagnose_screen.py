@@ -19,7 +19,11 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-SEVERITY_STYLE = {"error": ("✘", "bold red"), "warning": ("!", "bold yellow"), "info": ("i", "dim")}
+from ddptui.glyphs import GLYPH, severity_glyph
+from ddptui.report.export import Report, document_of
+from ddptui.report.first import FirstFailure
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "dim"}
 TIMELINE_EVENTS = 8
 
 
@@ -28,19 +32,20 @@ def _step(report: dict[str, Any]) -> dict[str, Any]:
     return next((s for s in steps if s.get("id") == "logs"), steps[0] if steps else {})
 
 
-def diagnosis_text(report: dict[str, Any]) -> Text:
+def diagnosis_text(report: Report) -> Text:
     """The report as the screen shows it."""
+    report = document_of(report)
     step = _step(report)
     data = step.get("data") or {}
     findings = [f for f in step.get("findings") or [] if isinstance(f, dict)]
     out = Text()
     out.append(f"{data.get('lines', 0):,} lines from {len(report.get('nodes') or [])} input(s)\n", "dim")
     for problem in data.get("problems") or []:
-        out.append(f"✘ {problem}\n", "red")
-    first = report.get("first_failure")
-    lead = next((f for f in findings if first and f.get("id") == first.get("finding")), None)
+        out.append(f"{GLYPH['fail']} {problem}\n", "red")
+    first = FirstFailure.from_document(report)
+    lead = next((f for f in findings if first and f.get("id") == first.finding), None)
     if lead is None:
-        out.append("\n✔ Nothing wrong found", "bold green")
+        out.append(f"\n{GLYPH['pass']} Nothing wrong found", "bold green")
         out.append(": no line matches a known failure.\n")
     else:
         rank = f", rank {lead['rank']}" if lead.get("rank") is not None else ""
@@ -61,7 +66,8 @@ def diagnosis_text(report: dict[str, Any]) -> Text:
     if others:
         out.append("\nAlso in the logs\n", "bold underline")
         for f in others:
-            glyph, style = SEVERITY_STYLE.get(str(f.get("severity")), ("?", ""))
+            severity = str(f.get("severity"))
+            glyph, style = severity_glyph(severity) or "?", SEVERITY_STYLE.get(severity, "")
             out.append(f"{glyph} ", style)
             out.append(f"{f.get('id')}", "bold")
             out.append(f": {f.get('summary', '')}\n")
@@ -75,7 +81,8 @@ def diagnosis_text(report: dict[str, Any]) -> Text:
             if cut:
                 out.append(f"  … {cut} earlier\n", "dim")
             for ev in events[-TIMELINE_EVENTS:]:
-                glyph, style = SEVERITY_STYLE.get(str(ev.get("severity")), (" ", ""))
+                severity = str(ev.get("severity"))
+                glyph, style = severity_glyph(severity) or " ", SEVERITY_STYLE.get(severity, "")
                 clock = str(ev.get("t") or "")[11:23] or "--:--:--.---"
                 out.append(f"  {clock} ")
                 out.append(f"{glyph} {ev.get('label')}", style)
@@ -115,13 +122,13 @@ class DiagnoseScreen(ModalScreen[None]):
 
     def __init__(
         self,
-        report: dict[str, Any] | None = None,
+        report: Report | None = None,
         *,
         paths: Sequence[str] = (),
         config_path: str | None = None,
     ) -> None:
         super().__init__()
-        self.report = report
+        self.report = document_of(report) if report is not None else None
         self.paths = list(paths)
         self.config_path = config_path
 
@@ -150,9 +157,9 @@ class DiagnoseScreen(ModalScreen[None]):
             )
             self.query_one(Input).focus()
 
-    def _show(self, report: dict[str, Any]) -> None:
-        self.report = report
-        self.query_one("#diag-body", Static).update(diagnosis_text(report))
+    def _show(self, report: Report) -> None:
+        self.report = document_of(report)
+        self.query_one("#diag-body", Static).update(diagnosis_text(self.report))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         specs = expand_specs(event.value)
@@ -181,5 +188,5 @@ class DiagnoseScreen(ModalScreen[None]):
             self.app.call_from_thread(self._show, report)
             return
         self.app.call_from_thread(
-            self.query_one("#diag-body", Static).update, Text(f"✘ {message}", "red")
+            self.query_one("#diag-body", Static).update, Text(f"{GLYPH['fail']} {message}", "red")
         )

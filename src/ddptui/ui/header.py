@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ddptui.ui.render import GLYPH, STYLE
+from ddptui.glyphs import GLYPH
+from ddptui.ui.render import STYLE
 
 
 class HeaderBar(Static):

@@ -16,7 +16,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
-Relook = Callable[[], Awaitable[dict[str, Any]]]
+from ddptui.glyphs import severity_glyph
+from ddptui.report.export import Report, document_of
+
+Relook = Callable[[], Awaitable[Report]]
 STATE_STYLE = {
     "healthy": ("HEALTHY", "bold green"),
     "waiting": ("WAITING", "bold cyan"),
@@ -30,7 +33,7 @@ STATE_STYLE = {
 }
 KEYS_HINT = "esc closes · r looks again · read-only: ddptui never stops or signals your job"
 COLUMNS = ("rank", "node", "pid", "st", "cpu%", "rss", "quiet", "where")
-SEVERITY_GLYPH = {"error": ("✘", "red"), "warning": ("!", "yellow"), "info": ("i", "dim")}
+SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 
 
 def _size(n: object) -> str:
@@ -77,7 +80,8 @@ def findings_text(report: dict[str, Any]) -> Text:
     text = Text()
     steps = report.get("steps") or [{}]
     for f in steps[0].get("findings") or ():
-        glyph, style = SEVERITY_GLYPH.get(str(f.get("severity")), ("?", "bold"))
+        severity = str(f.get("severity"))
+        glyph, style = severity_glyph(severity) or "?", SEVERITY_STYLE.get(severity, "bold")
         text.append(f"{glyph} ", style=style)
         text.append(f"{f.get('id')}", style="bold")
         text.append(f"  {f.get('summary')}\n")
@@ -124,9 +128,9 @@ class JobScreen(ModalScreen[None]):
     JobScreen #job-keys { height: 1; width: 100%; padding: 0 1; color: $text-muted; }
     """
 
-    def __init__(self, report: dict[str, Any], *, relook: Relook | None = None) -> None:
+    def __init__(self, report: Report, *, relook: Relook | None = None) -> None:
         super().__init__()
-        self.report = report
+        self.report = document_of(report)
         self.relook = relook
 
     def compose(self) -> ComposeResult:
@@ -173,7 +177,7 @@ class JobScreen(ModalScreen[None]):
     async def _relook(self) -> None:
         assert self.relook is not None
         try:
-            self.report = await self.relook()
+            self.report = document_of(await self.relook())
         except Exception as exc:  # noqa: BLE001 - shown to the user, the screen stays
             self.notify(f"Could not look again: {exc}", severity="error")
             return

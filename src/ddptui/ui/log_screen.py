@@ -15,8 +15,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label, Log
 
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.logstore import LINES_PER_NODE
-from ddptui.diagnosis.model import Finding
 from ddptui.report.json_report import quotes_line
 
 

@@ -13,12 +13,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ddptui.diagnosis.model import GLYPH, STATUS_RANK, StepResult
+from ddptui.diagnosis.model import STATUS_RANK, StepResult
+from ddptui.glyphs import GLYPH
 from ddptui.stepmeta import ORDER
+from ddptui.ui.layout import MIN_CELL, cell_width, columns_that_fit
 
 GROUP = "+rest"  # the key of the collapsed column
-MIN_CELL = 6  # characters: a glyph and a few letters
-MAX_CELL = 40
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,10 @@ def node_columns(
     """The columns for `room` characters of node cells (borders included)."""
     wanted = [n for n in names if node_filter.lower() in n.lower()] if node_filter else list(names)
     hidden = len(names) - len(wanted)
-    per = room // max(1, len(wanted)) - 2
-    if per >= MIN_CELL or len(wanted) <= 1:
-        return Columns(tuple(wanted), (), max(MIN_CELL, min(MAX_CELL, per)), hidden)
-    fit = max(1, room // (MIN_CELL + 2) - 1)  # one column is kept for the rest
+    width = cell_width(len(wanted), room)
+    if width is not None:
+        return Columns(tuple(wanted), (), width, hidden)
+    fit = columns_that_fit(room)  # one column is kept for the rest
     position = {n: i for i, n in enumerate(names)}
     ordered = sorted(wanted, key=lambda n: (*badness(n, results), position[n]))
     shown = ordered[:fit]

@@ -116,11 +116,14 @@ class MetricsPane(VerticalScroll):
         self.nodes = nodes
         self.model: Any = None
         self._seen: tuple[int, int] | None = None
+        self._hidden: int | None = None  # set_nodes() before mounting: composed then
 
     def compose(self) -> Any:
         yield Static(Text("live metrics", style="bold"))
         for node in self.nodes:
             yield NodeMetrics(node)
+        if self._hidden is not None:
+            yield Static(self._hidden_text(self._hidden), classes="metrics-hidden")
 
     def on_mount(self) -> None:
         self.set_interval(REPAINT_S, self.repaint)
@@ -128,6 +131,9 @@ class MetricsPane(VerticalScroll):
     def set_nodes(self, nodes: list[str], hidden: int = 0) -> None:
         """One NodeMetrics per node shown (the nodes are known once the config has loaded);
         `hidden`: how many more the cluster has, said in a last line."""
+        if not self.is_attached:  # the screen is still being built: compose() draws them
+            self.nodes, self._hidden = nodes, hidden
+            return
         if nodes == self.nodes and len(self.query(NodeMetrics)) == len(nodes):
             self._say_hidden(hidden)
             return
@@ -141,11 +147,11 @@ class MetricsPane(VerticalScroll):
 
     def _say_hidden(self, hidden: int) -> None:
         for note in self.query(".metrics-hidden").results(Static):
-            note.update(
-                Text(f" {hidden} more node(s): / filters the nodes shown", style="dim")
-                if hidden
-                else ""
-            )
+            note.update(self._hidden_text(hidden))
+
+    @staticmethod
+    def _hidden_text(hidden: int) -> Text | str:
+        return Text(f" {hidden} more node(s): / filters the nodes shown", style="dim") if hidden else ""
 
     def repaint(self) -> None:
         # Inside the scrollbar (many nodes) and each NodeMetrics' padding: a line any

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ddptui.diagnosis.model import GLYPH, Finding, StepResult
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import StepResult
+from ddptui.glyphs import GLYPH
+from ddptui.report.first import FirstFailure
 from ddptui.stepmeta import ORDER
 
 __all__ = [
@@ -116,7 +119,7 @@ def _attention_text(r: StepResult) -> str:
 
 
 def banner_text(
-    first: dict[str, str | list[str] | None] | None,
+    first: FirstFailure | None,
     running: str | None,
     done: bool,
     results: Mapping[str, StepResult] | None = None,
@@ -124,9 +127,9 @@ def banner_text(
     """(text, style class) of the banner: the first failure and its fix lead; with
     no failure, the first step in error or warning (never "passed" under a WARN)."""
     if first is not None:
-        nodes = ", ".join(first.get("nodes") or []) or "-"
+        nodes = ", ".join(first.nodes) or "-"
         return (
-            f"✘ FAIL at {first['step']} on {nodes}: {first['summary']}\n  Fix: {first['fix']}",
+            f"{GLYPH['fail']} FAIL at {first.step} on {nodes}: {first.summary}\n  Fix: {first.fix}",
             "fail",
         )
     if running:
@@ -137,6 +140,6 @@ def banner_text(
     if done:
         skipped = [s for s, r in (results or {}).items() if r.status == "skip"]
         if skipped:
-            return f"✔ every step that ran passed ({', '.join(skipped)} skipped)", "pass"
-        return "✔ every step passed", "pass"
+            return f"{GLYPH['pass']} every step that ran passed ({', '.join(skipped)} skipped)", "pass"
+        return f"{GLYPH['pass']} every step passed", "pass"
     return "Connected: the steps wait for you. enter = next step, a = all, q = quit", "idle"

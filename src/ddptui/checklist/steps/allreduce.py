@@ -9,8 +9,9 @@ from typing import Any
 
 from ddptui.checklist.allreduce_analysis import ArRun, analyze
 from ddptui.checklist.base import Step, StepContext, trouble_finding
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult
+from ddptui.diagnosis.model import NodeResult
 from ddptui.probeset import helper_source
 from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeRun
 

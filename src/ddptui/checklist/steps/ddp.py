@@ -16,8 +16,9 @@ from ddptui.checklist.base import StepContext
 from ddptui.checklist.ddp_analysis import RankReport, cross_rank_findings, short
 from ddptui.checklist.ddp_projection import projection_findings, projection_for, timing_line
 from ddptui.checklist.steps.allreduce import AllreduceStep
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult, Status, node_status_from
+from ddptui.diagnosis.model import NodeResult, Status, node_status_from
 from ddptui.probeset import helper_source
 from ddptui.transport.base import NodeTarget
 

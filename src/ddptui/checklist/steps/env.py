@@ -6,7 +6,8 @@ from typing import Any
 
 from ddptui.checklist.base import Step, StepContext
 from ddptui.diagnosis.envaudit import EXPECTED_TO_DIFFER, EnvFacts, audit_env, env_diff
-from ddptui.diagnosis.model import Finding, NodeResult, node_status_from
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.model import NodeResult, node_status_from
 from ddptui.transport.base import NodeTarget, ProbeOutput
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ddptui.checklist.base import Step, StepContext
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult, majority_value, odd_nodes
+from ddptui.diagnosis.model import NodeResult, majority_value, odd_nodes
 from ddptui.diagnosis.ranking import Topology
 
 # (fact key, finding id, label); severity and why it matters are in kb/checklist.yaml.

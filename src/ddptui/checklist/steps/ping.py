@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ddptui.checklist.base import Step, StepContext
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult
+from ddptui.diagnosis.model import NodeResult
 from ddptui.diagnosis.netmatch import is_loopback
 
 

@@ -20,8 +20,9 @@ from ddptui.checklist.port_edges import (
     pair_findings,
     retried_finding,
 )
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult, node_status_from
+from ddptui.diagnosis.model import NodeResult, node_status_from
 from ddptui.transport.base import ConnectFailure, NodeTarget, ProbeRun
 
 CONNECT_TIMEOUT_S: Final = 3.0

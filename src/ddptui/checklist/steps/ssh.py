@@ -7,8 +7,9 @@ import time
 from typing import Any
 
 from ddptui.checklist.base import Step, StepContext
+from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
-from ddptui.diagnosis.model import Finding, NodeResult
+from ddptui.diagnosis.model import NodeResult
 from ddptui.transport.base import ConnectFailure, NodeTarget
 
 # kind -> (finding id, summary tail); the text is in kb/checklist.yaml.

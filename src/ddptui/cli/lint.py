@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from ddptui.cli.common import EXIT_USAGE, fatal_config, last_resort
 from ddptui.lint import LintFinding, LintResult, lint_paths
 
 _COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}
@@ -84,9 +85,11 @@ def _summary(result: LintResult) -> str:
     "root",
     metavar="DIR",
     help="The project root whose modules the scripts' imports are followed into (default: "
-    "the nearest folder above the first script with .git, pyproject.toml or setup.py, "
-    "else the script's folder). Site-packages are never followed.",
+    "the nearest folder above the script with .git, pyproject.toml or setup.py; else the "
+    "current folder if the script is under it; else the folder above the script's "
+    "package). Site-packages are never followed.",
 )
+@last_resort
 def lint(
     files: tuple[str, ...], config: str | None, json_path: str | None, root: str | None
 ) -> None:
@@ -102,12 +105,9 @@ def lint(
         paths.append(_config_script(config))
     if not paths:
         raise click.UsageError("Missing argument 'FILE...' (or --config CONFIG with a script:)")
-    try:
-        result = lint_paths(paths, root=root)
-    except Exception as exc:  # noqa: BLE001 - a bug in ddptui is exit 3, never a traceback
-        from ddptui.cli import _internal_error
-
-        sys.exit(_internal_error(exc))
+    if root is not None and not Path(root).is_dir():
+        raise click.BadParameter(f"{root} is not a folder", param_hint="--root")
+    result = lint_paths(paths, root=root)
     to_stderr = json_path == "-"
     colour = (sys.stderr if to_stderr else sys.stdout).isatty()
     click.echo(render_human(result, colour=colour), nl=False, err=to_stderr)
@@ -124,19 +124,17 @@ def lint(
                     fg="red",
                     err=True,
                 )
-                sys.exit(2)
+                sys.exit(EXIT_USAGE)
     sys.exit(result.exit_code)
 
 
 def _config_script(config: str) -> str:
-    from ddptui.cli import _fatal_config
     from ddptui.config import ConfigError, load_config
 
     try:
         cfg = load_config(config)
     except ConfigError as exc:
-        _fatal_config(exc)
-        raise AssertionError from None  # unreachable: _fatal_config exits
+        fatal_config(exc)
     if cfg.script is None:
         raise click.UsageError(f"{config} has no `script:` key naming the training script")
     return cfg.script

@@ -11,12 +11,24 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
-GLYPH = {"error": "✘", "warning": "!", "info": "i"}
+from ddptui.cli.common import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    cluster_source_options,
+    last_resort,
+    print_config_error,
+    refuse_unwritable,
+    report_options,
+)
+
+if TYPE_CHECKING:
+    from ddptui.report.schema import ReportModel
 
 
 @click.command("diagnose")
@@ -24,9 +36,8 @@ GLYPH = {"error": "✘", "warning": "!", "info": "i"}
 @click.option(
     "--config", "config_path", metavar="CONFIG", help="Cluster config: NODE:GLOB is read on NODE."
 )
-@click.option("--json", "json_path", metavar="P", help="Write the JSON report to P ('-' = stdout).")
-@click.option("--markdown", "md_path", metavar="P", help="Write a Markdown report to P ('-' = stdout).")
-@click.option("--html", "html_path", metavar="P", help="Write an HTML report to P ('-' = stdout).")
+@cluster_source_options
+@report_options(stdout=("json", "markdown", "html"))
 @click.option(
     "--max-mb",
     type=click.IntRange(1, 4096),
@@ -34,6 +45,7 @@ GLYPH = {"error": "✘", "warning": "!", "info": "i"}
     show_default=True,
     help="With --config: read at most the last this many MiB of each file on a node.",
 )
+@last_resort
 def diagnose(
     paths: tuple[str, ...],
     config_path: str | None,
@@ -49,26 +61,18 @@ def diagnose(
     journalctl -u train | ddptui diagnose -      standard input
     ddptui diagnose --config c.yaml '*:/var/log/train/*.log'   read on every node
     """
-    from ddptui.cli import _internal_error, _refuse_unwritable
-
     if not paths:
         raise click.UsageError("give at least one log file, '-' for standard input, or NODE:GLOB")
     outputs = [("json", json_path), ("markdown", md_path), ("html", html_path)]
     if sum(1 for _, p in outputs if p == "-") > 1:
         raise click.UsageError("only one report can go to standard output ('-')")
-    _refuse_unwritable(outputs)
+    refuse_unwritable(outputs)
     human = sys.stderr if any(p == "-" for _, p in outputs) else sys.stdout
     try:
         code = _run(paths, config_path, outputs, human, max_mb)
-    except click.exceptions.Exit:
-        raise
-    except click.ClickException:
-        raise
     except KeyboardInterrupt:
         click.echo("ddptui: interrupted", err=True)
-        code = 130
-    except Exception:  # noqa: BLE001 - last resort: a bug in ddptui is exit 3, not a traceback
-        code = _internal_error()
+        code = EXIT_INTERRUPTED
     sys.exit(code)
 
 
@@ -90,9 +94,7 @@ def _run(
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     except ConfigError as exc:
-        from ddptui.cli import _print_config_error
-
-        _print_config_error(exc)
+        print_config_error(exc)
         return EXIT_USAGE
     except InputError as exc:
         click.secho(f"ddptui: {exc}", fg="red", err=True)
@@ -108,7 +110,7 @@ def _run(
     return EXIT_FAIL if diag.failed else EXIT_OK
 
 
-def _write(report: dict[str, Any], outputs: list[tuple[str, str | None]]) -> None:
+def _write(report: ReportModel, outputs: list[tuple[str, str | None]]) -> None:
     from ddptui.report.export import render, write_report
 
     for fmt, path in outputs:
@@ -125,7 +127,7 @@ def _write(report: dict[str, Any], outputs: list[tuple[str, str | None]]) -> Non
         click.echo(f"{fmt}: {written}", err=True)
 
 
-def _print_human(diag: Any, report: dict[str, Any], out: TextIO, seconds: float) -> None:
+def _print_human(diag: Any, report: ReportModel, out: TextIO, seconds: float) -> None:
     from ddptui.logs.render import human_lines
 
     for problem in diag.problems:

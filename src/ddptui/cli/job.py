@@ -13,7 +13,20 @@ from typing import Any, TextIO
 
 import click
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+from ddptui.cli.common import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CtrlC,
+    cluster_source_options,
+    last_resort,
+    load_config_or_exit,
+    refuse_unwritable,
+    report_options,
+    write_reports,
+)
+
 STATE_LABEL = {
     "healthy": "HEALTHY",
     "waiting": "WAITING",
@@ -30,10 +43,9 @@ STATE_LABEL = {
 
 @click.command("job")
 @click.argument("config", required=False)
+@cluster_source_options
 @click.option("--match", metavar="REGEX", help="Pick the job whose torchrun command line matches.")
-@click.option("--json", "json_path", metavar="P", help="Write the JSON report to P ('-' = stdout).")
-@click.option("--markdown", "md_path", metavar="P", help="Write a Markdown report to P.")
-@click.option("--html", "html_path", metavar="P", help="Write an HTML report to P.")
+@report_options()
 @click.option(
     "--log",
     "logs",
@@ -86,6 +98,7 @@ STATE_LABEL = {
     metavar="PATH",
     help="A saved NCCL RAS answer on this machine to read too (repeatable).",
 )
+@last_resort
 def job(
     config: str | None,
     match: str | None,
@@ -104,7 +117,6 @@ def job(
     ras_replies: tuple[str, ...],
 ) -> None:
     """Look at your own training job on every node (read-only): who is stuck or dead, where, why."""
-    from ddptui.cli import _load, _refuse_unwritable
     from ddptui.job.run import JobOptions
 
     if match is not None:
@@ -129,11 +141,11 @@ def job(
         offline = offline_findings(fr_dumps, ras_replies)
     except OfflineInputError as exc:
         raise click.BadParameter(str(exc), param_hint="--fr-dump/--ras-reply") from None
-    _refuse_unwritable([("json", json_path), ("markdown", md_path), ("html", html_path)])
+    refuse_unwritable([("json", json_path), ("markdown", md_path), ("html", html_path)])
     out = sys.stderr if json_path == "-" else sys.stdout
     if config is None:
         sys.exit(_offline(offline, out, json_path, md_path, html_path))
-    cfg, source = _load(config)
+    cfg, source = load_config_or_exit(config)
     options = JobOptions(
         match=match,
         window_s=window,
@@ -160,8 +172,6 @@ def _run(
 ) -> int:
     from dataclasses import replace
 
-    from ddptui.cli import _internal_error
-
     click.echo(
         f"ddptui job · {source} · {len(cfg.nodes)} node(s) · looking for "
         f"{options.window_s:.0f} s …",
@@ -172,8 +182,6 @@ def _run(
     except KeyboardInterrupt:
         click.echo("interrupted; nothing was left on the nodes", file=out)
         return EXIT_INTERRUPTED
-    except Exception:  # noqa: BLE001 - last resort: a bug in ddptui is exit 3, not a traceback
-        return _internal_error()
     if look is None:
         click.echo("interrupted; nothing was left on the nodes", file=out)
         return EXIT_INTERRUPTED
@@ -192,13 +200,12 @@ def _finish(
     md_path: str | None,
     html_path: str | None,
 ) -> int:
-    from ddptui.cli import _write_reports
     from ddptui.job.report import build_job_report
 
     report = build_job_report(look, name, master)
     print_look(look, out)
     try:
-        _write_reports(report, json_path, md_path, html_path)
+        write_reports(report, json_path, md_path, html_path)
     except OSError as exc:
         click.secho(f"ddptui: cannot write the report: {exc}", fg="red", err=True)
         return EXIT_USAGE
@@ -233,7 +240,6 @@ def exit_code(state: str, findings: Any) -> int:
 
 
 async def _look(cfg: Any, source: str, options: Any) -> Any:
-    from ddptui.cli import CtrlC
     from ddptui.job.run import look_at_job
 
     with CtrlC() as ctrl_c:
@@ -257,7 +263,7 @@ def _size(n: int | None) -> str:
 
 def print_look(look: Any, out: TextIO) -> None:
     """The human summary: verdict, ranks table, stack groups, findings with their fix."""
-    from ddptui.diagnosis.model import GLYPH
+    from ddptui.glyphs import severity_glyph
     from ddptui.job.report import rank_row
 
     v = look.verdict
@@ -290,8 +296,7 @@ def print_look(look: Any, out: TextIO) -> None:
         )
     click.echo("", file=out)
     for f in look.findings:
-        glyph = {"error": GLYPH["fail"], "warning": GLYPH["warn"], "info": "i"}[f.severity]
-        click.echo(f"  {glyph} {f.id}: {f.summary}", file=out)
+        click.echo(f"  {severity_glyph(f.severity)} {f.id}: {f.summary}", file=out)
         if f.severity != "info" or f.id == "JOB-HEALTHY":
             click.echo(f"      why: {f.cause}", file=out)
             click.echo(f"      fix: {f.fix}", file=out)
