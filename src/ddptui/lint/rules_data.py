@@ -88,7 +88,7 @@ def _sharded(  # noqa: PLR0911 - one case per way of splitting by hand
         if (
             cls is not None
             and any("Iterable" in ast.unparse(b) for b in cls.bases)
-            and f.is_rank_expr(cls)
+            and _reads_rank(s, f, cls)
         ):
             return o
         if depth < 3:
@@ -97,6 +97,27 @@ def _sharded(  # noqa: PLR0911 - one case per way of splitting by hand
                 if inner is not None:
                     return inner
     return None
+
+
+def _reads_rank(s: Script, f: Flow, cls: ast.ClassDef) -> bool:
+    """The class reads the rank, itself or in a project class it builds (a sampler
+    object that picks `data[rank::world]`)."""
+    if _mentions_rank(f, cls):
+        return True
+    return any(
+        isinstance(n, ast.Call)
+        and (inner := s.class_named(n.func)) is not None
+        and inner is not cls
+        and _mentions_rank(f, inner)
+        for n in ast.walk(cls)
+    )
+
+
+def _mentions_rank(f: Flow, cls: ast.ClassDef) -> bool:
+    return any(
+        isinstance(n, ast.Name | ast.Attribute | ast.Call) and f.rank_valued(n)
+        for n in ast.walk(cls)
+    )
 
 
 def _uneven_pick(s: Script, f: Flow, sub: ast.Subscript) -> bool:
@@ -264,8 +285,16 @@ def shuffle_sampler(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.wrapper_calls or f.uses("join", "Join"):
-        return
+    if not f.wrapper_calls or any(
+        last(s.call_name(c)) == "Join"
+        or (
+            isinstance(c.func, ast.Attribute)
+            and c.func.attr == "join"
+            and f.is_ddp_value(c.func.value)
+        )
+        for c in s.calls
+    ):
+        return  # DDP's join() evens out the batches
     for loop in f.training_loops():
         it = _iterated(s, loop)
         if it is None:
@@ -281,21 +310,25 @@ def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
                     or const(kwarg(o, "drop_last", 8)) is True
                 ):
                     continue
-                yield _uneven(o, shard, ident(data) if data else None)
+                # the loader beside its loop, else the loop (where join() goes)
+                at = o if s.scope_of(o) is s.scope_of(loop) else loop
+                yield _uneven(s, at, shard, ident(data) if data else None)
                 return
         shard = sharded(s, f, it)
         if shard is not None:
-            yield _uneven(shard, shard, ident(it))
+            yield _uneven(s, shard, shard, ident(it))
             return
 
 
-def _uneven(at: ast.AST, shard: ast.AST, data: str | None) -> Hit:
+def _uneven(s: Script, at: ast.AST, shard: ast.AST, data: str | None) -> Hit:
+    line = getattr(shard, "lineno", "?")
+    where = f"line {line}" if s.path_of(shard) == s.path_of(at) else f"{s.path_of(shard)}:{line}"
     return Hit.at(
         "DDP-UNEVEN-BATCH",
         at,
         (
-            f"the data is split by rank by hand (`{ast.unparse(shard)[:60]}`, line "
-            f"{getattr(shard, 'lineno', '?')}) and nothing evens out the number of batches"
+            f"the data is split by rank by hand (`{ast.unparse(shard)[:60]}`, {where}) and "
+            "nothing evens out the number of batches"
         ),
         dataset=data or "dataset",
     )

@@ -196,12 +196,18 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
                         "DDP-CKPT-BARRIER",
                         call,
                         (
-                            f"every rank loads a checkpoint here, but only some ranks wrote it "
-                            f"(line {pending.lineno}) and nothing waits for that write to finish"
+                            "every rank loads a checkpoint here, but only some ranks wrote it "
+                            f"({_where(s, pending, call)}) and nothing waits for that write to "
+                            "finish"
                         ),
                         saved_at=pending.lineno,
                     )
                 pending = None
+
+
+def _where(s: Script, node: ast.AST, here: ast.AST) -> str:
+    line = getattr(node, "lineno", 0)
+    return f"line {line}" if s.path_of(node) == s.path_of(here) else f"{s.path_of(node)}:{line}"
 
 
 def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # noqa: PLR0911 - one case per writer

@@ -148,7 +148,10 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
             and c.func.attr in _MOVERS
             and receiver(c) in names
         ]
-        built_here = any(isinstance(o, ast.Call) and _is_constructor(s, o) for o in s.origins(arg))
+        built_here = any(
+            isinstance(o, ast.Call) and _is_constructor(s, o) and not _holds_moved(s, o)
+            for o in s.origins(arg)
+        )
         if later:
             yield Hit.at(
                 "DDP-WRAP-BEFORE-TO",
@@ -169,6 +172,16 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 model=ast.unparse(arg),
             )
+
+
+def _holds_moved(s: Script, call: ast.Call) -> bool:
+    """A container built from modules already on the GPU (`Wrapper(self.model)` after
+    `self.model = build().to(device)`): it is there too."""
+    return any(
+        isinstance(o, ast.Call) and isinstance(o.func, ast.Attribute) and o.func.attr in _MOVERS
+        for a in [*call.args, *(k.value for k in call.keywords)]
+        for o in s.origins(a)
+    )
 
 
 def _is_constructor(s: Script, call: ast.Call) -> bool:

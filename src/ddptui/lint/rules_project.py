@@ -70,8 +70,8 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
         if isinstance(expr, ast.Attribute) and origins == [expr]:  # `args.rank = ...`
             origins = _attr_values(s, ast.unparse(expr))
         for o in origins:
-            if o is expr:
-                continue
+            if o is expr or isinstance(o, ast.Constant):
+                continue  # `rank = dist.get_rank() if dist.is_initialized() else 0`
             k = rank_kind(s, o, depth + 1)
             if k is None and isinstance(o, ast.Name | ast.Attribute) and o is not expr:
                 continue
@@ -119,11 +119,14 @@ def _sinks(s: Script, f: Flow) -> Iterator[tuple[ast.AST, ast.expr, str]]:
 def global_rank_device(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
-    seen: set[int] = set()
+    seen: set[ast.AST] = set()  # one finding per call (device_ids and output_device)
     for at, value, what in _sinks(s, f):
-        if rank_kind(s, value) != "global" or getattr(at, "lineno", 0) in seen:
+        call = at if isinstance(at, ast.Call) else s.parents.get(s.parents.get(at, at), at)
+        if isinstance(at, ast.List | ast.Tuple):
+            call = s.parents.get(s.parents.get(at, at), at)  # list -> keyword -> call
+        if rank_kind(s, value) != "global" or call in seen:
             continue
-        seen.add(getattr(at, "lineno", 0))
+        seen.add(call)
         yield Hit.at(
             "DDP-HARDCODED-DEVICE",
             at,
