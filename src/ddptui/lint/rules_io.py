@@ -38,6 +38,11 @@ def _state_dict_receivers(
     sources = list(s.origins(expr))
     if isinstance(expr, ast.Name):
         sources += _filled_in(s, expr)
+        scope = s.scope_of(expr)
+        if depth < 3 and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            for arg in s.param_args(scope, expr.id):  # a dict filled by the caller
+                if isinstance(arg, ast.Name):
+                    out += _state_dict_receivers(s, arg, depth + 1, seen)
     for o in sources:
         if o in seen:
             continue
