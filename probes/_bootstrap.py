@@ -111,7 +111,36 @@ CLEANUP = []  # paths a probe asks to have removed however it ends (temp dirs)
 def _shutdown(me, code):
     kill_tree(me)
     _cleanup()
+    _exit(code)
+
+
+TAGGED = []  # set when one srun step runs this probe on many nodes (see _select_params)
+
+
+def _exit(code):
+    """Exit; under srun, first say so on stdout: srun reports one status for the whole
+    step, and this line gives ddptui each node's own."""
+    if TAGGED:
+        try:
+            os.write(1, b"ddptui-exit %d\n" % code)
+        except OSError:
+            pass
     os._exit(code)
+
+
+def _select_params(payload):
+    """One payload for every node of an srun step: `common` params, overlaid with this
+    node's own (`by_node`, keyed by Slurm's name for the node). The first line says which
+    node and step this is, so the demultiplexer can name the node behind srun's label."""
+    if "by_node" not in payload:
+        return payload["params"]
+    node = os.environ.get("SLURMD_NODENAME", "")
+    params = dict(payload.get("common") or {})
+    params.update(payload["by_node"].get(node) or {})
+    TAGGED.append(node)
+    step = os.environ.get("SLURM_STEP_ID", "")
+    os.write(1, ("ddptui-node %s %s %d\n" % (node, step, os.getpid())).encode("utf-8"))
+    return params
 
 
 def _cleanup():
@@ -137,6 +166,7 @@ class _Self:
 def main():
     size = int(sys.stdin.buffer.readline())
     payload = json.loads(_read_exact(size).decode("utf-8"))
+    params = _select_params(payload)
     me = _Self()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: _shutdown(me, 128 + signum))
@@ -146,7 +176,7 @@ def main():
     try:
         exec(  # noqa: S102 - running the shipped probe is this file's purpose
             compile(payload["source"], "<probe %s>" % payload["name"], "exec"),
-            {"__name__": "__main__", "PARAMS": payload["params"], "CLEANUP": CLEANUP},
+            {"__name__": "__main__", "PARAMS": params, "CLEANUP": CLEANUP},
         )
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -158,7 +188,7 @@ def main():
     # The probe finished by itself; anything it left behind goes too.
     kill_tree(me)
     _cleanup()
-    os._exit(code)
+    _exit(code)
 
 
 main()

@@ -80,8 +80,14 @@ def status_field(pid, name):
     return []
 
 
+LAUNCHERS = ("srun", "salloc", "sbatch", "mpirun", "mpiexec", "ssh", "pdsh", "clush")
+
+
 def is_agent(argv):
-    """torchrun, `python -m torch.distributed.run` or the old launcher."""
+    """torchrun, `python -m torch.distributed.run` or the old launcher; not the command
+    that starts it elsewhere (`srun torchrun ...` on the batch host is srun)."""
+    if argv and os.path.basename(argv[0]) in LAUNCHERS:
+        return False
     for i, arg in enumerate(argv[:4]):
         if os.path.basename(arg) == "torchrun":
             return True
@@ -178,6 +184,56 @@ def find_jobs(table, uid, pattern):
         if pattern is not None and not pattern.search(text):
             continue
         jobs.append({"pid": pid, "argv": argv, "start": st["start"]})
+    jobs.sort(key=lambda j: j["start"], reverse=True)
+    return jobs
+
+
+def slurm_task_jobs(table, uid, pattern, job_id):
+    """Ranks started by `srun python train.py` in Slurm job job_id (no torchrun): one
+    candidate per job step, its ranks the step's tasks (topmost process carrying
+    SLURM_PROCID), RANK/LOCAL_RANK/WORLD_SIZE read from SLURM_PROCID/SLURM_LOCALID/
+    SLURM_NTASKS when the environment does not set them. Our own step and ddptui's
+    probes are skipped; torchrun under srun is found as an agent (find_jobs)."""
+    mine = os.environ.get("SLURM_STEP_ID")
+    envs = {}
+    for pid, st in table.items():
+        if st["uid"] != uid or pid == os.getpid():
+            continue
+        env = environ(pid)[0]
+        if not env or env.get("SLURM_JOB_ID") != job_id or "SLURM_PROCID" not in env:
+            continue
+        step = env.get("SLURM_STEP_ID", "")
+        if not step.isdigit() or step == mine:
+            continue  # the batch script, the extern step, this probe's own step
+        envs[pid] = (env, step)
+    steps = {}
+    for pid, (env, step) in envs.items():
+        above = ancestors(table, pid)
+        if any(a in envs for a in above):
+            continue  # a child of a task (DataLoader worker, a shell's python)
+        argv = cmdline(pid)
+        if is_agent(argv) or any(DDPTUI_STAGE0 in " ".join(cmdline(a)) for a in [pid, *above]):
+            continue
+        if pattern is not None and not pattern.search(" ".join(argv)):
+            continue
+        rank_env = dict(env)
+        for key, slurm_key in (("RANK", "SLURM_PROCID"), ("LOCAL_RANK", "SLURM_LOCALID"),
+                               ("WORLD_SIZE", "SLURM_NTASKS"), ("GROUP_RANK", "SLURM_NODEID")):
+            if key not in rank_env and slurm_key in env:
+                rank_env[key] = env[slurm_key]
+        steps.setdefault(step, []).append((pid, rank_env, table[pid]["start"], argv))
+    jobs = []
+    for step, tasks in steps.items():
+        tasks.sort(key=lambda t: _int(t[1].get("RANK")) or 0)
+        jobs.append(
+            {
+                "pid": tasks[0][0],
+                "argv": tasks[0][3],
+                "start": min(t[2] for t in tasks),
+                "workers": [(t[0], t[1]) for t in tasks],
+                "slurm_step": "%s.%s" % (job_id, step),
+            }
+        )
     jobs.sort(key=lambda j: j["start"], reverse=True)
     return jobs
 

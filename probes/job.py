@@ -281,6 +281,8 @@ def main():
     btime = boot_time()
     table = process_table()
     jobs = find_jobs(table, uid, pattern)
+    if PARAMS.get("slurm_job"):  # `ddptui job --slurm J`: ranks srun started, no torchrun
+        jobs += slurm_task_jobs(table, uid, pattern, str(PARAMS["slurm_job"]))
     emit(
         "host",
         hostname=socket.gethostname(),
@@ -292,7 +294,7 @@ def main():
     )
     cands = []
     for job in jobs:
-        workers = workers_of(table, job["pid"])
+        workers = job.get("workers") or workers_of(table, job["pid"])
         env0 = workers[0][1] if workers else {}
         cands.append(
             {

@@ -68,7 +68,12 @@ def port_states(port):
 def listen():
     addr = PARAMS.get("addr", "0.0.0.0")
     if addr == "auto":
-        route = route_to(PARAMS["master_addr"]) or {}
+        master = PARAMS["master_addr"]
+        try:  # a hostname (a Slurm node name): `ip route get` wants an address
+            master = socket.getaddrinfo(master, None, type=socket.SOCK_STREAM)[0][4][0]
+        except (OSError, IndexError):
+            pass
+        route = route_to(master) or {}
         addr = route.get("src") or "0.0.0.0"
     port = int(PARAMS.get("port", 0))
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET

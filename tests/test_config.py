@@ -49,8 +49,12 @@ def test_bad_values_each_reported_with_position() -> None:
     assert "c.yaml:7:1: nproc_per_node:" in text
 
 
-def test_missing_required_key() -> None:
-    assert errors("nodes: [{host: a}]\n") == ["c.yaml:1:1: master: required key is missing"]
+def test_missing_nodes_names_every_source() -> None:
+    # master: may be left out since 2026-11-25 (it defaults to the first node); the
+    # nodes may not: the error names the three ways to give them.
+    (problem,) = errors("master: {addr: x}\n")
+    assert problem.startswith("c.yaml:1:1:") and "no nodes" in problem
+    assert "nodes:" in problem and "hostfile:" in problem and "slurm:" in problem
 
 
 def test_yaml_syntax_error_has_position() -> None:

@@ -48,9 +48,12 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
 
+FIRST_NODE = "(first node)"  # master.addr until the nodes are known (Slurm job, hostfile)
+
+
 class Master(_Model):
-    addr: str = Field(min_length=1)
-    """MASTER_ADDR as the nodes see it (an IP or a hostname)."""
+    addr: str = Field(default=FIRST_NODE, min_length=1)
+    """MASTER_ADDR as the nodes see it (an IP or a hostname); default: the first node."""
     port: int = Field(default=29500, ge=1, le=65535)
     """MASTER_PORT: the TCP port of the rendezvous store on the master."""
 
@@ -129,11 +132,31 @@ class DdpSettings(_Model):
         return v
 
 
+class SlurmSpec(_Model):
+    job: str | None = None
+    """The Slurm job whose nodes to check (default: $SLURM_JOB_ID, inside salloc/sbatch)."""
+
+    @field_validator("job", mode="before")
+    @classmethod
+    def _job_id(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)
+        if isinstance(v, str) and not re.fullmatch(r"\d+(_\d+)?(\+\d+)?", v.strip()):
+            raise ValueError("a Slurm job id like 1234 (or 1234_5 for an array task)")
+        return v.strip() if isinstance(v, str) else v
+
+
 class ClusterConfig(_Model):
-    master: Master
-    """Where the rendezvous store listens (rank 0)."""
-    nodes: list[NodeConfig] = Field(min_length=1)
-    """The nodes, in NODE_RANK order."""
+    master: Master = Field(default_factory=Master)
+    """Where the rendezvous store listens (rank 0); default: the first node, port 29500."""
+    nodes: list[NodeConfig] = Field(default_factory=list)
+    """The nodes, in NODE_RANK order; an entry may be a hostlist expression (gpu[001-064])."""
+    hostfile: str | None = None
+    """An MPI/DeepSpeed hostfile (`host slots=N`, or one host per line) naming the nodes."""
+    slurm: SlurmSpec | None = None
+    """The nodes of a Slurm job (in place of `nodes:`), reached through srun by default."""
+    transport: Literal["ssh", "srun", "local"] | None = None
+    """How probes reach the nodes (default: srun for a Slurm job, else SSH; "local" runs them here)."""
     name: str | None = None
     """Cluster name shown in reports and the TUI header."""
     nproc_per_node: int | Literal["gpus"] = 1
@@ -176,8 +199,30 @@ class ClusterConfig(_Model):
             raise ValueError('must be a positive integer or "gpus"')
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_nodes(cls, data: Any) -> Any:
+        """Hostlist expressions in `nodes:` become one node each; master.addr defaults
+        to the first node."""
+        from ddptui.sources.nodes import expand_node_entries
+
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+            return data
+        data = dict(data)
+        data["nodes"] = expand_node_entries(data["nodes"])
+        return data
+
     @model_validator(mode="after")
     def _unique_names(self) -> ClusterConfig:
+        if self.slurm is not None and self.nodes and not self.hostfile:
+            raise ValueError(
+                "give the nodes one way: `slurm:` (the job's nodes) or `nodes:`, not both"
+            )
+        if self.slurm is None and not self.nodes:
+            raise ValueError(
+                "no nodes: give `nodes:` (hosts or hostlist expressions like gpu[001-004]), "
+                "`hostfile: PATH`, or `slurm: {job: JOBID}`"
+            )
         seen: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             if node.display in seen:
@@ -190,6 +235,18 @@ class ClusterConfig(_Model):
 
     def python_for(self, node: NodeConfig) -> str:
         return node.python or self.python
+
+    @property
+    def master_addr_unset(self) -> bool:
+        return self.master.addr == FIRST_NODE
+
+    def with_nodes(self, nodes: list[NodeConfig], **update: Any) -> ClusterConfig:
+        """This config with these nodes (a source resolved); master.addr, when not
+        given, becomes the first node's host."""
+        master = self.master
+        if self.master_addr_unset and nodes:
+            master = master.model_copy(update={"addr": nodes[0].host})
+        return self.model_copy(update={"nodes": nodes, "master": master, **update})
 
 
 def json_schema() -> dict[str, Any]:
@@ -282,8 +339,16 @@ def parse_config(text: str, source: str = "<config>") -> ClusterConfig:
                 f"got {type(data).__name__ if data is not None else 'an empty file'}"
             ]
         )
+    plain = _plain(data)
+    if isinstance(plain.get("hostfile"), str) and "nodes" not in plain:
+        from ddptui.sources.nodes import hostfile_nodes
+
+        try:
+            plain = hostfile_nodes(plain, Path(source).parent if source != "<config>" else None)
+        except ValueError as exc:
+            raise ConfigError([f"{source}: hostfile: {exc}"]) from None
     try:
-        return ClusterConfig.model_validate(_plain(data))
+        cfg = ClusterConfig.model_validate(plain)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -292,6 +357,9 @@ def parse_config(text: str, source: str = "<config>") -> ClusterConfig:
             where = f"{source}:{pos[0] + 1}:{pos[1] + 1}" if pos else source
             problems.append(f"{where}: {_key_path(loc)}: {_explain(dict(err))}")
         raise ConfigError(problems) from None
+    if cfg.nodes and cfg.master_addr_unset:
+        cfg = cfg.with_nodes(cfg.nodes)
+    return cfg
 
 
 def _plain(node: Any) -> Any:

@@ -82,6 +82,7 @@ class HeadlessPrinter:
             warns = [s.id for s in report.steps if s.status == "warn"]
             tail = f" (warnings in: {', '.join(warns)})" if warns else ""
             self._echo(f"PASS: every step passed in {took:.1f}s{tail}", fg="green", bold=True)
+            self._exclude(report)
             return
         nodes = ", ".join(first.nodes) or "-"
         self._echo(f"FAIL at step '{first.step}' on {nodes}: {first.summary}", fg="red", bold=True)
@@ -100,6 +101,12 @@ class HeadlessPrinter:
         if others:
             self._echo(f"  ({len(others)} more error finding(s) above; --json for all)")
         self._echo(f"diagnosed in {took:.1f}s")
+        self._exclude(report)
+
+    def _exclude(self, report: ReportModel) -> None:
+        """The nodes to resubmit without, ready for sbatch (CONTRACT 2026-11-25)."""
+        if report.exclude:
+            self._echo(f"exclude: --exclude={report.exclude}", fg="yellow", bold=True)
 
     def saved(self, saver: Any) -> None:
         if saver.error:

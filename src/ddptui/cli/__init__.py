@@ -22,7 +22,15 @@ class _DefaultGroup(click.Group):
     """`ddptui cluster.yaml` and `ddptui` both mean `ddptui open ...`."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args or (args[0] not in self.commands and not args[0].startswith("-")):
+        from ddptui.cli.common import CLUSTER_SOURCE_OPTIONS
+
+        # `ddptui --slurm [J]` (a cluster source, no CONFIG) opens the TUI too
+        sources = {f"--{name.replace('_', '-')}" for _, name in CLUSTER_SOURCE_OPTIONS}
+        if (
+            not args
+            or (args[0] not in self.commands and not args[0].startswith("-"))
+            or args[0].split("=", 1)[0] in sources
+        ):
             args = ["open", *args]
         return super().parse_args(ctx, args)
 

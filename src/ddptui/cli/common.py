@@ -35,10 +35,24 @@ R = TypeVar("R")
 
 def load_config_or_exit(config: str | None) -> tuple[ClusterConfig, str]:
     """The cluster in CONFIG (the embedded demo without one) and how to name its source;
-    an invalid config is said, problem by problem, and exits 2."""
+    an invalid config is said, problem by problem, and exits 2. With a cluster source
+    option (--slurm, --hostfile, ...) the nodes come from there (ddptui.sources); a job
+    that cannot be used is said and exits 2 too."""
     from ddptui.config import ConfigError
     from ddptui.demo import config_or_demo
 
+    if has_cluster_source():
+        from ddptui.sources.resolve import SourceOptions, resolve_cluster
+        from ddptui.sources.slurm import SlurmError
+
+        try:
+            cfg, label, _ = resolve_cluster(config, SourceOptions(**cluster_source()))
+        except ConfigError as exc:
+            fatal_config(exc)
+        except SlurmError as exc:
+            click.secho(f"ddptui: {exc}", fg="red", err=True)
+            sys.exit(EXIT_USAGE)
+        return cfg, label
     try:
         return config_or_demo(config), config or DEMO_SOURCE
     except ConfigError as exc:
@@ -69,8 +83,32 @@ def report_load_error(exc: BaseException) -> int:
 # Options that say where the cluster comes from besides CONFIG (a scheduler's allocation, a
 # hostfile, ...): (option decorator, parameter name) pairs. Every command that runs on a
 # cluster (open, check, job, diagnose) wears @cluster_source_options and so gets them all;
-# load_config_or_exit() is where their values are read. Empty today: CONFIG alone.
-CLUSTER_SOURCE_OPTIONS: tuple[tuple[Callable[[Callable[..., Any]], Callable[..., Any]], str], ...] = ()
+# load_config_or_exit() is where their values are read (ddptui.sources resolves them).
+CLUSTER_SOURCE_OPTIONS: tuple[tuple[Callable[[Callable[..., Any]], Callable[..., Any]], str], ...] = (
+    (
+        click.option(
+            "--slurm", "slurm", is_flag=False, flag_value="", default=None, metavar="[JOBID]",
+            help="The nodes of a Slurm job (default $SLURM_JOB_ID), reached with srun.",
+        ),
+        "slurm",
+    ),
+    (
+        click.option(
+            "--transport", type=click.Choice(["ssh", "srun", "local"]),
+            help="How probes reach the nodes (default: srun with --slurm, else SSH).",
+        ),
+        "transport",
+    ),
+    (
+        click.option(
+            "--master-port", "master_port", type=click.IntRange(1, 65535),
+            help="MASTER_PORT (default 29500).",
+        ),
+        "master_port",
+    ),
+    (click.option("--python", metavar="PATH", help="The nodes' python (default python3)."), "python"),
+    (click.option("--hostfile", metavar="PATH", help="The nodes from an MPI/DeepSpeed hostfile."), "hostfile"),
+)  # fmt: skip
 _SOURCE_KEY = "ddptui.cluster_source"
 
 
@@ -98,10 +136,17 @@ def cluster_source() -> dict[str, Any]:
     return dict(ctx.meta.get(_SOURCE_KEY, {})) if ctx is not None else {}
 
 
+def has_cluster_source() -> bool:
+    """Whether a cluster source option (--slurm, --hostfile, ...) was given."""
+    return any(v is not None for v in cluster_source().values())
+
+
 # --------------------------------------------------------------------------- reports
 
 
-def report_options(*, stdout: tuple[str, ...] = ("json",)) -> Callable[[Callable[P, R]], Callable[P, R]]:
+def report_options(
+    *, stdout: tuple[str, ...] = ("json",)
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """--json / --markdown / --html P; `stdout` names the formats that may go to '-'."""
     std = " ('-' = stdout)"
 

@@ -21,7 +21,9 @@ from ddptui.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     cluster_source_options,
+    has_cluster_source,
     last_resort,
+    load_config_or_exit,
     print_config_error,
     refuse_unwritable,
     report_options,
@@ -68,6 +70,11 @@ def diagnose(
         raise click.UsageError("only one report can go to standard output ('-')")
     refuse_unwritable(outputs)
     human = sys.stderr if any(p == "-" for _, p in outputs) else sys.stdout
+    if has_cluster_source():  # --slurm [J] / --hostfile: NODE:GLOB is read on those nodes
+        from ddptui.sources.resolve import remember
+
+        cluster, config_path = load_config_or_exit(config_path)
+        remember(config_path, cluster)
     try:
         code = _run(paths, config_path, outputs, human, max_mb)
     except KeyboardInterrupt:

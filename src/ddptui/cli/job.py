@@ -20,6 +20,7 @@ from ddptui.cli.common import (
     EXIT_USAGE,
     CtrlC,
     cluster_source_options,
+    has_cluster_source,
     last_resort,
     load_config_or_exit,
     refuse_unwritable,
@@ -135,7 +136,7 @@ def job(
         raise click.BadParameter("must be between 0.5 and 30 seconds", param_hint="--window")
     from ddptui.job.offline import OfflineInputError, offline_findings
 
-    if config is None and not (fr_dumps or ras_replies):
+    if config is None and not (fr_dumps or ras_replies or has_cluster_source()):
         raise click.UsageError("give CONFIG (or files to read with --fr-dump / --ras-reply)")
     try:
         offline = offline_findings(fr_dumps, ras_replies)
@@ -143,7 +144,7 @@ def job(
         raise click.BadParameter(str(exc), param_hint="--fr-dump/--ras-reply") from None
     refuse_unwritable([("json", json_path), ("markdown", md_path), ("html", html_path)])
     out = sys.stderr if json_path == "-" else sys.stdout
-    if config is None:
+    if config is None and not has_cluster_source():
         sys.exit(_offline(offline, out, json_path, md_path, html_path))
     cfg, source = load_config_or_exit(config)
     options = JobOptions(

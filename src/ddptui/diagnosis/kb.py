@@ -19,7 +19,7 @@ from ddptui.diagnosis.signatures import SIGNATURES_FILE, Match, fill, load_signa
 KB_DIR: Final = Path(__file__).with_name("kb")
 SEVERITIES: Final = ("error", "warning", "info")
 _REQUIRED: Final = ("id", "title", "severity", "cause", "fix")
-_KEYS: Final = frozenset({*_REQUIRED, "topic"})
+_KEYS: Final = frozenset({*_REQUIRED, "topic", "exclude"})
 _ID: Final = re.compile(r"^[A-Z0-9]+(?:-[A-Z0-9]+)*$")
 # {name} placeholders, as in signatures.yaml; braces around anything else stay text.
 PLACEHOLDER: Final = re.compile(r"\{(\w+)\}")
@@ -43,6 +43,7 @@ class KbEntry:
     fix: str
     source: str  # the file it came from ("checklist.yaml", "signatures.yaml")
     topic: str | None = None
+    exclude: bool | None = None  # the report's exclude list: True always, False never
 
     @property
     def placeholders(self) -> frozenset[str]:
@@ -90,6 +91,9 @@ def _one(entry: object, index: int, source: str) -> KbEntry:
     topic = entry.get("topic")
     if topic is not None and not isinstance(topic, str):
         raise KbError(f"{where}: topic must be a string")
+    exclude = entry.get("exclude")
+    if exclude is not None and not isinstance(exclude, bool):
+        raise KbError(f"{where}: exclude must be true or false")
     return KbEntry(
         id=fid,
         title=_text(where, entry, "title"),
@@ -98,6 +102,7 @@ def _one(entry: object, index: int, source: str) -> KbEntry:
         fix=_text(where, entry, "fix"),
         source=source,
         topic=topic,
+        exclude=exclude,
     )
 
 

@@ -104,6 +104,8 @@ async def look_at_job(
             "log_globs": logs.get(None, []) + logs.get(t.name, []),
             "fallback_logs": [] if options.logs else remembered.get(t.name, []),
             "trigger_dump": options.trigger_dump,
+            # a Slurm job: ranks srun started (SLURM_PROCID), not only torchrun's
+            "slurm_job": config.slurm.job if config.slurm is not None else None,
         }
         view = await _probe(transports[t.name], t, params, options.window_s + PROBE_SLACK_S)
         if on_node is not None:

@@ -20,9 +20,9 @@ SLACK_S: Final = 120.0  # reading and redacting 64 MiB on a slow node
 
 def load_config_nodes(path: str) -> list[str]:
     """The configured nodes' names (ConfigError when the config is not valid)."""
-    from ddptui.config import load_config
+    from ddptui.sources.resolve import config_for
 
-    return [n.display for n in load_config(path).nodes]
+    return [n.display for n in config_for(path).nodes]
 
 
 def is_remote_spec(spec: str, names: Sequence[str]) -> bool:
@@ -119,10 +119,10 @@ async def _read_all(
     config_path: str, specs: Sequence[str], inputs: Inputs, spool: Spool, max_bytes: int
 ) -> tuple[list[tuple[str, Path]], dict[str, str]]:
     from ddptui.checklist.runner import targets_from
-    from ddptui.config import load_config
+    from ddptui.sources.resolve import config_for
     from ddptui.transport import close_transports, make_transports
 
-    config = load_config(config_path)
+    config = config_for(config_path)  # a cluster.yaml, or --slurm/--hostfile's cluster
     targets = targets_from(config)
     per_node = split_specs(specs, [t.name for t in targets])
     chosen = [t for t in targets if t.name in per_node]

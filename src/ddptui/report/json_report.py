@@ -93,6 +93,9 @@ def build_report(session: Any, *, metrics: Any = None) -> ReportModel:
     session_info = getattr(session, "info", None)
     if session_info:
         report["session"] = dict(session_info)
+    from ddptui.diagnosis.exclude import exclude_expr
+
+    report["exclude"] = exclude_expr(report)  # CONTRACT 2026-11-25: nodes to resubmit without
     # One model builds, checks and loads a report: what is written must load again.
     # About 10 ms on a 13 MB 32-node 8-GPU session (metrics samples stay untyped).
     # Imported here: pydantic stays off the TUI's first-frame path.

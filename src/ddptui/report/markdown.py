@@ -181,12 +181,21 @@ def _first_failure(report: Mapping[str, Any]) -> list[str]:
             f"{finding}on **{nodes}**{_place(first.to_dict())}: {prose(first.summary)}",
             "",
             *_fix_block(first.fix),
+            *_exclude(report),
         ]
     bad = [s for s in steps.values() if s.get("status") not in ("pass", "skip")]
     if not bad:
         return ["**✅ Every step passed.**", ""]
     items = [f"- {_status(s)}: {code(s.get('id'))} {esc(step_title(s))}" for s in bad]
     return ["**No step failed**, but:", "", *items, ""]
+
+
+def _exclude(report: Mapping[str, Any]) -> list[str]:
+    """The nodes to resubmit without (CONTRACT 2026-11-25), ready for sbatch."""
+    hosts = report.get("exclude")
+    if not hosts:
+        return []
+    return [f"Resubmit without the failing nodes: {code(f'--exclude={hosts}')}", ""]
 
 
 def _place(item: Mapping[str, Any]) -> str:

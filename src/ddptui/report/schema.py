@@ -229,6 +229,8 @@ class ReportModel(_Open):
     logs: dict[str, LogModel] | None = None
     metrics: MetricsModelDoc | None = None
     session: dict[str, Any] | None = None
+    exclude: str | None = None
+    """A Slurm hostlist of the nodes failing findings name ("" when none): `sbatch --exclude=`."""
     lint: dict[str, Any] | None = None  # the audit of the config's `script:`
     job: dict[str, Any] | None = None  # `ddptui job`: verdict, ranks, stack groups
 

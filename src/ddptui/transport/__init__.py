@@ -37,18 +37,26 @@ async def close_transports(transports: dict[str, Transport]) -> None:
     import sys
 
     await asyncio.gather(*(t.close() for t in transports.values()), return_exceptions=True)
+    groups = {id(g): g for t in transports.values() if (g := getattr(t, "group", None))}
+    await asyncio.gather(*(g.close() for g in groups.values()), return_exceptions=True)
     ssh = sys.modules.get("ddptui.transport.ssh")
     if ssh is not None:
         await ssh.close_jumps()
 
 
 def make_transports(config: ClusterConfig, targets: list[NodeTarget]) -> dict[str, Transport]:
-    """One transport per node: `local` for host "local", SSH otherwise (sharing one
+    """One transport per node: `local` for host "local" (or `transport: local`), srun
+    for a Slurm job (one SrunGroup shared by every node), SSH otherwise (sharing one
     bound on concurrent connects)."""
     out: dict[str, Transport] = {}
     options = None
+    if config.transport == "srun" and config.slurm is not None and config.slurm.job:
+        from ddptui.transport.srun import SrunGroup, SrunOptions, SrunTransport
+
+        group = SrunGroup(SrunOptions(job=config.slurm.job), targets)
+        return {t.name: SrunTransport(t, group) for t in targets}
     for t in targets:
-        if t.host == "local":
+        if t.host == "local" or config.transport == "local":
             from ddptui.transport.local import LocalTransport
 
             out[t.name] = LocalTransport(t)

@@ -73,6 +73,7 @@ class ConnectFailure(Exception):
         "dns",
         "disconnect",
         "lost",
+        "slurm",
         "other",
     )
 

@@ -23,6 +23,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "dns": ("SSH-DNS", "name does not resolve"),
     "disconnect": ("SSH-DISCONNECT", "connection closed by the node"),
     "other": ("SSH-ERROR", "SSH connection failed"),
+    "slurm": ("SLURM-NODE-UNREACHABLE", "not reachable through Slurm (srun)"),
 }
 
 
