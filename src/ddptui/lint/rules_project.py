@@ -158,48 +158,175 @@ def unused_params(s: Script, f: Flow) -> Iterator[Hit]:
     """A layer built in `__init__` of a model that DDP wraps, which no other method of
     the class reads, while DDP runs without find_unused_parameters."""
     if not f.ddp_calls or any(
-        kwarg(c, "find_unused_parameters") is not None or kwarg(c, "static_graph") is not None
+        _set(kwarg(c, "find_unused_parameters"))
+        or _set(kwarg(c, "static_graph"))
+        or any(k.arg is None for k in c.keywords)  # `**ddp_args`: may carry either
         for c in f.ddp_calls
     ):
         return
-    if any(
-        (
+    frozen = _frozen(s)
+    for cls, wrap in _wrapped_classes(s, f):
+        found = _unused_layer(s, cls, None, 0)
+        if found is None:
+            continue
+        owner, attr, node = found
+        wrapped = set(s.origins(wrap.args[0])) if wrap.args else set()
+        if any(attr in ast.unparse(y) or wrapped & set(s.origins(y)) for y in frozen):
+            continue  # its parameters are frozen: DDP leaves them out
+        where = s.path_of(node)
+        via = "" if owner is cls else f" (through `{owner.name}`, which `{cls.name}` holds)"
+        yield Hit.at(
+            "DDP-FIND-UNUSED",
+            s.entry_anchor(wrap),
+            (
+                f"DDP wraps `{cls.name}` without find_unused_parameters, but "
+                f"`self.{attr}` of `{owner.name}` ({where}:{node.lineno}) takes no part in "
+                f"what it runs{via}: DDP waits for gradients that never come and fails at "
+                "the second step"
+            ),
+            severity="error",
+        )
+        return
+
+
+def _set(flag: ast.expr | None) -> bool:
+    """Given and not a literal False."""
+    return flag is not None and const(flag) is not False
+
+
+def _frozen(s: Script) -> list[ast.expr]:
+    """What the code freezes: `y` of `for p in y.parameters(): p.requires_grad = False`
+    or `p.requires_grad_(False)`, and of `y.requires_grad_(False)`."""
+    out: list[ast.expr] = []
+    for n in s.nodes:
+        target: ast.expr | None = None
+        if (
             isinstance(n, ast.Attribute)
             and n.attr == "requires_grad"
             and isinstance(n.ctx, ast.Store)
-        )
-        or (isinstance(n, ast.Attribute) and n.attr == "requires_grad_")
-        for n in s.nodes
-    ):
-        return  # frozen parameters take no part in DDP's reduction
-    for cls, wrap in _wrapped_classes(s, f):
-        init = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
-        if not init or _reflective(cls):
+        ):
+            target = n.value
+        elif (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "requires_grad_"
+        ):
+            target = n.func.value
+        if target is None:
             continue
-        used = _self_reads(cls, init[0])
-        for node in ast.walk(init[0]):
-            if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+        loop = next((a for a in s.ancestors(n) if isinstance(a, ast.For)), None)
+        if (
+            isinstance(target, ast.Name)
+            and loop is not None
+            and isinstance(loop.iter, ast.Call)
+            and isinstance(loop.iter.func, ast.Attribute)
+        ):
+            target = loop.iter.func.value  # `for p in y.parameters():`
+        out.append(target)
+    return out
+
+
+def _unused_layer(  # noqa: PLR0912 - the class, its methods that run, its submodules
+    s: Script, cls: ast.ClassDef, entries: set[str] | None, depth: int
+) -> tuple[ast.ClassDef, str, ast.Assign] | None:
+    """A layer `cls.__init__` builds that the methods which run never read. `entries`:
+    the methods called on it (None: any method may be, as for the model DDP wraps); a
+    submodule of a project class is looked into with the methods its owner calls on it
+    (`self.backbone.forward_hidden(x)` runs `forward_hidden`, not `forward`)."""
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    init = methods.get("__init__")
+    if init is None or _reflective(cls):
+        return None
+    if entries is None:
+        running = set(methods) - {"__init__"}
+    else:
+        if not entries <= set(methods):
+            return None  # a method of a base class: not followed
+        running, work = set(), list(entries)
+        while work:
+            m = work.pop()
+            if m in running:
                 continue
-            t = node.targets[0]
+            running.add(m)
+            work += [
+                n.func.attr
+                for n in ast.walk(methods[m])
+                if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and isinstance(n.func.value, ast.Name)
+                and n.func.value.id == "self"
+                and n.func.attr in methods
+            ]
+    reads = _reads(cls, [methods[m] for m in running])
+    in_init = _reads(cls, [init])
+    for node in ast.walk(init):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        t = node.targets[0]
+        if not (
+            isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+        ):
+            continue
+        if t.attr not in reads and t.attr not in in_init and _layer(s, node.value):
+            return cls, t.attr, node
+        if t.attr in reads and depth < 2:
+            sub = _module_of_value(s, node.value)
+            called = _methods_called(s, reads[t.attr], sub)
+            if sub is not None and called is not None:
+                found = _unused_layer(s, sub, called, depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def _reads(cls: ast.ClassDef, funcs: list[ast.FunctionDef]) -> dict[str, list[ast.Attribute]]:
+    out: dict[str, list[ast.Attribute]] = {}
+    for fn in funcs:
+        for n in ast.walk(fn):
             if (
-                isinstance(t, ast.Attribute)
-                and isinstance(t.value, ast.Name)
-                and t.value.id == "self"
-                and t.attr not in used
-                and _layer(s, node.value)
+                isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Name)
+                and n.value.id == "self"
+                and isinstance(n.ctx, ast.Load)
             ):
-                where = s.path_of(node)
-                yield Hit.at(
-                    "DDP-FIND-UNUSED",
-                    s.entry_anchor(wrap),
-                    (
-                        f"DDP wraps `{cls.name}` without find_unused_parameters, but its "
-                        f"`self.{t.attr}` ({where}:{node.lineno}) is used by no method of it: "
-                        "DDP waits for gradients that never come and fails at the second step"
-                    ),
-                    severity="error",
-                )
-                return
+                out.setdefault(n.attr, []).append(n)
+    return out
+
+
+def _module_of_value(s: Script, value: ast.expr) -> ast.ClassDef | None:
+    """The project nn.Module class a value is built from (`Backbone(...)`, or a parameter
+    given one at the call sites)."""
+    for o in s.origins(value):
+        if isinstance(o, ast.Call):
+            cls = s.class_named(o.func)
+            if cls is not None and _module_class(s, cls):
+                return cls
+    return None
+
+
+def _methods_called(
+    s: Script, uses: list[ast.Attribute], sub: ast.ClassDef | None
+) -> set[str] | None:
+    """The methods run on `self.x` at these uses: `self.x(...)` is forward,
+    `self.x.m(...)` is m, `self.x.size` (not a method) runs nothing; any other use
+    (passed on, iterated, a child layer called directly): None (unknown)."""
+    if sub is None:
+        return None
+    methods = {n.name for n in sub.body if isinstance(n, ast.FunctionDef)}
+    out: set[str] = set()
+    for use in uses:
+        parent = s.parents.get(use)
+        if isinstance(parent, ast.Call) and parent.func is use:
+            out.add("forward")
+        elif isinstance(parent, ast.Attribute) and parent.attr in methods:
+            if not isinstance(s.parents.get(parent), ast.Call):
+                return None  # a bound method handed on
+            out.add(parent.attr)
+        elif isinstance(parent, ast.Attribute) and not isinstance(s.parents.get(parent), ast.Call):
+            continue  # a plain attribute (`self.x.context_length`) runs no layer
+        else:
+            return None
+    return out
 
 
 def _wrapped_classes(s: Script, f: Flow) -> list[tuple[ast.ClassDef, ast.Call]]:
@@ -226,20 +353,6 @@ def _reflective(cls: ast.ClassDef) -> bool:
         isinstance(n, ast.Attribute) and n.attr == "requires_grad" and isinstance(n.ctx, ast.Store)
         for n in ast.walk(cls)
     )
-
-
-def _self_reads(cls: ast.ClassDef, init: ast.FunctionDef) -> set[str]:
-    """`self.x` read anywhere in the class but the plain `self.x = ...` of __init__."""
-    used: set[str] = set()
-    for n in ast.walk(cls):
-        if (
-            isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Name)
-            and n.value.id == "self"
-            and isinstance(n.ctx, ast.Load)
-        ):
-            used.add(n.attr)
-    return used
 
 
 RULES = (global_rank_device, unused_params)
