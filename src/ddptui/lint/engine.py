@@ -48,6 +48,7 @@ RULE_IDS: Final = (
     "DDP-RANK-DIVERGENCE",
     "DDP-AUTOCAST-SCALER",
     "DDP-SHARDED-WORLD",
+    "DDP-WRAPPER-ATTR",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")

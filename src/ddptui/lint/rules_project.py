@@ -355,4 +355,83 @@ def _reflective(cls: ast.ClassDef) -> bool:
     )
 
 
-RULES = (global_rank_device, unused_params)
+# What the DDP wrapper itself answers: nn.Module's API and DDP's own attributes.
+_WRAPPER_API: Final = frozenset(
+    {
+        "module", "forward", "no_sync", "join", "join_hook", "join_device",
+        "join_process_group", "register_comm_hook", "device_ids", "output_device",
+        "process_group", "broadcast_buffers", "find_unused_parameters", "static_graph",
+        "require_backward_grad_sync", "require_forward_param_sync", "gradient_as_bucket_view",
+        "reducer", "logger", "bucket_bytes_cap", "device", "device_type", "dim",
+        "parameters", "named_parameters", "buffers", "named_buffers", "children",
+        "named_children", "modules", "named_modules", "state_dict", "load_state_dict",
+        "train", "eval", "training", "to", "cuda", "cpu", "half", "float", "double",
+        "bfloat16", "type", "zero_grad", "requires_grad_", "apply", "share_memory",
+        "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+        "register_backward_hook", "register_full_backward_pre_hook", "register_buffer",
+        "register_parameter", "register_module", "add_module", "get_submodule",
+        "get_parameter", "get_buffer", "extra_repr", "compile", "to_empty", "ipu", "xpu",
+        "mtia", "set_extra_state", "get_extra_state", "register_state_dict_pre_hook",
+        "register_load_state_dict_post_hook", "dump_patches", "call_super_init",
+    }
+)  # fmt: skip
+
+
+def wrapper_attr(s: Script, f: Flow) -> Iterator[Hit]:
+    """`model = DDP(model)`, then `model.head` in the same function: the wrapper has no
+    `head` (its model is `model.module`)."""
+    for call in f.ddp_calls:
+        assign = s.parents.get(call)
+        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1):
+            continue
+        name = ast.unparse(assign.targets[0])
+        scope = s.scope_of(call)
+        rebound = [
+            n.lineno
+            for n in ast.walk(scope)
+            if isinstance(n, ast.Assign)
+            and n is not assign
+            and any(ast.unparse(t) == name for t in n.targets)
+            and n.lineno > assign.lineno
+        ]
+        end = min(rebound, default=10**9)
+        for n in ast.walk(scope):
+            if (
+                isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Load)
+                and ast.unparse(n.value) == name
+                and assign.lineno < n.lineno < end
+                and s.scope_of(n) is scope
+                and not n.attr.startswith("_")
+                and n.attr not in _WRAPPER_API
+                and not _checks_wrapper(s, n)
+            ):
+                yield Hit.at(
+                    "DDP-WRAPPER-ATTR",
+                    n,
+                    (
+                        f"`{ast.unparse(n)}` reads `{n.attr}` from the DDP wrapper made at line "
+                        f"{assign.lineno}: it has none (the model is `{name}.module`)"
+                    ),
+                    model=name,
+                    attr=n.attr,
+                )
+                break
+
+
+def _checks_wrapper(s: Script, node: ast.AST) -> bool:
+    """Under a test that tells the wrapper from the model (`hasattr(m, "module")`,
+    `isinstance(m, DDP)`, `if distributed`)."""
+    for a in s.ancestors(node):
+        if isinstance(a, ast.If | ast.IfExp):
+            text = ast.unparse(a.test)
+            if any(
+                w in text for w in ("module", "isinstance", "hasattr", "Parallel", "distributed")
+            ):
+                return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+    return False
+
+
+RULES = (global_rank_device, unused_params, wrapper_attr)
