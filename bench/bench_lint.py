@@ -202,7 +202,7 @@ def main() -> None:
             print(f"  {f.file}:{f.line}: {f.id}: {f.summary}")
 
     for batch in args.blind:
-        blind(Path(batch).resolve(), frozenset(filter(None, args.new_ok.split(","))))
+        blind(Path(batch).resolve(), frozenset(i for i in args.new_ok.split(",") if i))
     if args.project_files:
         project_time(args.project_files)
 
