@@ -16,7 +16,8 @@ kind, file, line}]) and one folder per case id with the project's files. Each en
 audited from its case folder, as a user types `ddptui lint ENTRY`. A pitfall is found
 when a finding has its id in its file, at line when also within +-1 line (a multi-line
 statement); `NEW` pitfalls (kinds no rule had when the batch was collected) count as
-missed unless `--new-ok ID,...` names ids added for them since. Reported: recall, at-line rate, error findings and infos per correct case.
+missed unless `--new-ok ID,...` names ids added for them since. Reported: recall,
+at-line rate, error findings and infos per correct case.
 --project-files N times the audit of a generated project of N modules that the entry
 imports in a chain (the whole-project bound: under 10 s for 200). Prints Markdown.
 """
