@@ -93,9 +93,13 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         for recv in _state_dict_receivers(s, c.args[0]):
             if f.is_ddp_value(recv) and not _unwrapped(s, recv):
+                # in another function than the save: said at the `.state_dict()` call,
+                # where `.module` belongs
+                call = s.parents.get(recv, c)
+                at = c if s.scope_of(call) is s.scope_of(c) else call
                 yield Hit.at(
                     "DDP-SAVE-WRAPPER",
-                    c,
+                    at,
                     (
                         f"`{ast.unparse(recv)}.state_dict()` of the DDP wrapper is saved: every key "
                         "starts with `module.`"

@@ -57,6 +57,7 @@ class Script:
     _origin_memo: dict[tuple[ast.expr, bool], list[ast.expr]] = field(default_factory=dict)
     _origin_busy: set[tuple[ast.expr, bool]] = field(default_factory=set)
     _by_tree: dict[ast.Module, Module] = field(default_factory=dict)
+    _stores: dict[object, list[tuple[ast.Subscript, ast.expr]]] | None = None
     _by_key: dict[str, Module] = field(default_factory=dict)
 
     @classmethod
@@ -454,7 +455,37 @@ class Script:
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Tuple | ast.Call):
             # `f()[0]`, `np.array_split(x, n)[rank]`: the pick itself and what it picks from
             return [expr, *self.origins(expr.value, depth + 1, params=params)]
+        if isinstance(expr, ast.Subscript) and isinstance(const(expr.slice), str | int):
+            return [expr, *self._item_origins(expr, depth, params=params)]
         return [expr]
+
+    def _item_origins(self, expr: ast.Subscript, depth: int, *, params: bool) -> list[ast.expr]:
+        """`models["gen"]`: the value a dict literal gives that key, or a store
+        `models["gen"] = DDP(...)` into the same dict."""
+        k = const(expr.slice)
+        bases = set(self.origins(expr.value, depth + 1, params=params))
+        out: list[ast.expr] = []
+        for b in bases:
+            if isinstance(b, ast.Dict):
+                for key, value in zip(b.keys, b.values, strict=True):
+                    if key is not None and const(key) == k:
+                        out += self.origins(value, depth + 1, params=params)
+        for target, value in self._item_stores().get(k, ()):
+            if target is not expr and bases & set(
+                self.origins(target.value, depth + 1, params=params)
+            ):
+                out += self.origins(value, depth + 1, params=params)
+        return out
+
+    def _item_stores(self) -> dict[object, list[tuple[ast.Subscript, ast.expr]]]:
+        if self._stores is None:
+            self._stores = {}
+            for n in self.nodes:
+                if isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        if isinstance(t, ast.Subscript) and isinstance(const(t.slice), str | int):
+                            self._stores.setdefault(const(t.slice), []).append((t, n.value))
+        return self._stores
 
     def param_args(self, func: FuncNode, name: str) -> list[ast.expr]:
         """The arguments passed for parameter `name` at the call sites of `func`."""
