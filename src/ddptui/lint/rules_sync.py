@@ -150,6 +150,10 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
             (
                 f"{what} runs only on the ranks where `{test}` (line {guard.lineno}); the other "
                 "ranks never join it and wait forever"
+                if guard in set(s.ancestors(call))
+                else f"{what} runs only on the ranks that get past `if {test}:` (line "
+                f"{guard.lineno}, which leaves early); the other ranks never join it and wait "
+                "forever"
             ),
             condition=test,
             collective=what,
