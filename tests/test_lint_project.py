@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddptui.cli import main
@@ -141,3 +142,17 @@ def test_site_packages_and_folders_outside_the_root_are_never_followed(tmp_path:
     )
     result = lint_paths([tmp_path / "proj" / "train.py"], root=tmp_path / "proj")
     assert result.followed == ()
+
+
+def test_a_project_too_large_to_follow_is_capped_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ddptui.lint.project.MAX_MODULES", 3)
+    for i in range(6):
+        nxt = f"import m{i + 1}\n" if i < 5 else ""
+        (tmp_path / f"m{i}.py").write_text(nxt + "x = 1\n")
+    (tmp_path / "train.py").write_text("import m0\n")
+    result = lint_paths([tmp_path / "train.py"], root=tmp_path)
+    assert len(result.followed) == 3
+    assert any("more than 3 project modules" in n for n in result.notes)
+    assert result.exit_code == 0
