@@ -40,13 +40,13 @@ def find_root(entry: Path, cwd: Path | None = None) -> tuple[Path, str]:
                 return d, f"nearest {marker}"
     here = (cwd or Path.cwd()).resolve()
     if here in start.parents or here == start:
-        return here, "the current folder (no .git, pyproject.toml or setup.py above the script)"
+        return here, "the current folder: no .git, pyproject.toml or setup.py above the script"
     top = start
     while (top / "__init__.py").is_file() and top.parent != top:
         top = top.parent
     if top != start:
-        return top, "the folder above the script's package (no .git, pyproject.toml or setup.py)"
-    return start, "the script's folder (no .git, pyproject.toml or setup.py above it)"
+        return top, "the folder above the script's package: no .git, pyproject.toml or setup.py"
+    return start, "the script's folder: no .git, pyproject.toml or setup.py above it"
 
 
 def read_source(path: str) -> str:
