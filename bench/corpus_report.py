@@ -6,8 +6,9 @@ the thread established) is diagnosed, and the first cause is compared with that 
 Usage:
     .venv/bin/python bench/corpus_report.py            # Markdown table (for the README)
     .venv/bin/python bench/corpus_report.py --misses   # also list every miss
-    # the knowledge base as it was at a git revision (signature root cause, no log
-    # pipeline), on the whole corpus or only on the excerpts added after that revision:
+    # the whole diagnosis (code and knowledge) as it was at a git revision, run from a
+    # `git archive` of that revision's src/, on the whole corpus or only on the excerpts
+    # added after that revision:
     .venv/bin/python bench/corpus_report.py --kb-at efac99d
     .venv/bin/python bench/corpus_report.py --kb-at a6a373a --only-added-after
     # one corpus file only, e.g. the round-2 excerpts scored with the KB before round 2:
@@ -19,9 +20,13 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -29,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "corpus"))
 
-from score import CORPUS_DIR, Excerpt, load_corpus, markdown, score  # noqa: E402
+from score import CORPUS_DIR, Excerpt, Got, figures, load_corpus, markdown, score  # noqa: E402
 
 
 def _git_show(rev: str, path: str) -> str:
@@ -41,21 +46,56 @@ def _git_show(rev: str, path: str) -> str:
     ).stdout
 
 
-def diagnose_with_kb_at(rev: str) -> Callable[[Iterable[str]], str | None]:
-    """First cause by the signature KB file as it was at `rev` (classify_lines and
-    root_cause of today's code over that revision's signatures.yaml)."""
-    from ddptui.diagnosis import signatures as sigmod
+# Run inside a revision's src/: diagnose every excerpt read from stdin (JSON), print
+# {id: [first cause id, any error finding]}.  Revisions before the log pipeline existed
+# fall back to the signature knowledge base's root cause.
+_CHILD = """
+import json, sys
+todo = json.load(sys.stdin)
+out = {}
+try:
+    from ddptui.logs.diagnose import diagnose_lines
+except ImportError:
+    diagnose_lines = None
+    from ddptui.diagnosis.signatures import classify_lines, root_cause
+for eid, lines in todo.items():
+    if diagnose_lines is not None:
+        d = diagnose_lines(lines, source="corpus")
+        first = None if d.first is None else d.first.id
+        out[eid] = [first, any(f.severity == "error" for f in d.findings)]
+    else:
+        root = root_cause(classify_lines((float(i), "corpus", x) for i, x in enumerate(lines)))
+        first = None if root is None else root[2].signature.id
+        out[eid] = [first, first is not None]
+print(json.dumps(out))
+"""
 
-    sigs = sigmod.parse_signatures(_git_show(rev, "src/ddptui/diagnosis/signatures.yaml"))
 
-    def first(lines: Iterable[str]) -> str | None:
-        matches = sigmod.classify_lines(
-            ((float(i), "corpus", line) for i, line in enumerate(lines)), sigs
-        )
-        root = sigmod.root_cause(matches)
-        return None if root is None else root[2].signature.id
-
-    return first
+def diagnose_with_kb_at(rev: str, excerpts: list[Excerpt]) -> Callable[[Iterable[str]], Got]:
+    """The diagnosis of git revision `rev` (its code and its knowledge base), run once on
+    every excerpt in a child process over `git archive REV src/`."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, "src/"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        env = {**os.environ, "PYTHONPATH": str(Path(tmp, "src"))}
+        todo = {e.id: list(e.lines) for e in excerpts}
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD],
+            input=json.dumps(todo),
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp,
+            check=True,
+        ).stdout
+    said = {k: Got(v[0], bool(v[1])) for k, v in json.loads(done).items()}
+    by_lines = {tuple(e.lines): said[e.id] for e in excerpts}
+    return lambda lines: by_lines[tuple(lines)]
 
 
 def corpus_at(rev: str) -> set[str]:
@@ -86,12 +126,18 @@ def heldout_report(excerpts: list[Excerpt]) -> str:
             continue
         rev = m.group(1)
         mine = [e for e in excerpts if e.source == path.name]
-        before = sum(v.outcome == "right" for v in score(mine, diagnose_with_kb_at(rev)))
-        now = sum(v.outcome == "right" for v in score(mine))
-        n = len(mine)
+        before = figures(score(mine, diagnose_with_kb_at(rev, mine)))
+        now = figures(score(mine))
+
+        def said(f: dict[str, float | int]) -> str:
+            text = f"{f['right']}/{f['failing']} right, {f['called-clean']} called clean"
+            if f["healthy"]:
+                text += f", {f['false-alarm']}/{f['healthy']} healthy with an error"
+            return text
+
         out.append(
-            f"held-out {path.stem}: {before}/{n} right before tuning (KB at {rev}), "
-            f"{now}/{n} with today's KB"
+            f"held-out {path.stem}: {said(before)} before tuning (code and KB at {rev}); "
+            f"{said(now)} today"
         )
     return "\n".join(out)
 
@@ -127,18 +173,19 @@ def main() -> int:
             parser.error(f"no excerpts in {', '.join(args.only)}")
     diagnose = None
     if args.kb_at:
-        diagnose = diagnose_with_kb_at(args.kb_at)
         if args.only_added_after:
             old = corpus_at(args.kb_at)
             excerpts = [e for e in excerpts if e.id not in old]
+        diagnose = diagnose_with_kb_at(args.kb_at, excerpts)
     verdicts = score(excerpts, diagnose)
     print(markdown(verdicts))
     if args.misses:
         print()
         for v in verdicts:
-            if v.outcome != "right":
+            if v.outcome not in ("right", "healthy-silent"):
                 e = v.excerpt
-                print(f"{v.outcome:5} {e.id:34} got {v.got!s:24} want {'|'.join(e.expected)}")
+                want = "|".join(e.expected) or "(healthy: no error)"
+                print(f"{v.outcome:14} {e.id:34} got {v.got!s:24} want {want}")
     return 0
 
 

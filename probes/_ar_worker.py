@@ -7,7 +7,9 @@
 #   versions   torch / CUDA / NCCL as this rank loaded them;
 #   verify     the allreduce result checked exactly against the known sum;
 #   sweep      how the sweep runs: debug level of its group, sizes that fit;
-#   bw         one size of the sweep: algbw and busbw (nccl-tests' definition).
+#   bw         one size of the sweep: algbw and busbw (nccl-tests' definition);
+#   sweep_stop the sweep stopped growing the size: the next size would not finish in
+#              its share of the time left (a slow fabric is measured, not a hang).
 # Settings arrive in the env var DDPTUI_AR (JSON).
 import datetime
 import json
@@ -22,6 +24,8 @@ LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 STATE = {"phase": "start", "since": time.time()}
 CPU_SIZE_BUDGET_S = 1.0  # timed seconds per size on CPU, at most (see fitting_iters)
+SIZE_SHARE = 0.5  # a size may use at most this share of the sweep's time left
+STARTED = time.monotonic()
 
 
 def out(kind, **data):
@@ -177,9 +181,37 @@ def fitting_iters(torch, dist, group, wanted, per_iter_s):
     return int(agreed.item())
 
 
+def sweep_left_s():
+    """Seconds the sweep may still use: CFG sweep_s counts from this worker's start (the
+    launcher sets it well inside the step's deadline); None means unbounded."""
+    budget = CFG.get("sweep_s")
+    if budget is None:
+        return None
+    return float(budget) - (time.monotonic() - STARTED)
+
+
+def next_fits(torch, dist, group, device, nbytes, took, size, iters):
+    """Whether the next size would finish in its share of the time left, judged from the
+    last size's time per allreduce scaled by the size ratio (an over-estimate for the
+    small, latency-bound sizes: the safe side). Every rank must decide the same, so the
+    most pessimistic rank decides. Returns (fits, estimate_s, left_s)."""
+    left = sweep_left_s()
+    if left is None:
+        return True, None, None
+    warmup, timed = iters
+    # warm-up + at least 3 timed + the check allreduce of the next size
+    estimate = took * (size / max(1, nbytes)) * (warmup + min(3, timed) + 1)
+    verdict = 1 if estimate <= max(0.0, left) * SIZE_SHARE else 0
+    flag = torch.tensor([verdict], dtype=torch.int64, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(int(flag.item())), estimate, left
+
+
 def sweep(torch, dist, device):
     """Time all_reduce per size; busbw = algbw * 2(n-1)/n as nccl-tests define it, and
-    none with one rank (no data cross a bus: nccl-tests prints 0)."""
+    none with one rank (no data cross a bus: nccl-tests prints 0). The sweep is bounded
+    by time: it stops growing the size when the next size would not finish in its share
+    of the time left (a slow link is measured at the sizes that fit, not timed out)."""
     group, debug = sweep_group(torch, dist)
     sizes, least_free = sizes_that_fit(torch, dist, group, device)
     out(
@@ -189,9 +221,23 @@ def sweep(torch, dist, device):
         sizes=sizes,
         free_bytes=least_free,
         timing="cuda-events" if device.type == "cuda" else "wall-clock",
+        budget_s=CFG.get("sweep_s"),
     )
     for i, size in enumerate(sizes):
         warmup, iters = iterations(i)
+        if i > 0:
+            fits, estimate, left = next_fits(
+                torch, dist, group, device, nbytes, took, size, (warmup, iters)
+            )
+            if not fits:
+                out(
+                    "sweep_stop",
+                    next_bytes=size,
+                    estimate_s=round(estimate, 2),
+                    left_s=round(left, 2),
+                    measured=i,
+                )
+                break
         nbytes, took, ok, iters = timed_allreduce(torch, dist, group, device, size, warmup, iters)
         algbw = nbytes / took / 1e9
         busbw = algbw * 2 * (WORLD - 1) / WORLD if WORLD > 1 else None

@@ -6,12 +6,15 @@
 # and keeps stdin open as a lifeline watched by a thread: when stdin closes
 # (ddptui stopped the probe, quit, or the SSH channel went away) it kills every
 # process the probe started (by ancestry and session, read from /proc), then
-# exits. Closing an SSH
+# exits. Lines that arrive on stdin after the payload are commands for the probe: each
+# complete line goes into INBOX (a queue.Queue the probe sees as a global), so a
+# long-lived probe (the fabric step's worker) can be driven round by round. Closing an SSH
 # channel does not kill a non-PTY remote process and OpenSSH refuses signal
 # requests for root sessions, so this is how nothing outlives the run.
 # stdlib only; must run on Python 3.8+.
 import json
 import os
+import queue
 import select
 import signal
 import sys
@@ -93,15 +96,31 @@ def _alive(pid):
     return stat[stat.rfind(")") + 2 :].split()[0] != "Z"
 
 
+INBOX = queue.Queue()  # command lines ddptui sends after the payload, as bytes
+INBOX_MAX = 1 << 20  # a line longer than this is dropped (a probe's commands are small)
+
+
 def _lifeline(me):
-    """Wait for stdin to close, then take the probe and everything it started down."""
+    """Wait for stdin to close, then take the probe and everything it started down.
+    Until then, every complete line read is a command for the probe (INBOX)."""
+    pending = b""
     while True:
         try:
             ready, _, _ = select.select([0], [], [], 1.0)
-            if ready and not os.read(0, 4096):
-                break
+            if not ready:
+                continue
+            data = os.read(0, 65536)
         except OSError:
             break
+        if not data:
+            break
+        pending += data
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if line.strip():
+                INBOX.put(line)
+        if len(pending) > INBOX_MAX:
+            pending = b""
     _shutdown(me, 143)
 
 
@@ -176,7 +195,12 @@ def main():
     try:
         exec(  # noqa: S102 - running the shipped probe is this file's purpose
             compile(payload["source"], "<probe %s>" % payload["name"], "exec"),
-            {"__name__": "__main__", "PARAMS": params, "CLEANUP": CLEANUP},
+            {
+                "__name__": "__main__",
+                "PARAMS": params,
+                "CLEANUP": CLEANUP,
+                "INBOX": INBOX,
+            },
         )
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -5,7 +5,8 @@
 #
 # PARAMS: nnodes, node_rank, master_addr, master_port, nproc (int | "gpus"),
 #   backend ("nccl" | "gloo"), overlay, node_env, forced {K: V}, unset [K],
-#   salt, rdzv_timeout_s, pg_timeout_s, max_s, worker (source), sizes, iters.
+#   salt, rdzv_timeout_s, pg_timeout_s, max_s, worker (source), sizes, iters,
+#   sweep_s (seconds from a worker's start after which the sweep grows no more).
 # Records: launch, worker, log, exit. stdlib only; must run on Python 3.8+.
 import re
 import shutil
@@ -82,6 +83,7 @@ def main():
             "timeout_s": PARAMS.get("pg_timeout_s", 30),
             "sizes": PARAMS.get("sizes", [1 << 20]),
             "iters": PARAMS.get("iters", 5),
+            "sweep_s": PARAMS.get("sweep_s"),
         }
     )
     logs = tempfile.mkdtemp(prefix="ddptui-ar-")

@@ -391,6 +391,7 @@ def observe(job, table, btime, salt, window, log_files):
     ras.finish()
     if PARAMS.get("fr", True) and workers:
         flight_recorder(job, workers)
+    read_inspector(workers)
     return known
 
 

@@ -25,6 +25,7 @@ def test_full_checklist_passes_with_verified_allreduce(testbed: Testbed) -> None
         "port",
         "env",
         "allreduce",
+        "fabric",
         "ddp",
     ]
     ar = run.step("allreduce")

@@ -15,22 +15,29 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
 
-from score import CATEGORIES, Excerpt, load_corpus, markdown, score
+from score import CATEGORIES, Excerpt, figures, load_corpus, markdown, score
 
 from ddptui.diagnosis.signatures import load_signatures
 
 CORPUS = load_corpus()
-# Measured on this corpus (126 excerpts: 122 right, 0 wrong, 4 none; 97 %), minus a margin
-# of about three excerpts: a knowledge-base change that costs more than that fails here.
-# The held-out figures (each round-2 file scored with the KB before it was seen) are printed
-# by `bench/corpus_report.py --heldout`; they are measurements, not floors.
-RIGHT_CAUSE_FLOOR = 0.95
+# Measured on this corpus (153 excerpts: 141 failing, 133 right, 1 wrong, 4 unrecognized,
+# 3 called clean; 12 healthy, 0 false alarms), minus a margin of about three excerpts: a
+# knowledge-base change that costs more than that fails here.  The held-out figures (each
+# round-2/3 file scored with the KB before it was seen) are printed by
+# `bench/corpus_report.py --heldout`; they are measurements, not floors.
+RIGHT_CAUSE_FLOOR = 0.92
 WRONG_CAUSE_CEILING = 0.03
+# A failing log answered "nothing wrong": the worst outcome.  The 3 left hold no failure
+# line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
+# with the host replaced by "<container id>", and nccl#697's NET/Socket device list as the
+# maintainer quoted it (one device per line, nothing failing in it).
+CALLED_CLEAN_CEILING = 3
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"
-# without a log, so that category stays thin.  Kept honest rather than padded.
-NO_CONFIRMED_EXCERPT: frozenset[str] = frozenset()
+# without a log, so that category stays thin.  Kept honest rather than padded.  The
+# categories added with round 3 (scheduler, launcher, other, healthy) fill from its batches.
+NO_CONFIRMED_EXCERPT: frozenset[str] = frozenset({"scheduler", "launcher", "other", "healthy"})
 
 
 def _known_ids() -> set[str]:
@@ -44,10 +51,10 @@ def _known_ids() -> set[str]:
 
 
 def test_corpus_is_large_real_and_covers_every_category() -> None:
-    assert len(CORPUS) >= 120
+    assert len(CORPUS) >= 150
     assert len({e.id for e in CORPUS}) == len(CORPUS), "duplicate excerpt ids"
     per_category = Counter(e.category for e in CORPUS)
-    assert set(per_category) | NO_CONFIRMED_EXCERPT == set(CATEGORIES), (
+    assert set(per_category) | NO_CONFIRMED_EXCERPT >= set(CATEGORIES), (
         set(CATEGORIES) - set(per_category) - NO_CONFIRMED_EXCERPT
     )
     for e in CORPUS:
@@ -58,22 +65,24 @@ def test_corpus_is_large_real_and_covers_every_category() -> None:
 
 @pytest.mark.parametrize("excerpt", CORPUS, ids=[e.id for e in CORPUS])
 def test_expected_ids_exist_in_the_knowledge_base(excerpt: Excerpt) -> None:
-    unknown = set(excerpt.expected) - _known_ids()
+    # NEW: the thread established a cause no entry names yet (scored as a miss, honestly).
+    unknown = set(excerpt.expected) - _known_ids() - {"NEW"}
     assert not unknown, f"{excerpt.id}: expected ids not in the knowledge base: {unknown}"
 
 
 def test_right_cause_rate(capsys: pytest.CaptureFixture[str]) -> None:
     verdicts = score(CORPUS)
-    outcomes = Counter(v.outcome for v in verdicts)
-    n = len(verdicts)
+    f = figures(verdicts)
     with capsys.disabled():
         print("\n" + markdown(verdicts))
         for v in verdicts:
-            if v.outcome != "right":
+            if v.outcome not in ("right", "healthy-silent"):
                 e = v.excerpt
-                print(f"  {v.outcome:5} {e.id}: got {v.got}, want {'|'.join(e.expected)}")
-    assert outcomes["right"] / n >= RIGHT_CAUSE_FLOOR
-    assert outcomes["wrong"] / n <= WRONG_CAUSE_CEILING
+                print(f"  {v.outcome:12} {e.id}: got {v.got}, want {'|'.join(e.expected)}")
+    assert f["recall"] >= RIGHT_CAUSE_FLOOR
+    assert f["wrong"] / f["failing"] <= WRONG_CAUSE_CEILING
+    assert f["called-clean"] <= CALLED_CLEAN_CEILING
+    assert f["false-alarm"] == 0
 
 
 def test_a_generic_wrapper_never_outranks_the_specific_line() -> None:
@@ -88,6 +97,7 @@ def test_a_generic_wrapper_never_outranks_the_specific_line() -> None:
     ]
     [verdict] = score([Excerpt("t", "u", "r", "device", "c", ("ENV-DUPGPU",), tuple(lines), "t")])
     assert verdict.got == "ENV-DUPGPU"
+    assert verdict.outcome == "right"
 
 
 def test_no_cause_for_a_healthy_log() -> None:
@@ -96,5 +106,21 @@ def test_no_cause_for_a_healthy_log() -> None:
         "node0:1234:1300 [0] NCCL INFO comm 0x55 rank 0 nranks 2 cudaDev 0 busId 4c000 - Init COMPLETE",
         "W1122 10:00:00.000000 1234 torch/distributed/run.py:793] Setting OMP_NUM_THREADS environment variable for each process to be 1 in default",
     ]
-    [verdict] = score([Excerpt("h", "u", "r", "device", "c", ("X",), tuple(lines), "h")])
+    [verdict] = score([Excerpt("h", "u", "r", "healthy", "c", (), tuple(lines), "h")])
     assert verdict.got is None
+    assert verdict.outcome == "healthy-silent"
+
+
+def test_outcomes_of_a_failing_log() -> None:
+    """A failure the knowledge base does not know is an honest unknown, not a clean bill;
+    a failing log with nothing that looks like a failure is called clean (the worst)."""
+    unknown = ["Traceback (most recent call last):", "ZeroDivisionError: division by zero"]
+    clean = ["step 10 loss 0.3"]
+    a, b = score(
+        [
+            Excerpt("a", "u", "r", "other", "c", ("X",), tuple(unknown), "a"),
+            Excerpt("b", "u", "r", "other", "c", ("X",), tuple(clean), "b"),
+        ]
+    )
+    assert (a.got, a.outcome) == ("LOGS-UNRECOGNIZED", "unrecognized")
+    assert (b.got, b.outcome) == (None, "called-clean")

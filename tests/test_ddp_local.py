@@ -29,7 +29,7 @@ def _local_config(tmp_path: Path, **extra: str) -> Path:
 
 
 def test_demo_runs_the_ddp_step_after_allreduce() -> None:
-    assert ORDER[-2:] == ("allreduce", "ddp")
+    assert ORDER[-3:] == ("allreduce", "fabric", "ddp")
     assert demo_config().timeouts.ddp == 90
 
 

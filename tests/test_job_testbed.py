@@ -42,6 +42,23 @@ while True:
     time.sleep(0.3)
 """
 
+SLOW = """\
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(8)
+def slow_step():
+    time.sleep(1.5)  # this rank's step takes longer (a slower GPU, a busy data loader)
+step = 0
+while True:
+    step += 1
+    if rank == 1:
+        slow_step()
+    dist.all_reduce(t)  # the others wait here for it, every step
+    print(f"step {step}", flush=True)
+    time.sleep(0.05)
+"""
+
 LOOP = """\
 import os, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -177,6 +194,30 @@ def test_hung_rank_named_with_its_function_and_the_others_in_all_reduce(
         assert "hf_" + "x" * 34 not in json.dumps(report), "a secret left the node"
         assert_untouched(tb, before)
         assert all(is_alive(p) for pids in before.values() for p in pids)
+    finally:
+        stop_job(tb)
+
+
+def test_slow_rank_is_slow_not_hung_with_its_rank_node_and_function(
+    tb: Testbed, tmp_path: Path
+) -> None:
+    """The pair of the hung test above: the same shape (rank 1 in its own function, the
+    others in all_reduce), but rank 1 comes back every step, so the job moves."""
+    logs = launch(tb, tmp_path / "slow", SLOW, 29613)
+    try:
+        wait_for(lambda: all(steps(log) >= 2 for log in logs), 60, "two steps on every node")
+        before = settled(tb)
+        rc, report, out, took = ddptui_job(tb, tmp_path)
+        assert rc == 1, out
+        ff = report["first_failure"]
+        assert ff["finding"] == "JOB-SLOW-RANK", out
+        assert report["steps"][0]["data"]["state"] == "slow", out
+        assert ff["rank"] == 1 and ff["nodes"] == ["node1"], ff
+        assert ff["where"] == "train.py:6 in slow_step", ff
+        assert "rank 1 (node1) computes in `slow_step`" in ff["summary"], ff["summary"]
+        assert "all_reduce" in ff["summary"]
+        assert took < VERDICT_LIMIT_S, f"verdict took {took:.1f} s"
+        assert_untouched(tb, before)
     finally:
         stop_job(tb)
 

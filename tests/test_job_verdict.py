@@ -285,3 +285,27 @@ def test_the_jobs_real_launch_environment_is_audited_with_the_env_rules() -> Non
     found = side_findings(seen, judge(seen, window_s=2), _config(), None, [])
     env = [f for f in found if f.id.startswith("ENV-")]
     assert env and any("NCCL_IB_DISABLE" in f.summary for f in env), [f.id for f in found]
+
+
+SLOW_STEP = 'Thread 1 (idle): "MainThread"\n    slow_step (train.py:6)\n    <module> (train.py:11)\n'
+
+
+def test_a_rank_computing_while_the_others_wait_every_step_is_slow_not_hung() -> None:
+    # The job moves (every rank's output grew), rank 1 is in its own code in every
+    # sample but one, the others wait in all_reduce: slow, rank 1 named.
+    slow = rank(1, (SLOW_STEP, SLOW_STEP, ALL_REDUCE, SLOW_STEP, SLOW_STEP), grew=40, age=0.5)
+    others = [rank(r, (ALL_REDUCE,) * 5, grew=40, age=0.5) for r in (0, 2)]
+    v = judge(views(others[0], slow, others[1]), window_s=2.0)
+    assert v.state == "slow"
+    f = v.findings[0]
+    assert f.id == "JOB-SLOW-RANK" and f.rank == 1 and f.nodes == ("node1",)
+    assert f.where == "train.py:6 in slow_step"
+    assert "rank 1 (node1) computes in `slow_step`" in f.summary
+    # The same shape with nothing moving is the hung case, not this one.
+    stuck = rank(1, (SLOW_STEP,) * 5)
+    quiet = [rank(r, (ALL_REDUCE,) * 5) for r in (0, 2)]
+    assert judge(views(quiet[0], stuck, quiet[1]), window_s=2.0).state == "hung"
+    # A healthy loop (every rank mostly between collectives) is not slow.
+    mostly_between = (SLEEP_BETWEEN, ALL_REDUCE, SLEEP_BETWEEN, SLEEP_BETWEEN, SLEEP_BETWEEN)
+    loop = [rank(r, mostly_between, grew=40, age=0.5) for r in range(3)]
+    assert judge(views(*loop), window_s=2.0).state == "healthy"

@@ -80,7 +80,10 @@ def test_prefilter_skips_healthy_lines() -> None:
     pf = default_prefilter()
     lines = (GPU / "raw-torchrun/healthy-1gpu.log").read_bytes().splitlines()
     hits = [ln for ln in lines if pf.hit(ln)]
-    assert len(hits) < len(lines) * 0.15, hits[:5]  # an init log: most of its lines are skipped
+    # An init log: most of its lines are skipped.  The lines ranks state facts in (NCCL's
+    # version, bootstrap and NET interfaces, torch's process-group options: 8 of these 169)
+    # are read too; they are printed once per rank, never per step.
+    assert len(hits) < len(lines) * 0.2, hits[:5]
 
 
 def test_case_insensitive_signature_is_not_lost_by_the_prefilter() -> None:

@@ -274,7 +274,9 @@ def test_no_canary_on_the_tui_screens_or_exports(
         async with app.run_test(size=(160, 50)) as pilot:
             await _wait_for(pilot, lambda: "ssh" in app.results, 30)
             await pilot.press("a")
-            await _wait_for(pilot, lambda: app.running is None and len(app.results) == 7, 180)
+            await _wait_for(
+                pilot, lambda: app.running is None and len(app.results) == len(ORDER), 180
+            )
             assert app.results["allreduce"].status == "pass"
             table = app.query_one("#checklist", DataTable)
             table.move_cursor(row=ORDER.index("allreduce"), column=2 + LOG_NODE)

@@ -41,7 +41,9 @@ def fixture_lines(name: str) -> list[tuple[float, str, str]]:
 
 
 def all_fixture_texts() -> set[str]:
-    return {text for p in LOGS.glob("*.log") for _, _, text in fixture_lines(p.stem)}
+    """Every captured line: the torchrun captures, and the Slurm ones (as printed)."""
+    texts = {text for p in LOGS.glob("*.log") for _, _, text in fixture_lines(p.stem)}
+    return texts | {x for p in (LOGS / "slurm").glob("*.log") for x in p.read_text().splitlines()}
 
 
 # -- the file itself ---------------------------------------------------------------------

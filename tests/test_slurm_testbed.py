@@ -134,6 +134,23 @@ def test_healthy_job_passes_through_srun_without_ssh(bed: Bed) -> None:
     bed.assert_nothing_left()
 
 
+def test_fabric_rounds_reach_every_node_through_srun(bed: Bed) -> None:
+    """The fabric step's long-lived workers take one command per round on stdin: through
+    one srun step (stdin broadcast to every node) every pair of the 4 nodes is measured."""
+    rc, text, report = bed.ddptui(
+        "check", "--slurm", bed.job, "--python", sys.executable, "--steps", "ssh,fabric",
+        "--no-metrics",
+    )  # fmt: skip
+    assert rc == 0, text
+    fabric = next(s for s in report["steps"] if s["id"] == "fabric")  # type: ignore[union-attr]
+    assert fabric["status"] == "pass", text
+    pairs = {frozenset((p["a"], p["b"])) for p in fabric["data"]["pairs"]}
+    assert len(pairs) == 6, fabric["data"]["pairs"]  # 4 nodes: every pair
+    assert all(p["busbw_gbs"] and p["busbw_gbs"] > 0 for p in fabric["data"]["pairs"])
+    assert set(fabric["data"]["nodes"]) == set(bed.slurm.node_names)
+    bed.assert_nothing_left()
+
+
 def test_node_that_cannot_reach_the_master_is_the_one_excluded(bed: Bed) -> None:
     master_ip, bad = bed.tb.nodes[0].ip, bed.tb.n - 1
     rule = ["OUTPUT", "-d", master_ip, "-j", "DROP"]

@@ -112,7 +112,9 @@ def test_keys_pressed_while_loading_run_once_connected() -> None:
             assert app.session is None and app.results == {}
             app._connect()
             app.action_run_all()  # again, before the connecting worker has even started
-            await wait_for(pilot, lambda: app.running is None and len(app.results) == 7, 180)
+            await wait_for(
+                pilot, lambda: app.running is None and len(app.results) == len(ORDER), 180
+            )
             assert [r.status for r in app.results.values()].count("pass") >= 5
             await wait_for(pilot, lambda: app.metrics is not None, 10)
             await wait_for(pilot, lambda: app.metrics.snapshot().node("node0").latest(), 15)
@@ -147,7 +149,7 @@ def test_blocked_port_shows_fix_in_banner_then_rerun_turns_green(testbed: Testbe
             replayed, _, replay_detail = await replay_state(app.saver.path, "node1")
             assert replayed["cells"] == seen["cells"]
             assert replayed["banner"] == seen["banner"]
-            assert replayed["verdict"] == seen["verdict"] == "FAIL (4/7 run)"
+            assert replayed["verdict"] == seen["verdict"] == f"FAIL (4/{len(ORDER)} run)"
             assert replay_detail == detail
             # the detail pane explains the selected failure
             await pilot.press("n")
@@ -179,7 +181,9 @@ def test_healthy_testbed_all_green_with_live_metrics(testbed: Testbed) -> None:
         async with app.run_test(size=(160, 50)) as pilot:
             await wait_for(pilot, lambda: "ssh" in app.results)
             await pilot.press("a")
-            await wait_for(pilot, lambda: app.running is None and len(app.results) == 7, 180)
+            await wait_for(
+                pilot, lambda: app.running is None and len(app.results) == len(ORDER), 180
+            )
             assert {r.status for r in app.results.values()} <= {"pass", "warn"}
             warned = [s for s in ORDER if s in app.results and app.results[s].status == "warn"]
             assert (f"WARN at {warned[0]}" if warned else "every step passed") in banner(app)

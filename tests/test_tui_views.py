@@ -92,7 +92,7 @@ def test_header_while_waiting_has_no_doubled_separator() -> None:
             app._on_step(step("ssh", "pass", 2))
             await pilot.pause()
             header = text_of(app.query_one(HeaderBar))
-            assert "WAITING 1/7" in header and "· · " not in header
+            assert f"WAITING 1/{len(ORDER)}" in header and "· · " not in header
 
     asyncio.run(scenario())
 
@@ -326,5 +326,26 @@ def test_many_nodes_detail_and_metrics_show_the_failing_ones_not_all() -> None:
             await pilot.pause()
             shown = [w.node for w in app.query(NodeMetrics)]
             assert shown == ["node25", *(f"node25{i}" for i in range(6))]
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_node_is_marked_in_the_matrix_for_exclude() -> None:
+    slow = Finding(
+        "FABRIC-SLOW-NODE", "error", ("node1",), "node1 is slow with every partner",
+        "its NIC", "check its NIC",
+    )
+    info = Finding("AR-SWEEP-CUT", "info", ("node0", "node1"), "sweep cut", "slow", "fabric")
+
+    async def scenario() -> None:
+        app = DdptuiApp(config(3), "c.yaml", autoconnect=False)
+        async with app.run_test(size=(160, 50)) as pilot:
+            app._on_step(step("allreduce", "pass", 3, (info,)))
+            await pilot.pause()
+            assert "⊘" not in screen_text(app)
+            app._on_step(step("fabric", "fail", 3, (slow,)))
+            await pilot.pause()
+            heads = [str(c.label) for c in app.query_one("#checklist", DataTable).columns.values()]
+            assert "⊘ node1" in heads and "node0" in heads and "node2" in heads, heads
 
     asyncio.run(scenario())

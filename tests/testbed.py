@@ -903,6 +903,28 @@ class Testbed:
         self._require_up()
         run(["ip", "-n", self._ns(i), "link", "set", "eth0", "up"])
 
+    def slow_node(self, i: int, rate: str = "50mbit") -> None:
+        """Node i's link runs at `rate` both ways (tbf on its host-side veth and on its
+        eth0): a slow NIC, port or cable. Gone with the namespace."""
+        self._require_up()
+        tbf = ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "200ms"]
+        run(["tc", "qdisc", "add", "dev", self._veth(i), *tbf])
+        run(["ip", "netns", "exec", self._ns(i), "tc", "qdisc", "add", "dev", "eth0", *tbf])
+
+    def slow_link(self, a: int, b: int, rate: str = "50mbit") -> None:
+        """Only traffic between nodes a and b runs at `rate` (htb + a u32 filter on the
+        peer's address, inside both): a bad path between two otherwise fast nodes."""
+        self._require_up()
+        for me, peer in ((a, b), (b, a)):
+            tc = ["ip", "netns", "exec", self._ns(me), "tc"]
+            run([*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10"])
+            run([*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:10", "htb",
+                 "rate", "20gbit"])
+            run([*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:30", "htb",
+                 "rate", rate])
+            run([*tc, "filter", "add", "dev", "eth0", "protocol", "ip", "parent", "1:0", "prio",
+                 "1", "u32", "match", "ip", "dst", f"{self._ip(peer)}/32", "flowid", "1:30"])
+
     def set_hosts(self, i: int, text: str) -> None:
         """Replace node i's /etc/hosts (restore with set_hosts(i, tb.default_hosts(i))).
 

@@ -108,6 +108,8 @@ class Timeouts(_Model):
     """Seconds the whole allreduce step may take."""
     ddp: float = Field(default=90, gt=0, le=7200)
     """Seconds the whole ddp step (a few DDP training steps on every rank) may take."""
+    fabric: float = Field(default=120, gt=0, le=7200)
+    """Seconds the whole fabric step (rounds of pair tests between nodes) may take."""
 
 
 _SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}

@@ -4,7 +4,7 @@ the two agree."""
 
 from __future__ import annotations
 
-ORDER: tuple[str, ...] = ("ssh", "inventory", "ping", "port", "env", "allreduce", "ddp")
+ORDER: tuple[str, ...] = ("ssh", "inventory", "ping", "port", "env", "allreduce", "fabric", "ddp")
 TITLES: dict[str, str] = {
     "ssh": "SSH reachability",
     "inventory": "Node inventory and version skew",
@@ -12,5 +12,6 @@ TITLES: dict[str, str] = {
     "port": "MASTER_PORT and all-pairs TCP",
     "env": "Launch environment audit",
     "allreduce": "torchrun allreduce (NCCL/gloo)",
+    "fabric": "Fabric: slow nodes and slow links",
     "ddp": "DDP training steps",
 }

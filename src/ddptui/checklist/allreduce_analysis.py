@@ -44,6 +44,7 @@ class RankState:
     verify: dict[str, Any] | None = None
     bw: list[dict[str, Any]] = field(default_factory=list)
     heartbeat_at: float = 0.0
+    sweep_stop: dict[str, Any] | None = None  # the sweep stopped growing the size (time)
 
 
 @dataclass
@@ -102,6 +103,10 @@ class ArRun:
         elif kind == "bw":
             keys = ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "warmup", "iters", "ok", "debug")
             st.bw.append({k: rec.get(k) for k in keys})
+        elif kind == "sweep_stop":
+            st.sweep_stop = {
+                k: rec.get(k) for k in ("next_bytes", "estimate_s", "left_s", "measured")
+            }
 
     def _line(self, node: str, rec: dict[str, Any], now: float, logs: LogStore | None) -> None:
         """One streamed line: the launcher tags it with the worker's GLOBAL rank and its
@@ -370,6 +375,9 @@ def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list
                 }
             )
     findings: list[Finding] = []
+    cut = _sweep_cut(run, table)
+    if cut is not None:
+        findings.append(cut)
     if len(table) < 2 or any(row["busbw_gbps"] is None for row in table):
         return table, findings
     median, straggling, slowest = bandwidth_outliers([row["busbw_gbps"] for row in table])
@@ -411,6 +419,32 @@ def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list
         )
     )
     return table, findings
+
+
+def _sweep_cut(run: ArRun, table: list[dict[str, Any]]) -> Finding | None:
+    """The sweep stopped growing the size because the next one would not have finished in
+    time: a slow fabric, measured (not a hang). Every rank decides together, so one
+    rank's record says it for all."""
+    stops = [r for r in run.ranks.values() if r.sweep_stop]
+    if not stops or not table:
+        return None
+    stop = stops[0].sweep_stop or {}
+    low = min(table, key=lambda row: row["busbw_gbps"] or row["algbw_gbps"] or 0.0)
+    bw = low["busbw_gbps"] if low["busbw_gbps"] is not None else low["algbw_gbps"]
+    return kb_finding(
+        "AR-SWEEP-CUT",
+        sorted({row["node"] for row in table}),
+        f"the bandwidth sweep stopped at {_size_text(int(low['bytes'] or 0))}: "
+        f"{_size_text(int(stop.get('next_bytes') or 0))} would take ~{stop.get('estimate_s')} s "
+        f"of the {stop.get('left_s')} s left; busbw {bw:.4f} GB/s (verified, not a hang)",
+        [
+            f"rank {row['rank']} on {row['node']}: {_size_text(int(row['bytes'] or 0))} "
+            f"busbw {row['busbw_gbps']} GB/s algbw {row['algbw_gbps']} GB/s"
+            for row in table
+        ][:16],
+        measured=_size_text(int(low["bytes"] or 0)),
+        busbw=f"{bw:.4f}",
+    )
 
 
 def _link_gbps(ctx: StepContext, node: str) -> float | None:

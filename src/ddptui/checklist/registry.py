@@ -7,6 +7,7 @@ from ddptui.checklist.base import Step
 from ddptui.checklist.steps.allreduce import AllreduceStep
 from ddptui.checklist.steps.ddp import DdpStep
 from ddptui.checklist.steps.env import EnvStep
+from ddptui.checklist.steps.fabric import FabricStep
 from ddptui.checklist.steps.inventory import InventoryStep
 from ddptui.checklist.steps.ping import PingStep
 from ddptui.checklist.steps.port import PortStep
@@ -14,7 +15,16 @@ from ddptui.checklist.steps.ssh import SSHStep
 
 STEPS: dict[str, type[Step]] = {
     cls.id: cls
-    for cls in (SSHStep, InventoryStep, PingStep, PortStep, EnvStep, AllreduceStep, DdpStep)
+    for cls in (
+        SSHStep,
+        InventoryStep,
+        PingStep,
+        PortStep,
+        EnvStep,
+        AllreduceStep,
+        FabricStep,
+        DdpStep,
+    )
 }
 ORDER = stepmeta.ORDER
 TITLES = stepmeta.TITLES

@@ -109,6 +109,8 @@ class Session:
             return t.allreduce + STEP_SLACK_S
         if step_id == "ddp":
             return t.ddp + STEP_SLACK_S
+        if step_id == "fabric":
+            return t.fabric + STEP_SLACK_S
         return t.step + STEP_SLACK_S
 
     def _timed_out(self, step_id: str, limit: float, took: float) -> StepResult:

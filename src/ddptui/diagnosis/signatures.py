@@ -16,7 +16,9 @@ PHASES: Final = frozenset({"store", "boot", "net", "data", "teardown", "launch"}
 SEVERITIES: Final = frozenset({"error", "warning", "info"})
 # field: the sample is a line quoted in a public issue thread (a real user's log; most are
 #        in tests/fixtures/corpus/ with their thread).
-SOURCES: Final = frozenset({"testbed", "reference", "gpu", "field"})
+# source: the sample is the format string of a WARN/error site in the printing project's
+#        source (tests/fixtures/source_sites/*.tsv) with its placeholders filled in.
+SOURCES: Final = frozenset({"testbed", "reference", "gpu", "field", "source"})
 # Lines are matched on their first MAX_LINE characters: every known signature sits near
 # the start, and a runaway line (a tensor dump) must not cost more than a normal one.
 MAX_LINE: Final = 8192

@@ -132,6 +132,7 @@ class NodeView:
     ras: tuple[dict[str, Any], ...] = ()
     fr: tuple[dict[str, Any], ...] = ()
     fr_config: dict[str, Any] | None = None
+    inspector: tuple[dict[str, Any], ...] = ()  # NCCL Inspector plugin: collectives per rank
     gpu_note: str | None = None
     gpu_devices: bool = False  # /dev/nvidiactl exists: a GPU node
     stacks_unavailable: str | None = None
@@ -239,6 +240,7 @@ def node_from_records(node: str, records: list[dict[str, Any]]) -> NodeView:
         ras=tuple(r for r in records if r.get("kind") == "ras"),
         fr=tuple(r for r in records if r.get("kind") == "fr"),
         fr_config=next((r for r in records if r.get("kind") == "fr_config"), None),
+        inspector=tuple(r for r in records if r.get("kind") == "inspector" and "rank" in r),
         gpu_note=str(gpu["note"]) if gpu.get("note") else None,
         gpu_devices=bool(gpu.get("devices")),
         stacks_unavailable=str(unavailable["reason"]) if unavailable else None,

@@ -319,6 +319,14 @@ def _rule_no_progress(s: _Seen) -> tuple[State, Finding] | None:
     return "stalled", f
 
 
+def _rule_slow_rank(s: _Seen) -> tuple[State, Finding] | None:
+    """The job moves, but one rank computes while the others wait for it (slowrank.py)."""
+    from ddptui.job.slowrank import inspector_busbw, slow_rank
+
+    f = slow_rank(s.live, s.moving, s.window_s, inspector_busbw(s.views))
+    return ("slow", f) if f is not None else None
+
+
 def _rule_gpu(s: _Seen) -> tuple[State, Finding] | None:
     f = _gpu_straggler(s.live)
     return ("slow", f) if f is not None else None
@@ -348,6 +356,7 @@ RULES: tuple[Rule, ...] = (
     _rule_ended,
     _rule_missing,
     _rule_diverged,
+    _rule_slow_rank,
     _rule_collective,
     _rule_no_progress,
     _rule_gpu,

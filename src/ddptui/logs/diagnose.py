@@ -13,11 +13,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
+from ddptui.diagnosis.factrules import UNRECOGNIZED
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
+from ddptui.logs.facts import FactCollector
 from ddptui.logs.lineinfo import ELASTIC_LOCAL, NCCL_INIT_RANK
 from ddptui.logs.scan import Candidate, from_lines
+from ddptui.logs.unknown import Unknowns, conclude
 
 EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
 TIMELINE_HEAD: Final = 12  # events kept per rank from the start ...
@@ -123,6 +126,11 @@ class Diagnoser:
         self.lines_read = 0
         self.bytes_read = 0
         self.problems: list[str] = []
+        self.facts = FactCollector()
+        self.unknown = Unknowns()
+        self.prefix_ranks: set[int] = set()
+        self.collective: dict[int, str] = {}  # rank -> collective its watchdog waited in
+        self.watchdog_lines: dict[int, str] = {}
 
     def feed(self, cand: Candidate) -> None:
         self.order += 1
@@ -135,10 +143,26 @@ class Diagnoser:
         local = head.local_rank
         if local is None and head.pid is not None:
             local = self.pid_local.get((cand.source, head.pid))
+        if head.rank is not None and len(self.prefix_ranks) < 4096:
+            self.prefix_ranks.add(head.rank)
+        where = f"{cand.source}:{cand.lineno}"
+        self.facts.feed(cand.source, where, cand.text, head.host, head.pid, rank)
         m = classify_line(cand.text, cand.sigs) if cand.sigs else None
         if m is None:
             return
         sig = m.signature
+        if sig.id.startswith(UNRECOGNIZED):
+            key = _rank_key(rank, local, cand.source, True)
+            self.unknown.add(key, self.order, cand.t, where, cand.text, sig.severity == "error")
+            return
+        if sig.id in ("WATCHDOG", "WATCHDOG-WORK"):
+            said = m.groups.get("rank")
+            who = int(said) if said is not None else rank
+            if who is not None and len(self.collective) < 4096:
+                op = m.groups.get("op", "a collective")
+                seq = m.groups.get("seq")
+                self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
+                self.watchdog_lines.setdefault(who, f"{where}: {cand.text.strip()[:300]}")
         hit = LogHit(
             self.order, cand.t, cand.source, cand.lineno, rank, local, head.pid, cand.text, m,
             cand.where,
@@ -196,6 +220,11 @@ class Diagnoser:
 
         findings.sort(key=importance)
         first = findings[0] if findings and findings[0].id == root_id else None
+        root_order = first_hits[root_id].order if root_id is not None else None
+        root_secondary = root_id is not None and first_hits[root_id].match.signature.secondary
+        first, findings = conclude(
+            self, first, findings, root_order, root_secondary, self.pid_rank
+        )
         hits = sorted((h for hs in self.per_id.values() for h in hs), key=lambda h: h.order)
         return LogDiagnosis(
             source=self.source,

@@ -9,7 +9,15 @@ Formats (all seen in real output, see tests/fixtures/gpu-h100/):
   [2026-11-23 08:06:32,981] torch.distributed.run: [WARNING] ...          torchrun logging
   2026-11-23 08:06:32,981 - INFO - ...  /  2026-11-23T08:06:32.981Z ...   Python logging, ISO
 and launcher prefixes before any of them: [rank3]: (global rank), [default0]: (torchrun's
-role + local rank), [r3] / [l1] (ddptui's own tags).
+role + local rank), [r3] / [l1] (ddptui's own tags), and at the very start of the line:
+  12: ...                 srun --label (the task id, SLURM_PROCID: read as the global rank)
+  worker-1: ...           DeepSpeed / pdsh (the host name; IPv4 addresses too)
+  [pod/trainer-0/main] .. kubectl logs --prefix (the pod, read as the host)
+  slurmstepd-gpu1: ...    Slurm's step daemon (gpu1 is the host; the line is kept whole)
+
+API (stable; the shared-files helper attributes files through it):
+  parse_head(text, year) -> (LineHead, stated year or None)
+  LineHead.rank / .local_rank / .host / .pid / .t / .body: None where the line does not say.
 """
 
 from __future__ import annotations
@@ -31,12 +39,18 @@ _GLOG: Final = re.compile(
     r"\[?(?P<lvl>[IWEF])(?P<mo>\d\d)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
     r"(?:\.(?P<frac>\d{1,9}))?\s"
 )
-_NCCL_PID: Final = re.compile(r"(?:^|\s)[A-Za-z0-9_.-]+:(?P<pid>\d+):\d+\s+\[\d+\]\s")
+_NCCL_PID: Final = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9_.-]+):(?P<pid>\d+):\d+\s+\[\d+\]\s")
 # Lines that tell a pid's rank: NCCL's Init lines, torchrun's per-worker failure line.
 NCCL_INIT_RANK: Final = re.compile(
     r"[A-Za-z0-9_.-]+:(?P<pid>\d+):\d+\s+\[\d+\].*?\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks"
 )
 ELASTIC_LOCAL: Final = re.compile(r"local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
+# Launcher prefixes that only stand at the start of a line.
+_SRUN_LABEL: Final = re.compile(r"\s{0,4}(?P<task>\d{1,6}): ")
+_KUBE_PREFIX: Final = re.compile(r"\[pod/(?P<pod>[\w.-]+)/[\w.-]+\] ")
+_HOST_PREFIX: Final = re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62}): (?=\S)")
+# Words before ": " that are not host names (exception classes, tools, levels).
+_NOT_HOST_SUFFIXES: Final = ("Error", "Exception", "Warning", "Exit", "Interrupt", "Fault")
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,35 @@ class LineHead:
     local_rank: int | None  # [default0]:, [l1]
     pid: int | None  # the NCCL prefix's pid
     body: str  # the line after the launcher prefixes
+    host: str | None = None  # the launcher's host prefix (pdsh, kubectl) or NCCL's host
+
+
+def _is_host(word: str) -> bool:
+    """A pdsh/DeepSpeed prefix names a host: letters with a digit, '-' or '.' in it
+    (node-0, gpu12, 10.0.0.1, a.b.c), never an exception class or a tool's name."""
+    if word.endswith(_NOT_HOST_SUFFIXES) or word.isdigit():
+        return False
+    return any(c.isdigit() or c in "-." for c in word) and word[0] != "."
+
+
+def launcher_prefix(text: str) -> tuple[int | None, str | None, int]:
+    """(srun task id, host, end of the prefix) of the prefix a launcher put at the very
+    start of a line; (None, None, 0) when there is none."""
+    if not text or (text[0] == "[" and not text.startswith("[pod/")):
+        return None, None, 0
+    m = _SRUN_LABEL.match(text)
+    if m is not None:
+        return int(m["task"]), None, m.end()
+    m = _KUBE_PREFIX.match(text)
+    if m is not None:
+        return None, m["pod"], m.end()
+    m = _HOST_PREFIX.match(text)
+    if m is not None and _is_host(m["host"]):
+        host = m["host"]
+        if host.startswith("slurmstepd-"):  # Slurm's step daemon names itself after the node
+            return None, host[len("slurmstepd-") :], 0
+        return None, host, m.end()
+    return None, None, 0
 
 
 def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float | None:
@@ -82,7 +125,7 @@ def parse_time(text: str, year: int) -> tuple[float | None, int | None]:
 def parse_head(text: str, year: int) -> tuple[LineHead, int | None]:
     """The line's head, and the year it states (for later glog lines of the same file)."""
     rank = local = None
-    pos = 0
+    task, host, pos = launcher_prefix(text)
     for _ in range(3):
         m = _PREFIX.match(text, pos)
         if m is None or m.end() == pos:
@@ -92,6 +135,8 @@ def parse_head(text: str, year: int) -> tuple[LineHead, int | None]:
         elif m["l"] is not None or m["local"] is not None:
             local = int(m["l"] or m["local"])
         pos = m.end()
+    if rank is None and task is not None:
+        rank = task  # srun --label: the task id (SLURM_PROCID)
     body = text[pos:] if pos else text
     t, stated_year = parse_time(body, year)
     pid = None
@@ -99,7 +144,8 @@ def parse_head(text: str, year: int) -> tuple[LineHead, int | None]:
         pm = _NCCL_PID.search(body[:120])
         if pm is not None:
             pid = int(pm["pid"])
-    return LineHead(t, rank, local, pid, body), stated_year
+            host = host or pm["host"]
+    return LineHead(t, rank, local, pid, body, host), stated_year
 
 
 _FRAME: Final = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S.*?)\s*$')

@@ -27,9 +27,33 @@ from ddptui.diagnosis.signatures import MAX_LINE, Signature, load_signatures
 sre_parse: Any = importlib.import_module("re._parser")
 
 # Lines the log reader needs to see besides signature matches: torch's "Last error:"
-# (the cause is on the next line), NCCL's Init lines (pid -> rank, the rank timeline)
-# and torchrun's per-worker failure lines (pid -> local rank).
-CONTEXT_TRIGGERS: Final = ("Last error:", "nranks ", "_rank: ")  # no leading space: see _choose
+# (the cause is on the next line), NCCL's Init lines (pid -> rank, the rank timeline),
+# torchrun's per-worker failure lines (pid -> local rank), and the lines ranks state
+# facts in (logs/facts.py): NCCL's version, bootstrap and NET interfaces, variables set
+# by environment; torch's process-group options; launchers' rank and world size.  Each
+# is printed a few times per rank, never per step.
+CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
+    # Each starts on a character ordinary text rarely has (upper case, "_"): the scan
+    # regex tests every position against the set of first characters.
+    "Last error:",
+    "nranks ",
+    "_rank: ",
+    "Bootstrap : Using",
+    "Bootstrap: Using",
+    "NCCL version",
+    "Using [",
+    "Using network",
+    "Using interface",
+    "NCCL_",  # "NCCL_X set by environment to Y"
+    "_RANK: ",
+    "options: size: ",
+    "_addr=",
+    "_world_size",
+    "WORLD_SIZE",
+    "Running collective",
+    "Plugin Path : ",
+    "NET/Plugin",
+)
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
 # so windows start on characters it rarely prints.
@@ -255,4 +279,7 @@ def build_prefilter(sigs: Sequence[Signature], sample: str | None = None) -> Pre
 
 @functools.lru_cache(maxsize=1)
 def default_prefilter() -> Prefilter:
-    return build_prefilter(load_signatures())
+    """The signatures, then the lines that look like a failure no signature knows."""
+    from ddptui.diagnosis.factrules import load_factrules
+
+    return build_prefilter((*load_signatures(), *load_factrules().failure_signatures()))

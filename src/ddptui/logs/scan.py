@@ -11,6 +11,7 @@ digits, so two lines with one key have one verdict.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,17 @@ from ddptui.logs.lineinfo import LineHead, parse_head, parse_time, traceback_whe
 from ddptui.logs.prefilter import Prefilter, default_prefilter
 
 LAST_ERROR: Final = "Last error:"
+# A gloo enforce that a terminal or a paste wrapped after its "[enforce fail at F:L]".
+_ENFORCE_HEAD: Final = re.compile(r"\[enforce fail at [^\]]*\]\s*$")
+
+
+def joins_next(text: str) -> bool:
+    """Whether a line's message continues on the next line: torch's bare "Last error:",
+    or a gloo enforce cut right after its place."""
+    stripped = text.rstrip()
+    return stripped.endswith(LAST_ERROR) or (
+        stripped.endswith("]") and _ENFORCE_HEAD.search(stripped[-300:]) is not None
+    )
 _DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
 CACHE_LIMIT: Final = 50_000  # verdicts kept (~8 MB); cleared when full
 LONG_LINE: Final = 1 << 20
@@ -105,7 +117,7 @@ def from_lines(
             yield cur.candidate(pending[0], joined, sigs or ())
             pending = None
             continue
-        if line.rstrip().endswith(LAST_ERROR):
+        if joins_next(line):
             pending = (lineno, line.rstrip())
             continue
         sigs = _sigs_for(pf, line)
@@ -178,7 +190,7 @@ def from_chunks(
             if not hit:
                 continue
             text = decode(raw, encoding).rstrip("\r")
-            if text.rstrip().endswith(LAST_ERROR):
+            if joins_next(text):
                 pending = (lineno, text.rstrip())
                 continue
             sigs = _sigs_for(pf, text)

@@ -209,6 +209,16 @@ class ProbeRun:
                 if self.on_stderr is not None:
                     self.on_stderr(scrub(line.decode("utf-8", "replace").rstrip("\n")))
 
+    def send(self, command: dict[str, Any]) -> bool:
+        """One command line to the probe (the bootstrap queues it in the probe's INBOX).
+        False when the node's side is gone."""
+        line = json.dumps(command, separators=(",", ":")).encode("utf-8") + b"\n"
+        try:
+            self.stdin.write(line)
+        except (OSError, ConnectionError, BrokenPipeError, RuntimeError):
+            return False
+        return True
+
     async def next_record(
         self, kind: str | None = None, timeout: float | None = None
     ) -> dict[str, Any] | None:

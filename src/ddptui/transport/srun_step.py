@@ -150,8 +150,12 @@ class NodeStdin:
     def __init__(self, step: SrunStep, host: str) -> None:
         self._step, self._host = step, host
 
-    def write(self, data: bytes) -> None:  # the payload was written once for all
-        return
+    def write(self, data: bytes) -> None:
+        # The payload was written once for all. What follows are commands for a long-lived
+        # probe (its INBOX lines, e.g. the fabric step's rounds): srun broadcasts stdin
+        # (--input=all), so every node of the step sees every line, and each line names
+        # the node it is for.
+        self._step.send(self._host, data)
 
     def write_eof(self) -> None:
         self._step.release(self._host)
@@ -197,6 +201,14 @@ class SrunStep:
         self._tasks: list[asyncio.Future[None]] = []  # reaper, terminator: kept referenced
         self._closed_stdin = False
         self.done = asyncio.Event()
+
+    def send(self, host: str, data: bytes) -> None:
+        """Command lines for `host`'s probe, through the step that runs it now."""
+        step = self.moved.get(host, self)
+        if step.proc is None or step.proc.stdin is None or step._closed_stdin:
+            return
+        with contextlib.suppress(OSError, RuntimeError):
+            step.proc.stdin.write(data)
 
     async def start(self, params: dict[str, dict[str, Any]]) -> None:
         self.params = params

@@ -25,7 +25,7 @@ from ddptui.ui.banner import Banner
 from ddptui.ui.checklist_table import ChecklistTable
 from ddptui.ui.header import HeaderBar
 from ddptui.ui.layout import STATUS_CHARS, STEP_CHARS, node_room
-from ddptui.ui.matrix import GROUP, Columns, group_cell, node_columns
+from ddptui.ui.matrix import GROUP, Columns, excluded, group_cell, head, node_columns
 from ddptui.ui.metrics_pane import METRICS_NODES, MetricsPane
 from ddptui.ui.render import STYLE, banner_text, detail_markdown
 
@@ -91,6 +91,7 @@ class ChecklistScreen(Screen[None]):
         self.host = host
         self.node_filter = ""
         self.columns = Columns((), (), 6)
+        self.marked: frozenset[str] = frozenset()  # nodes marked for `exclude`
         self.detail_source = ""
         self.header = HeaderBar(id="header")
         self.table = ChecklistTable(id="checklist", cursor_type="cell", zebra_stripes=False)
@@ -129,8 +130,9 @@ class ChecklistScreen(Screen[None]):
         # a rebuild (filter, failing nodes moving first) could show it at its label's 4.
         table.add_column("step", key="step", width=STEP_CHARS)
         table.add_column("status", key="status", width=STATUS_CHARS)
+        self.marked = excluded(snap.results)
         for name in self.columns.nodes:
-            table.add_column(name, key=name, width=self.columns.width)
+            table.add_column(head(name, self.marked), key=name, width=self.columns.width)
         if self.columns.rest:
             label = f"+{len(self.columns.rest)} more"
             table.add_column(label, key=GROUP, width=max(self.columns.width, len(label) + 2))
@@ -179,8 +181,8 @@ class ChecklistScreen(Screen[None]):
 
     def refresh_row(self, step_id: str) -> None:
         snap = self.host.snapshot()
-        if self._columns(snap).keys != self.columns.keys:
-            self.build_table()  # failing nodes move to the front
+        if self._columns(snap).keys != self.columns.keys or excluded(snap.results) != self.marked:
+            self.build_table()  # failing nodes move to the front; excluded ones get a mark
             return
         cells = self._row_cells(snap, step_id)
         for key, cell in zip(("status", *self.columns.keys), cells, strict=True):

@@ -19,6 +19,29 @@ from ddptui.stepmeta import ORDER
 from ddptui.ui.layout import MIN_CELL, cell_width, columns_that_fit
 
 GROUP = "+rest"  # the key of the collapsed column
+EXCLUDED_MARK = "⊘"  # a node's column head when it belongs out of the next job
+
+
+def excluded(results: Mapping[str, StepResult]) -> frozenset[str]:
+    """Nodes that findings marked `exclude: true` in the knowledge base name (a slow node,
+    the two ends of a slow link or of a hung pair): they belong in the report's `exclude`
+    list whatever else the run found."""
+    from ddptui.diagnosis.kb import KbError, kb_entry
+
+    out: set[str] = set()
+    for result in results.values():
+        for f in result.findings:
+            try:
+                if kb_entry(f.id).exclude:
+                    out.update(f.nodes)
+            except KbError:
+                continue
+    return frozenset(out)
+
+
+def head(name: str, marked: frozenset[str]) -> str:
+    """A node column's label: its name, marked when it belongs out of the next job."""
+    return f"{EXCLUDED_MARK} {name}" if name in marked else name
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ GPU_SIZES = tuple(1 << e for e in range(20, 31, 2))  # 1 MiB .. 1 GiB, x4
 GPU_ITERS = ((5, 20),) * len(GPU_SIZES)  # (warm-up, timed) per size
 CPU_SIZES = (256 << 10, 1 << 20, 4 << 20, 16 << 20)  # gloo over TCP: up to 16 MiB
 CPU_ITERS = ((5, 20), (5, 20), (3, 20), (3, 20))  # at most; the worker fits them in 1 s per size
+SWEEP_SHARE = 0.6  # of the deadline, from a worker's start: the sweep grows no size after it
 EARLY_STOP_GRACE_S = 4.0  # after a node's torchrun failed: time for the others' last words
 
 
@@ -77,7 +78,9 @@ class AllreduceStep(Step):
         missing = [t.name for t in ctx.targets if t.name in ctx.unreachable]
         if not missing:
             return None
-        return kb_finding(fid, missing, f"{what} needs every node; {', '.join(missing)} not reachable")
+        return kb_finding(
+            fid, missing, f"{what} needs every node; {', '.join(missing)} not reachable"
+        )
 
     async def backend(self, ctx: StepContext) -> tuple[str, dict[str, int]]:
         """("nccl" when every node has a GPU, else "gloo"), and each node's GPU count."""
@@ -121,6 +124,8 @@ class AllreduceStep(Step):
             "worker": helper_source("_ar_worker.py"),
             "sizes": list(GPU_SIZES if run.backend == "nccl" else CPU_SIZES),
             "iters": [list(p) for p in (GPU_ITERS if run.backend == "nccl" else CPU_ITERS)],
+            # A slow fabric is measured at the sizes that fit, never timed out as a hang.
+            "sweep_s": round(run.deadline_s * SWEEP_SHARE, 1),
         }
 
     async def _launch_and_follow(self, ctx: StepContext, run: ArRun) -> None:

@@ -1,0 +1,465 @@
+"""Rules over the facts ranks state in their logs: factrules.yaml loaded, validated and
+applied to the per-process facts of ddptui/logs/facts.py.  Core layer, stdlib and
+ruamel.yaml only.  The judgement of an interface is data (factrules.yaml `interfaces`);
+which finding outranks which is ranking.yaml's (`explains`)."""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ddptui.diagnosis.finding import Finding, Severity
+from ddptui.diagnosis.kb import kb_finding
+from ddptui.diagnosis.ranking import load_ranking
+from ddptui.diagnosis.signatures import Signature
+
+FACTRULES_FILE: Final = Path(__file__).with_name("factrules.yaml")
+UNRECOGNIZED: Final = "LOGS-UNRECOGNIZED"
+NEEDS: Final = frozenset({"explains", "several_hosts", "failure"})
+ASPECTS: Final = frozenset({"family", "kind", "network"})
+FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"})
+_PRIVATE: Final = tuple(
+    ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+)
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class FactRuleError(ValueError):
+    """factrules.yaml is malformed; the message names the rule and the problem."""
+
+
+@dataclass(frozen=True)
+class IfaceClass:
+    name: str
+    prefixes: tuple[str, ...]
+    networks: tuple[Net, ...]
+
+    def holds(self, iface: str, addr: str) -> bool:
+        if any(iface.startswith(p) for p in self.prefixes):
+            return True
+        ip = _ip(addr)
+        return ip is not None and any(ip.version == n.version and ip in n for n in self.networks)
+
+
+@dataclass(frozen=True)
+class FactRule:
+    id: str
+    when: str
+    param: str | None  # class, aspect or fact
+    needs: tuple[str, ...]
+    severity: Severity
+
+
+@dataclass(frozen=True)
+class FactRules:
+    classes: tuple[IfaceClass, ...]
+    rules: tuple[FactRule, ...]
+    hard: tuple[re.Pattern[str], ...]
+    soft: tuple[re.Pattern[str], ...]
+    not_clean: tuple[str, ...] = ()
+    benign: re.Pattern[str] | None = None  # soft lines healthy runs print
+    wrappers: frozenset[str] = frozenset()  # ids that only say a failure happened elsewhere
+
+    def iface_class(self, iface: str, addr: str) -> str | None:
+        """The first class (in file order) the interface belongs to."""
+        return next((c.name for c in self.classes if c.holds(iface, addr)), None)
+
+    def is_of(self, name: str, iface: str, addr: str) -> bool:
+        return any(c.name == name and c.holds(iface, addr) for c in self.classes)
+
+    def failure_signatures(self) -> tuple[Signature, ...]:
+        """The failure lines as signatures of the lowest specificity (any real signature
+        on the same line wins), so the prefilter derives their triggers like any other."""
+        out = []
+        for kind, pats in (("hard", self.hard), ("soft", self.soft)):
+            for i, rx in enumerate(pats):
+                out.append(
+                    Signature(
+                        f"{UNRECOGNIZED}#{kind}{i}", "unrecognized failure line", "env", "launch",
+                        "error" if kind == "hard" else "warning", rx, 0, True,
+                        "-", "-", "-", "field", self.benign if kind == "soft" else None,
+                    )
+                )
+        return tuple(out)
+
+
+def _ip(addr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(addr.split("%", 1)[0].strip("[]"))
+    except ValueError:
+        return None
+
+
+def _list(rid: str, entry: Mapping[str, Any], key: str) -> list[str]:
+    value = entry.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise FactRuleError(f"{rid}: {key} must be a list of strings")
+    return value
+
+
+def _compile(where: str, pattern: object) -> re.Pattern[str]:
+    if not isinstance(pattern, str) or not pattern:
+        raise FactRuleError(f"{where}: a pattern must be a non-empty string")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise FactRuleError(f"{where}: {pattern!r} does not compile: {exc}") from exc
+
+
+def _rule(entry: object, i: int, classes: set[str], known: set[str] | None) -> FactRule:
+    if not isinstance(entry, dict):
+        raise FactRuleError(f"rule {i + 1}: expected a mapping")
+    rid = f"rule {entry.get('id', i + 1)}"
+    when = entry.get("when")
+    if when not in PREDICATES:
+        raise FactRuleError(f"{rid}: when {when!r} is not one of {sorted(PREDICATES)}")
+    key = {"iface_class": "class", "iface_mixed": "aspect", "differs": "fact"}.get(str(when))
+    allowed = {"id", "when", "needs", "severity", *([key] if key else [])}
+    if set(entry) != allowed:
+        raise FactRuleError(f"{rid}: keys must be {sorted(allowed)}, got {sorted(entry)}")
+    param = entry.get(key) if key else None
+    valid = {"class": classes, "aspect": ASPECTS, "fact": FACTS}.get(key or "", set())
+    if key and param not in valid:
+        raise FactRuleError(f"{rid}: {key} {param!r} is not one of {sorted(valid)}")
+    needs = _list(rid, entry, "needs")
+    if not needs or set(needs) - NEEDS:
+        raise FactRuleError(f"{rid}: needs must list some of {sorted(NEEDS)}")
+    if entry["severity"] not in ("error", "warning", "info"):
+        raise FactRuleError(f"{rid}: severity {entry['severity']!r}")
+    if known is not None and entry["id"] not in known:
+        raise FactRuleError(f"{rid}: {entry['id']!r} has no entry in kb/*.yaml")
+    return FactRule(str(entry["id"]), str(when), param, tuple(needs), entry["severity"])
+
+
+def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRules:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        doc = YAML(typ="safe").load(text)
+    except YAMLError as exc:
+        raise FactRuleError(f"not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict) or set(doc) != {
+        "interfaces", "rules", "failure_lines", "not_clean", "wrappers"
+    }:
+        raise FactRuleError(
+            "expected top-level 'interfaces:', 'rules:', 'failure_lines:', 'not_clean:' and "
+            "'wrappers:'"
+        )
+    classes = []
+    for name, entry in (doc["interfaces"] or {}).items():
+        if not isinstance(entry, dict) or set(entry) != {"prefixes", "networks"}:
+            raise FactRuleError(f"interface class {name}: keys must be prefixes, networks")
+        try:
+            nets = tuple(ipaddress.ip_network(n) for n in _list(name, entry, "networks"))
+        except ValueError as exc:
+            raise FactRuleError(f"interface class {name}: {exc}") from exc
+        classes.append(IfaceClass(str(name), tuple(_list(name, entry, "prefixes")), nets))
+    known = set(known_ids) if known_ids is not None else None
+    names = {c.name for c in classes}
+    rules = tuple(_rule(e, i, names, known) for i, e in enumerate(doc["rules"] or []))
+    fl = doc["failure_lines"]
+    if not isinstance(fl, dict) or set(fl) - {"benign"} != {"hard", "soft"}:
+        raise FactRuleError("failure_lines: expected 'hard:', 'soft:' (and 'benign:') lists")
+    hard = tuple(_compile("failure_lines.hard", p) for p in fl["hard"] or [])
+    soft = tuple(_compile("failure_lines.soft", p) for p in fl["soft"] or [])
+    benign = [_compile("failure_lines.benign", p).pattern for p in fl.get("benign") or []]
+    not_clean = _list("not_clean", doc, "not_clean")
+    wrappers = _list("wrappers", doc, "wrappers")
+    for key, named in (("not_clean", not_clean), ("wrappers", wrappers)):
+        if known is not None and set(named) - known:
+            raise FactRuleError(f"{key}: {sorted(set(named) - known)} have no entry")
+    return FactRules(
+        tuple(classes), rules, hard, soft, tuple(not_clean),
+        re.compile("|".join(f"(?:{b})" for b in benign)) if benign else None,
+        frozenset(wrappers),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def load_factrules() -> FactRules:
+    from ddptui.diagnosis.kb import load_kb
+
+    try:
+        text = FACTRULES_FILE.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FactRuleError(f"cannot read {FACTRULES_FILE.name}: {exc}") from exc
+    try:
+        return parse_factrules(text, load_kb())
+    except FactRuleError as exc:
+        raise FactRuleError(f"{FACTRULES_FILE.name}: {exc}") from None
+
+
+def explained(fid: str, present: Iterable[str]) -> list[str]:
+    """The present finding ids that `fid` outranks by a ranking.yaml precedence rule."""
+    out = []
+    for rule in load_ranking().precedence:
+        if rule.is_cause(fid):
+            out += [p for p in present if rule.is_consequence(p) and p not in out]
+    return out
+
+
+# --------------------------------------------------------------------------- the facts
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process's facts as the rules see them (see logs/facts.py ProcFacts)."""
+
+    rank: int | None
+    host: str | None
+    world_size: int | None
+    nccl_version: str | None
+    network: str | None
+    interfaces: tuple[tuple[str, str, str], ...]  # (role, iface, addr)
+    evidence: Mapping[str, str]
+    ident: str  # host:pid, or the rank a launcher named
+    source: str = ""
+    collective: tuple[int, str] | None = None  # last (SequenceNumber, OpType) entered
+    node_rank: int | None = None  # torchrun's node (group) rank its agent waits as
+    net_plugin: str | None = None  # the NCCL net plugin loaded ("internal": none)
+
+
+@dataclass(frozen=True)
+class Context:
+    procs: tuple[Proc, ...]
+    present: Mapping[str, str]  # finding id -> severity of the line findings
+    labelled: bool  # srun --label or several files: the log holds a whole job's output
+    collective: Mapping[int, str]  # rank -> the collective its watchdog timed out in
+    watchdog_lines: Mapping[int, str]  # rank -> that line ("where: text")
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({p.host for p in self.procs if p.host})
+
+
+Hit = tuple[list[int], list[str], str, dict[str, str]]  # ranks, evidence, summary, placeholders
+
+
+def _who(p: Proc) -> str:
+    return f"rank {p.rank}" + (f" ({p.host})" if p.host else "") if p.rank is not None else p.ident
+
+
+def _iface_class(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    ranks, ev, seen = [], [], []
+    for p in ctx.procs:
+        for role, iface, addr in p.interfaces:
+            if rules.iface_class(iface, addr) == rule.param:
+                if p.rank is not None:
+                    ranks.append(p.rank)
+                seen.append(f"{iface}:{addr}")
+                key = {"bootstrap": "bootstrap", "NET/IB OOB": "ib"}.get(role, "socket")
+                ev.append(p.evidence.get(key, f"{_who(p)}: {role} {iface}:{addr}"))
+                break
+    if not seen:
+        return None
+    chosen = ", ".join(dict.fromkeys(seen))
+    return ranks, ev, f"NCCL chose {chosen} ({rule.param})", {"iface": chosen}
+
+
+def _aspect(rules: FactRules, aspect: str, iface: str, addr: str) -> str | None:
+    ip = _ip(addr)
+    if aspect == "family":
+        return None if ip is None else f"IPv{ip.version}"
+    if aspect == "kind":
+        return "IPoIB" if rules.is_of("ipoib", iface, addr) else "Ethernet"
+    if ip is None or ip.version != 4 or ip.is_loopback or ip.is_link_local:
+        return None
+    return next((str(n) for n in _PRIVATE if ip in n), "public")
+
+
+def _iface_mixed(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    by_host: dict[str, tuple[str, str, Proc]] = {}
+    for p in ctx.procs:
+        boot = [(i, a) for role, i, a in p.interfaces if role == "bootstrap"]
+        if p.host and boot:
+            by_host.setdefault(p.host, (*boot[0], p))
+    values: dict[str, list[str]] = {}
+    for host, (iface, addr, _) in by_host.items():
+        v = _aspect(rules, str(rule.param), iface, addr)
+        if v is not None and not rules.is_of("loopback", iface, addr):
+            values.setdefault(v, []).append(f"{host} {iface}:{addr}")
+    if len(values) < 2:
+        return None
+    said = "; ".join(f"{v} on {', '.join(hs)}" for v, hs in values.items())
+    ev = [p.evidence.get("bootstrap", "") for _, _, p in by_host.values()]
+    ranks = [p.rank for _, _, p in by_host.values() if p.rank is not None]
+    return ranks, [e for e in ev if e], f"Hosts bootstrap on different {rule.param}s: {said}", {"which": said}
+
+
+def _differs(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    attr = str(rule.param)
+    groups: dict[str, list[Proc]] = {}
+    for p in ctx.procs:
+        v = getattr(p, attr)
+        if v is not None:
+            groups.setdefault(str(v), []).append(p)
+    if len(groups) < 2:
+        return None
+    said = "; ".join(
+        f"{v} on {', '.join(dict.fromkeys(_who(p) for p in ps[:4]))}" for v, ps in groups.items()
+    )
+    key = {
+        "nccl_version": "version", "world_size": "world", "network": "network",
+        "net_plugin": "net_plugin",
+    }[attr]
+    ev = [ps[0].evidence[key] for ps in groups.values() if key in ps[0].evidence]
+    ranks = [p.rank for ps in groups.values() for p in ps if p.rank is not None]
+    return ranks, ev, f"{attr.replace('_', ' ')} differs: {said}", {"which": said}
+
+
+def _worlds(ctx: Context) -> dict[int, list[Proc]]:
+    out: dict[int, list[Proc]] = {}
+    for p in ctx.procs:
+        if p.world_size and p.rank is not None and p.world_size <= 4096:
+            out.setdefault(p.world_size, []).append(p)
+    return out
+
+
+def _duplicate_node_rank(ctx: Context) -> Hit | None:
+    """Two launcher agents (different files or hosts) waiting as one node rank."""
+    claims: dict[int, list[Proc]] = {}
+    for p in ctx.procs:
+        if p.node_rank is not None:
+            claims.setdefault(p.node_rank, []).append(p)
+    for r, c in sorted(claims.items()):
+        where = {p.host or p.source for p in c}
+        if len(where) > 1:
+            ev = [x.evidence.get("node_rank", x.ident) for x in c[:4]]
+            said = f"node rank {r} is claimed by {', '.join(sorted(where)[:4])}"
+            nodes = len({p.host or p.source for p in ctx.procs})
+            missing = sorted(set(range(nodes)) - set(claims))
+            fill = {"dup": f"{r} (a node rank)", "world": f"{nodes} nodes", "missing": _span(missing) or "?"}
+            return [], ev, said, fill
+    return None
+
+
+def _duplicate_rank(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    node = _duplicate_node_rank(ctx)
+    if node is not None:
+        return node
+    for world, ps in _worlds(ctx).items():
+        claims: dict[int, list[Proc]] = {}
+        for p in ps:
+            claims.setdefault(int(p.rank or 0), []).append(p)
+        dups = {r: c for r, c in claims.items() if len({x.ident for x in c}) > 1}
+        missing = sorted(set(range(world)) - set(claims))
+        if dups and missing:
+            r, c = next(iter(dups.items()))
+            ev = [x.evidence.get("init") or x.evidence.get("world") or x.ident for x in c]
+            said = f"rank {r} of {world} is claimed by {', '.join(x.ident for x in c[:4])}"
+            return [r], ev, said, {"dup": str(r), "world": str(world), "missing": _span(missing)}
+    return None
+
+
+def _span(ranks: Sequence[int]) -> str:
+    shown = ", ".join(map(str, ranks[:12]))
+    return shown + (f" … ({len(ranks)} in all)" if len(ranks) > 12 else "")
+
+
+def _missing_ranks(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    if not (ctx.labelled or len(ctx.hosts) >= 2):
+        return None
+    worlds = _worlds(ctx)
+    if len(worlds) != 1:
+        return None
+    world, ps = next(iter(worlds.items()))
+    seen = {int(p.rank or 0) for p in ps}
+    missing = sorted(set(range(world)) - seen)
+    if not missing or len(seen) < 2:
+        return None
+    ev = [p.evidence.get("init") or p.evidence.get("world", "") for p in ps[:3]]
+    said = f"{len(seen)} of {world} ranks appear; never seen: {_span(missing)}"
+    return missing, [e for e in ev if e], said, {"missing": _span(missing), "world": str(world)}
+
+
+def _fingerprints(ctx: Context) -> Hit | None:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL: the ranks that entered the last collective any rank
+    entered, and the known ranks that never did."""
+    entered = {p.rank: p for p in ctx.procs if p.rank is not None and p.collective is not None}
+    if not entered:
+        return None
+    last = max(p.collective for p in entered.values() if p.collective is not None)
+    waiting = sorted(r for r, p in entered.items() if p.collective == last)
+    known = {p.rank for p in ctx.procs if p.rank is not None}
+    worlds = {p.world_size for p in ctx.procs if p.world_size}
+    if len(worlds) == 1:  # the launcher or NCCL stated the world: every rank of it
+        known |= set(range(min(worlds.pop(), 4096)))
+    absent = sorted(known - set(waiting))
+    if not absent:
+        return None
+    op = f"{last[1]} (SequenceNumber {last[0]})"
+    ev = [entered[r].evidence.get("collective", "") for r in waiting[:3]]
+    said = f"ranks {_span(waiting)} entered {op}; ranks {_span(absent)} never did"
+    return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(waiting)}
+
+
+def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    if not ctx.collective:
+        return _fingerprints(ctx)
+    known = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.collective)
+    ops: dict[str, list[int]] = {}
+    for r, op in ctx.collective.items():
+        ops.setdefault(op, []).append(r)
+    op, waiting = max(ops.items(), key=lambda kv: len(kv[1]))
+    absent = sorted(known - set(waiting))
+    if not absent:
+        return None
+    ev = [ctx.watchdog_lines[r] for r in sorted(waiting)[:3]]
+    said = f"ranks {_span(sorted(waiting))} wait in {op}; ranks {_span(absent)} never report it"
+    return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(sorted(waiting))}
+
+
+PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]]] = {
+    "iface_class": _iface_class,
+    "iface_mixed": _iface_mixed,
+    "differs": _differs,
+    "duplicate_rank": _duplicate_rank,
+    "missing_ranks": _missing_ranks,
+    "not_in_collective": _not_in_collective,
+}
+
+
+def fact_findings(ctx: Context, rules: FactRules | None = None) -> list[Finding]:
+    """The findings the facts support, each only where its `needs` hold; a finding that
+    explains a present error is an error itself."""
+    rules = rules or load_factrules()
+    failure = any(sev == "error" for sev in ctx.present.values())
+    out = []
+    for rule in rules.rules:
+        hit = PREDICATES[rule.when](rules, rule, ctx)
+        if hit is None:
+            continue
+        ranks, evidence, summary, fill = hit
+        explains = explained(rule.id, ctx.present)
+        have = {
+            "explains": bool(explains),
+            "several_hosts": len(ctx.hosts) >= 2,
+            "failure": failure,
+        }
+        if not any(have[n] for n in rule.needs):
+            continue
+        severity: Severity = rule.severity
+        if any(ctx.present[e] == "error" for e in explains):
+            severity = "error"
+            summary += f" (explains {', '.join(explains[:3])})"
+        nodes = tuple(sorted({p.host for p in ctx.procs if p.rank in ranks and p.host}))
+        if not nodes:  # ranks not stated: the hosts the finding names
+            nodes = tuple(h for h in ctx.hosts if h in summary)
+        out.append(
+            kb_finding(
+                rule.id,
+                nodes,
+                summary,
+                tuple(e[:400] for e in evidence[:5]),
+                severity=severity,
+                rank=ranks[0] if len(ranks) == 1 else None,
+                facts=fill,
+            )
+        )
+    return out

@@ -1,0 +1,266 @@
+"""Facts every rank states about itself in its log: one typed record per process (NCCL's
+host:pid, or the rank a launcher prefix names), resolved to global ranks at the end.
+Core layer, stdlib only.
+
+What is read (the format strings are NCCL's, torch's and the launchers' own; see
+tests/fixtures/source_sites/ for where each is printed):
+  NCCL   "NCCL version 2.21.5+cuda12.4", "Bootstrap : Using [0]eth0:10.0.0.1<0>",
+         "NET/Socket : Using [0]eth0:...", "NET/IB : Using [0]mlx5_0:1/RoCE ...; OOB ...",
+         "Using network IB", "comm 0x.. rank 3 nranks 8 ... commId 0x.. - Init START",
+         "NCCL_IB_GID_INDEX set by environment to 3", "... via NET/IB/0" / "via P2P/IPC"
+  torch  "ProcessGroupNCCL initialization options: size: 8, global rank: 3",
+         "ProcessGroupNCCL environments: NCCL version: 2.21.5", rendezvous results
+         ("master_addr=", "master_port=", "global_world_sizes=[...]")
+  Lightning "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8"; DeepSpeed "dist_world_size=16"
+Only lines the prefilter lets through reach here (their triggers are in
+prefilter.CONTEXT_TRIGGERS), and each pattern is tried only behind a plain substring test.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from ddptui.diagnosis.ncclfacts import IB_DEV, INIT, NETWORK, SOCKET_DEV, VERSION
+
+BOOTSTRAP: Final = re.compile(
+    r"Bootstrap ?: Using (?:\[\d+\])?(?P<if>[^:\s]+):(?P<ip>[^<\s]+)<(?P<port>\d+)>"
+)
+SOCKET_USING: Final = re.compile(r"NET/Socket ?: Using(?P<devs>(?: \[\d+\][^:\s]+:[^<\s]+<\d+>)+)")
+IB_USING: Final = re.compile(
+    r"NET/IB ?: Using(?P<devs>(?: \[\d+\][\w.-]+:\d+/[\w/]+)*)"
+    r"(?: ?\[RO\])? ?(?:; OOB (?P<oobif>[^:\s]+):(?P<oobip>[^<\s]+)<\d+>)?"
+)
+# NCCL <= 2.4 listed each socket interface on its own line.
+OLD_NET: Final = re.compile(r"\bNET : Using interface (?P<if>[^:\s]+):(?P<ip>[^<\s]+)<\d+>")
+# Which network plugin NCCL loaded (2.19+ wording, then older): a path, or none.
+PLUGIN_PATH: Final = re.compile(
+    r"\bPlugin Path : (?P<path>\S+)|NET/Plugin ?: Loaded net plugin (?P<name>.+?)\s*(?:\(|$)"
+)
+PLUGIN_NONE: Final = re.compile(r"NET/Plugin ?: (?:Could not find: libnccl-net|No plugin found)")
+SET_BY_ENV: Final = re.compile(r"\b(?P<var>NCCL_\w+) set by environment to (?P<val>\S*)")
+VIA: Final = re.compile(r"Channel \d+/\d+ : .* via (?P<t>NET/\w+|P2P|SHM|CollNet)")
+# torch's default process group (PG ID 0) states the world; subgroups state their own size.
+TORCH_OPTIONS: Final = re.compile(
+    r"\[PG ID 0 [^\]]*\] ProcessGroupNCCL initialization options: size: (?P<size>\d+), "
+    r"global rank: (?P<rank>\d+)"
+)
+TORCH_NCCL_VERSION: Final = re.compile(
+    r"Rank (?P<rank>\d+)\] ProcessGroupNCCL environments: NCCL version: (?P<ver>[\d.]+)"
+)
+LIGHTNING: Final = re.compile(r"GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<member>\d+)/(?P<world>\d+)")
+# torch with TORCH_DISTRIBUTED_DEBUG=DETAIL, before every collective of a rank.
+FINGERPRINT: Final = re.compile(
+    r"\[Rank (?P<rank>\d+)\] Running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), "
+    r"OpType=(?P<op>\w+)"
+)
+# torchrun's agent waits in the store for the ranks assigned to its own node rank.
+# The agent of node rank 0 collects every node's role_info and assigns the ranks.
+ASSIGNED: Final = re.compile(r"/torchelastic/(?:assigned_ranks/(?P<node>\d+)\b|role_info/)")
+KV: Final = re.compile(
+    r"\b(?P<k>master_addr|master_port|group_world_size|dist_world_size|global_world_sizes|"
+    r"MASTER_ADDR|MASTER_PORT|WORLD_SIZE|backend)\s*[=:]\s*'?(?P<v>\[[\d, ]*\]|[^\s,'\]]+)"
+)
+
+
+@dataclass
+class ProcFacts:
+    """What one process said about itself.  `evidence` holds the line behind each fact
+    ("version", "bootstrap", "socket", "ib", "init", "world", "rank") as "where: text"."""
+
+    source: str
+    host: str | None = None
+    pid: int | None = None
+    rank: int | None = None  # global rank, when any line said it
+    world_size: int | None = None
+    nccl_version: str | None = None
+    cuda_version: str | None = None
+    bootstrap_if: str | None = None
+    bootstrap_ip: str | None = None
+    network: str | None = None  # "Socket", "IB", a plugin's name
+    net_plugin: str | None = None  # the external net plugin NCCL loaded, "internal" for none
+    socket_devs: list[tuple[str, str]] = field(default_factory=list)
+    ib_devs: list[str] = field(default_factory=list)  # "mlx5_0:1/RoCE"
+    oob_if: str | None = None
+    oob_ip: str | None = None
+    comm_ranks: dict[str, int] = field(default_factory=dict)  # commId (or "?") -> rank
+    transports: set[str] = field(default_factory=set)  # NET/IB, NET/Socket, P2P, SHM
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    launcher: dict[str, str] = field(default_factory=dict)  # master_addr, master_port, ...
+    init_complete: bool = False
+    collective: tuple[int, str] | None = None  # the last (SequenceNumber, OpType) it entered
+    node_rank: int | None = None  # torchrun's group rank (node rank) its agent waits as
+    evidence: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def interfaces(self) -> list[tuple[str, str, str]]:
+        """(role, interface, address) NCCL chose: bootstrap, then NET/Socket devices."""
+        out = []
+        if self.bootstrap_if is not None and self.bootstrap_ip is not None:
+            out.append(("bootstrap", self.bootstrap_if, self.bootstrap_ip))
+        out += [("NET/Socket", name, addr) for name, addr in self.socket_devs]
+        if self.oob_if is not None and self.oob_ip is not None:
+            out.append(("NET/IB OOB", self.oob_if, self.oob_ip))
+        return out
+
+
+ProcKey = tuple[str, str | None, int | None, int | None]  # source, host, pid, rank
+
+
+class FactCollector:
+    """Feeds on candidate lines; `processes(pid_rank)` resolves them to ranks."""
+
+    def __init__(self) -> None:
+        self.procs: dict[ProcKey, ProcFacts] = {}
+        self.claims: dict[tuple[str, int], int] = {}  # (source, rank) -> launcher lines
+
+    def _proc(self, source: str, host: str | None, pid: int | None, rank: int | None) -> ProcFacts:
+        key = (source, host, pid, None if pid is not None else rank)
+        p = self.procs.get(key)
+        if p is None:
+            if len(self.procs) >= 4096:  # bounded: a huge interleaved log keeps the first
+                return ProcFacts(source)
+            p = self.procs[key] = ProcFacts(source, host, pid, rank)
+        return p
+
+    def feed(
+        self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None
+    ) -> None:
+        if "NCCL" in text and pid is not None:
+            self._nccl(self._proc(source, host, pid, rank), where, text)
+        if "GLOBAL_RANK: " in text and (m := LIGHTNING.search(text)) is not None:
+            # Printed once per process: a second line for one rank is a second process.
+            n = self.claims[(source, int(m["rank"]))] = self.claims.get((source, int(m["rank"])), 0) + 1
+            p = self._proc(source, f"{host or ''}#{n}" if n > 1 else host, None, int(m["rank"]))
+            p.rank, p.world_size = int(m["rank"]), int(m["world"])
+            p.evidence.setdefault("world", f"{where}: {text.strip()}")
+            p.evidence.setdefault("rank", f"{where}: {text.strip()}")
+            return
+        if "Running collective" in text and (m := FINGERPRINT.search(text)) is not None:
+            r = int(m["rank"])
+            p = self._proc(source, host, pid, r)
+            p.rank = r
+            seq = int(m["seq"])
+            if p.collective is None or seq >= p.collective[0]:
+                p.collective = (seq, m["op"])
+                p.evidence["collective"] = f"{where}: {text.strip()[:300]}"
+            return
+        if "/torchelastic/" in text and (m := ASSIGNED.search(text)) is not None:
+            p = self._proc(source, host, pid, rank)
+            if p.node_rank is None:
+                p.node_rank = int(m["node"]) if m["node"] is not None else 0
+                p.evidence["node_rank"] = f"{where}: {text.strip()[:300]}"
+            return
+        if "initialization options" in text and (m := TORCH_OPTIONS.search(text)) is not None:
+            r = int(m["rank"])
+            p = self._proc(source, host, pid, r)
+            p.rank, p.world_size = r, int(m["size"])
+            p.evidence.setdefault("world", f"{where}: {text.strip()}")
+            return
+        if "environments: NCCL version" in text and (m := TORCH_NCCL_VERSION.search(text)):
+            p = self._proc(source, host, pid, int(m["rank"]))
+            p.rank = int(m["rank"])
+            if p.nccl_version is None:
+                p.nccl_version = m["ver"]
+                p.evidence["version"] = f"{where}: {text.strip()}"
+            return
+        if ("=" in text or ":" in text) and (kvs := KV.findall(text)):
+            p = self._proc(source, host, pid, rank)
+            for k, v in kvs:
+                p.launcher.setdefault(k.lower(), v)
+                # The world in ranks (group_world_size counts nodes, not ranks).
+                world = v.strip("[]").split(",")[0].strip()
+                if k in ("WORLD_SIZE", "dist_world_size", "global_world_sizes") and world.isdigit():
+                    p.world_size = p.world_size or int(world)
+                    p.evidence.setdefault("world", f"{where}: {text.strip()}")
+
+    @staticmethod
+    def _plugin(p: ProcFacts, said: str, text: str) -> None:
+        if (m := PLUGIN_PATH.search(text)) is not None:
+            p.net_plugin = (m["path"] or m["name"] or "").strip()
+            p.evidence["net_plugin"] = said
+        elif p.net_plugin is None and PLUGIN_NONE.search(text):
+            p.net_plugin = "internal"
+            p.evidence["net_plugin"] = said
+
+    def _nccl(self, p: ProcFacts, where: str, text: str) -> None:
+        said = f"{where}: {text.strip()}"
+        if "NCCL version " in text and p.nccl_version is None and (m := VERSION.search(text)):
+            p.nccl_version, p.cuda_version = m["ver"], m["cuda"]
+            p.evidence["version"] = said
+        elif "Bootstrap" in text and p.bootstrap_if is None and (m := BOOTSTRAP.search(text)):
+            p.bootstrap_if, p.bootstrap_ip = m["if"], m["ip"]
+            p.evidence["bootstrap"] = said
+        elif "Plugin" in text:
+            self._plugin(p, said, text)
+        elif "Using interface" in text and (m := OLD_NET.search(text)):
+            if (m["if"], m["ip"]) not in p.socket_devs:
+                p.socket_devs.append((m["if"], m["ip"]))
+            p.evidence.setdefault("socket", said)
+        elif "NET/Socket" in text and (m := SOCKET_USING.search(text)):
+            p.socket_devs = [(d["name"], d["addr"]) for d in SOCKET_DEV.finditer(m["devs"])]
+            p.evidence.setdefault("socket", said)
+        elif "NET/IB" in text and (m := IB_USING.search(text)):
+            p.ib_devs = [d["dev"] for d in IB_DEV.finditer(m["devs"] or "")]
+            p.oob_if, p.oob_ip = m["oobif"], m["oobip"]
+            p.evidence.setdefault("ib", said)
+        elif "Using network" in text and (m := NETWORK.search(text)):
+            p.network = m["net"]
+            p.evidence.setdefault("network", said)
+        elif " nranks " in text and (m := INIT.search(text)):
+            _init(p, m, said)
+        elif "set by environment" in text and (m := SET_BY_ENV.search(text)):
+            p.nccl_env.setdefault(m["var"], m["val"])
+        elif " via " in text and (m := VIA.search(text)):
+            p.transports.add(m["t"])
+
+    def processes(self, pid_rank: dict[tuple[str, int], int]) -> list[ProcFacts]:
+        """Every process, its rank filled from what the whole log told about its pid; what
+        a rank said without a pid (torch's glog lines, a launcher's prefix) joins the one
+        NCCL process of that rank in that source."""
+        for p in self.procs.values():
+            if p.rank is None and p.pid is not None:
+                p.rank = pid_rank.get((p.source, p.pid))
+        with_pid: dict[tuple[str, int], list[ProcFacts]] = {}
+        for p in self.procs.values():
+            if p.pid is not None and p.rank is not None:
+                with_pid.setdefault((p.source, p.rank), []).append(p)
+        out = []
+        for p in self.procs.values():
+            owners = with_pid.get((p.source, p.rank), []) if p.rank is not None else []
+            if p.pid is None and len(owners) == 1 and (p.host is None or "#" not in p.host):
+                _join(owners[0], p)
+                continue
+            out.append(p)
+        return out
+
+
+def _init(p: ProcFacts, m: re.Match[str], said: str) -> None:
+    """A process may join several communicators (subgroups): its world is the largest,
+    its global rank the one it has there."""
+    nranks = int(m["nranks"])
+    if p.world_size is None or nranks > p.world_size:
+        p.world_size, p.rank = nranks, int(m["rank"])
+    elif nranks == p.world_size and p.rank is None:
+        p.rank = int(m["rank"])
+    p.comm_ranks[m["commId"] or m["comm"]] = int(m["rank"])
+    p.evidence.setdefault("init", said)
+    p.init_complete = p.init_complete or m["what"] == "COMPLETE"
+
+
+def _join(into: ProcFacts, p: ProcFacts) -> None:
+    """Facts of `p` that `into` lacks."""
+    for name in ("world_size", "nccl_version", "cuda_version", "bootstrap_if", "bootstrap_ip",
+                 "network", "oob_if", "oob_ip", "collective", "node_rank", "net_plugin"):
+        if getattr(into, name) is None:
+            setattr(into, name, getattr(p, name))
+    into.socket_devs = into.socket_devs or p.socket_devs
+    into.ib_devs = into.ib_devs or p.ib_devs
+    into.transports |= p.transports
+    for k, v in p.nccl_env.items():
+        into.nccl_env.setdefault(k, v)
+    for k, v in p.launcher.items():
+        into.launcher.setdefault(k, v)
+    for k, v in p.evidence.items():
+        into.evidence.setdefault(k, v)

@@ -1,0 +1,176 @@
+"""The end of a diagnosis: honest unknowns and the rules over facts.  Core layer.
+
+A failure line no signature knows (factrules.yaml `failure_lines`) is kept per rank (its
+first one); when nothing known explains the failure, LOGS-UNRECOGNIZED quotes them and
+names the rank that failed first.  The facts every rank stated (logs/facts.py) go through
+factrules.yaml; a fact finding that explains the leading finding (ranking.yaml) leads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Final
+
+from ddptui.diagnosis.factrules import (
+    UNRECOGNIZED,
+    Context,
+    Proc,
+    explained,
+    fact_findings,
+    load_factrules,
+)
+from ddptui.diagnosis.finding import Finding
+from ddptui.diagnosis.kb import kb_finding
+
+if TYPE_CHECKING:
+    from ddptui.logs.diagnose import Diagnoser
+
+MAX_KEYS: Final = 1024
+SHOWN: Final = 8
+
+
+@dataclass(frozen=True)
+class FirstError:
+    key: str  # "rank 3", "local rank 1 (a.log)", or the source
+    order: int
+    t: float | None
+    where: str
+    text: str
+
+
+class Unknowns:
+    """The first unrecognized failure line of each rank, hard and soft apart."""
+
+    def __init__(self) -> None:
+        self.hard: dict[str, FirstError] = {}
+        self.soft: dict[str, FirstError] = {}
+        self.count = 0
+
+    def add(self, key: str, order: int, t: float | None, where: str, text: str, hard: bool) -> None:
+        self.count += 1
+        kept = self.hard if hard else self.soft
+        if key not in kept and len(kept) < MAX_KEYS:
+            kept[key] = FirstError(key, order, t, where, text.strip()[:300])
+
+    def firsts(self, hard: bool) -> list[FirstError]:
+        return sorted((self.hard if hard else self.soft).values(), key=lambda e: e.order)
+
+
+def _clock(t: float | None) -> str:
+    if t is None:
+        return "time not stated"
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
+    first = errors[0]
+    shown = "; ".join(f"{e.key}: {e.text[:160]!r} ({e.where})" for e in errors[:SHOWN])
+    if len(errors) > SHOWN:
+        shown += f"; and {len(errors) - SHOWN} more"
+    sources = tuple(dict.fromkeys(e.where.rsplit(":", 1)[0] for e in errors))
+    return kb_finding(
+        UNRECOGNIZED,
+        sources,
+        f"{'Unrecognized failure' if hard else 'Unrecognized warnings'}: {first.where}, "
+        f"{first.key} first, at {_clock(first.t)}",
+        tuple(f"{e.where}: {e.text}" for e in errors[:SHOWN]),
+        severity="error" if hard else "warning",
+        count=count,
+        first_lines=shown,
+        first=f"{first.key} at {_clock(first.t)} ({first.where})",
+    )
+
+
+def _past_wrappers(
+    d: Diagnoser, first: Finding | None, findings: list[Finding], hard: list[FirstError]
+) -> tuple[Finding | None, list[FirstError]]:
+    """A wrapper only says a failure happened: a line that says more leads; with none, the
+    failure is an honest unknown quoting each rank's first error line (wrappers included)."""
+    wrappers = load_factrules().wrappers
+    if first is None or first.id not in wrappers:
+        return first, hard
+    better = next((f for f in findings if f.severity == "error" and f.id not in wrappers), None)
+    if better is not None:
+        return better, hard
+    return None, hard or _wrapper_lines(d, wrappers)
+
+
+def _wrapper_lines(d: Diagnoser, wrappers: frozenset[str]) -> list[FirstError]:
+    """The first wrapper line of each rank, as failure lines of their own."""
+    out: dict[str, FirstError] = {}
+    for sid, hits in d.per_id.items():
+        if sid not in wrappers:
+            continue
+        for h in hits:
+            key = f"rank {h.rank}" if h.rank is not None else h.source
+            if key not in out or h.order < out[key].order:
+                out[key] = FirstError(key, h.order, h.t, h.where, h.text.strip()[:300])
+    return sorted(out.values(), key=lambda e: e.order)
+
+
+def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ...]:
+    out = []
+    for p in d.facts.processes(pid_rank):
+        ident = f"{p.host or p.source}:{p.pid}" if p.pid is not None else f"rank {p.rank}"
+        out.append(
+            Proc(
+                p.rank, p.host, p.world_size, p.nccl_version, p.network, tuple(p.interfaces),
+                dict(p.evidence), ident, p.source, p.collective, p.node_rank, p.net_plugin,
+            )
+        )
+    return tuple(out)
+
+
+def conclude(
+    d: Diagnoser,
+    first: Finding | None,
+    findings: list[Finding],
+    root_order: int | None,
+    root_secondary: bool,
+    pid_rank: dict[tuple[str, int], int],
+) -> tuple[Finding | None, list[Finding]]:
+    """(the leading finding, every finding most important first) with the unknowns and
+    the facts' findings added."""
+    hard, soft = d.unknown.firsts(True), d.unknown.firsts(False)
+    unknown = None
+    first, hard = _past_wrappers(d, first, findings, hard)
+    if hard and (
+        first is None
+        or first.severity != "error"
+        or (root_secondary and root_order is not None and hard[0].order < root_order)
+    ):
+        unknown = unrecognized(hard, d.unknown.count, True)
+    elif soft and not hard and first is None:
+        unknown = unrecognized(soft, d.unknown.count, False)
+    lead = unknown or first
+    present = {f.id: f.severity for f in findings}
+    if unknown is not None:
+        present[unknown.id] = unknown.severity
+    ctx = Context(
+        _procs(d, pid_rank),
+        present,
+        labelled=len(d.sources) > 1 or len(d.prefix_ranks) > 1,
+        collective=d.collective,
+        watchdog_lines=d.watchdog_lines,
+    )
+    facts = [f for f in fact_findings(ctx) if f.id not in present]
+    for f in facts:
+        if lead is not None and f.severity != "info" and explained(f.id, [lead.id]):
+            lead = f
+            break
+    else:
+        if lead is None:
+            lead = next((f for f in facts if f.severity == "error"), None)
+    if lead is None:  # an info line that must not be called clean leads as a warning
+        keep = load_factrules().not_clean
+        quiet = next((f for f in findings if f.id in keep), None)
+        if quiet is not None:
+            lead = dataclasses.replace(quiet, severity="warning")
+            findings = [lead if f is quiet else f for f in findings]
+    extra = [x for x in (unknown, *facts) if x is not None]
+    rest = [f for f in [*extra, *findings] if f is not lead]
+    if lead is None:
+        return None, rest
+    return lead, [lead, *rest]
