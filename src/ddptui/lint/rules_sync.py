@@ -59,7 +59,8 @@ class SyncFlow(Flow):
         outside the project shows nothing: precision first)."""
         s = self.s
         if any(
-            last(s.call_name(c)) == "register_buffer" or bool(_BN.match(last(s.call_name(c))))
+            (last(s.call_name(c)) == "register_buffer" or bool(_BN.match(last(s.call_name(c)))))
+            and not _conditional(s, c)
             for c in s.calls
         ):
             return True
@@ -78,6 +79,17 @@ class SyncFlow(Flow):
         ):
             return None
         return found
+
+
+def _conditional(s: Script, node: ast.AST) -> bool:
+    """Under an `if` of its function (`if not self.flash: self.register_buffer(...)`):
+    whether it runs depends on what the code cannot see."""
+    for a in s.ancestors(node):
+        if isinstance(a, ast.If | ast.IfExp):
+            return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+    return False
 
 
 def _branch_other(guard: ast.If, node: ast.AST, s: Script) -> list[ast.stmt]:
