@@ -331,9 +331,14 @@ def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
         return
     # the code that runs first; then any class of an imported project module (a model
     # built through a registry or getattr() is not followed by name)
+    known = any(
+        isinstance(o, ast.Call) and s.class_named(o.func) is not None
+        for c in f.ddp_calls
+        for o in (s.origins(c.args[0]) if c.args else [])
+    )
     classes = [
         n
-        for m in s.modules[1:]
+        for m in ([] if known else s.modules[1:])  # the wrapped model's class is known
         for n in m.nodes
         if isinstance(n, ast.Call) and any(isinstance(a, ast.ClassDef) for a in s.ancestors(n))
     ]
