@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from ddptui.lint.script import FuncNode, Script, const, last
+from ddptui.lint.script import FuncNode, Pick, Script, const, last
 
 COLLECTIVES: Final = frozenset(
     {
@@ -224,7 +224,15 @@ class Flow:
             return None
         self._busy.add(func)
         try:
-            return self.stmts_sync(func.body)
+            # a collective the function itself keeps under a rank test (the "local rank 0
+            # first" helper: `if local_rank not in (-1, 0): barrier()`) depends on the
+            # arguments: not counted for its callers (precision first)
+            for call in calls_in(func.body):
+                if self.local_guard(call) is None:
+                    found = self.call_sync(call)
+                    if found:
+                        return found
+            return None
         finally:
             self._busy.discard(func)
 
@@ -319,7 +327,8 @@ class Flow:
                 return True
             if isinstance(n, ast.Name) and depth < 2:
                 for v in self.s.assigned(self.s.scope_of(n), n.id):
-                    if self.is_rank_expr(v, depth + 1):
+                    # `a, b = f(x)`: one of f's results, not everything f was given
+                    if not isinstance(v, Pick) and self.is_rank_expr(v, depth + 1):
                         return True
         return False
 

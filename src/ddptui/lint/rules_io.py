@@ -199,6 +199,10 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
                 saved, loaded = const(_path(pending, 1, "f")), const(_path(call, 0, "f"))
                 if isinstance(saved, str) and isinstance(loaded, str) and saved != loaded:
                     continue
+                if s.path_of(pending) != s.path_of(call) and not (
+                    isinstance(saved, str) and saved == loaded
+                ):
+                    continue  # helpers of two files: no sign that they meet on one file
                 if call.lineno not in reported:
                     reported.add(call.lineno)
                     yield Hit.at(

@@ -249,6 +249,9 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
             if not isinstance(node, ast.If) or _loop_of(s, node) is not loop:
                 continue
             for exit_ in _exits_in(node.body):
+                inner = next(a for a in s.ancestors(exit_) if isinstance(a, ast.If))
+                if inner is not node and not _varies(s, f, inner.test, loop):
+                    continue  # `if rank == 0: ... if flag: return`: the exit's own test decides
                 skipped = (
                     _sync_after(s, f, node, loop)
                     if isinstance(exit_, ast.Continue)
@@ -283,6 +286,13 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     collective=skipped,
                 )
                 break
+
+
+def _varies(s: Script, f: Flow, test: ast.expr, loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """The test differs between ranks: on the rank, or on this rank's data, loss or clock."""
+    return f.is_rank_test(test) or (
+        _over_data(s, f, loop) and _depends(s, f, test, _tainted(s, f, loop))
+    )
 
 
 def _over_data(s: Script, f: Flow, loop: ast.AST) -> bool:

@@ -439,7 +439,7 @@ class Script:
                     ):
                         out += self.origins(ret.value, depth + 1, params=params)
             return out
-        if isinstance(expr, _Pick):
+        if isinstance(expr, Pick):
             out = []
             for src in self.origins(expr.value, depth + 1, params=params):
                 if isinstance(src, ast.Tuple | ast.List):
@@ -595,10 +595,10 @@ def _bind(table: dict[str, list[ast.expr]], target: ast.expr, value: ast.expr) -
             if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
                 _bind(table, elt, value.elts[i])
             else:  # `a, b = f()`: each name may come from f's returns, at position i
-                _bind(table, elt, _Pick(value, i))
+                _bind(table, elt, Pick(value, i))
 
 
-class _Pick(ast.Subscript):
+class Pick(ast.Subscript):
     """Element i of a value unpacked into a tuple target (a synthetic node)."""
 
     def __init__(self, value: ast.expr, index: int) -> None:
@@ -618,7 +618,16 @@ def kwarg(call: ast.Call, name: str, position: int | None = None) -> ast.expr | 
 
 
 def const(expr: ast.expr | None) -> object:
-    """A literal's value; `...` (Ellipsis) when it is not a literal."""
+    """A literal's value (`-1` included: a minus sign and a number); `...` (Ellipsis)
+    when it is not a literal."""
+    if (
+        isinstance(expr, ast.UnaryOp)
+        and isinstance(expr.op, ast.USub)
+        and isinstance(expr.operand, ast.Constant)
+        and isinstance(expr.operand.value, int | float)
+        and not isinstance(expr.operand.value, bool)
+    ):
+        return -expr.operand.value
     return expr.value if isinstance(expr, ast.Constant) else ...
 
 
