@@ -20,7 +20,7 @@ SLACK_S: Final = 120.0  # reading and redacting 64 MiB on a slow node
 
 def load_config_nodes(path: str) -> list[str]:
     """The configured nodes' names (ConfigError when the config is not valid)."""
-    from ddptui.sources.resolve import config_for
+    from ddptui.cluster import config_for
 
     return [n.display for n in config_for(path).nodes]
 
@@ -119,7 +119,7 @@ async def _read_all(
     config_path: str, specs: Sequence[str], inputs: Inputs, spool: Spool, max_bytes: int
 ) -> tuple[list[tuple[str, Path]], dict[str, str]]:
     from ddptui.checklist.runner import targets_from
-    from ddptui.sources.resolve import config_for
+    from ddptui.cluster import config_for
     from ddptui.transport import close_transports, make_transports
 
     config = config_for(config_path)  # a cluster.yaml, or --slurm/--hostfile's cluster
