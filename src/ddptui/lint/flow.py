@@ -391,12 +391,20 @@ class Flow:
             for stmts in _stmt_lists(a):
                 if child in stmts:
                     for earlier in stmts[: stmts.index(child)]:
-                        if (
-                            isinstance(earlier, ast.If)
-                            and _exits(earlier.body)
-                            and self.is_rank_test(earlier.test)
-                        ):
-                            return earlier
+                        # `if rank != 0: return`, also one level down (`if distributed:
+                        # gather(); if not is_main_process(): return`)
+                        inner = (
+                            [earlier, *earlier.body, *earlier.orelse]
+                            if isinstance(earlier, ast.If)
+                            else []
+                        )
+                        for st in inner:
+                            if (
+                                isinstance(st, ast.If)
+                                and _exits(st.body)
+                                and self.is_rank_test(st.test)
+                            ):
+                                return st
             if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
                 return None
             child = a
