@@ -86,6 +86,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             and c.func.attr == "load_state_dict"
             and f.is_ddp_value(c.func.value)
             and not _unwrapped(s, c.func.value)
+            and not _before_wrapping(s, f, c)
         ):
             return
     for c in s.calls:
@@ -107,6 +108,13 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                     model=ast.unparse(recv),
                 )
                 break
+
+
+def _before_wrapping(s: Script, f: Flow, call: ast.Call) -> bool:
+    """A load into the plain model before `model = DDP(model)` in the same function (a
+    checkpoint to start from): it says nothing about the keys the saves write."""
+    scope = s.scope_of(call)
+    return any(s.scope_of(d) is scope and d.lineno > call.lineno for d in f.ddp_calls)
 
 
 def _roots(s: Script) -> list[list[ast.stmt]]:
