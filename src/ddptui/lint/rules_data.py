@@ -17,6 +17,7 @@ _STREAMING: Final = re.compile(r"Iterable|Stream|Shard|WebDataset|IterDataPipe",
 _EVAL_NAME: Final = re.compile(r"val|test|eval|dev_", re.I)
 _SHARDERS: Final = frozenset({"split_dataset_by_node", "shard", "split_by_node"})
 _EPOCH: Final = re.compile(r"epoch", re.I)
+_LOCAL_SAMPLERS: Final = frozenset({"RandomSampler", "SequentialSampler"})
 _SPLITTERS: Final = frozenset({"array_split", "chunk", "tensor_split", "split"})
 
 
@@ -183,14 +184,15 @@ def sampler(s: Script, f: Flow) -> Iterator[Hit]:
             if is_loader(s, c) and not _EVAL_NAME.search(_assigned_name(s, c) or "")
         ]
     for loader in loaders:
-        if _has(loader, "sampler", 3) or _has(loader, "batch_sampler", 4):
+        local = _local_sampler(s, kwarg(loader, "sampler", 3))
+        if local is None and (_has(loader, "sampler", 3) or _has(loader, "batch_sampler", 4)):
             continue
         data = kwarg(loader, "dataset", 0)
         if data is not None and split_by_rank(s, f, data):
             continue
         yield Hit.at(
             "DDP-SAMPLER",
-            loader,
+            local or loader,
             (
                 f"`{_assigned_name(s, loader) or 'DataLoader'}` has no DistributedSampler: every "
                 "rank iterates the whole dataset"
@@ -198,6 +200,19 @@ def sampler(s: Script, f: Flow) -> Iterator[Hit]:
             dataset=ast.unparse(data) if data else "dataset",
             loader=_assigned_name(s, loader) or "loader",
         )
+
+
+def _local_sampler(s: Script, value: ast.expr | None) -> ast.Call | None:
+    """`sampler=RandomSampler(data)` (directly or through a name): a sampler over the
+    whole dataset on every rank, reported where the DistributedSampler belongs."""
+    if value is None:
+        return None
+    origins = s.origins(value)
+    local = [
+        o for o in origins if isinstance(o, ast.Call) and last(s.call_name(o)) in _LOCAL_SAMPLERS
+    ]
+    # every origin: `RandomSampler(d) if local_rank == -1 else DistributedSampler(d)` is right
+    return local[0] if local and len(local) == len(origins) else None
 
 
 def _assigned_name(s: Script, node: ast.AST) -> str | None:
