@@ -143,7 +143,9 @@ class Flow:
             c for c in self.wrapper_calls if last(script.call_name(c)) == "DistributedDataParallel"
         ]
         names = [script.call_name(c) for c in script.calls]
-        self.inits_group = any(last(n) == "init_process_group" for n in names)
+        self.inits_group = any(
+            last(n) == "init_process_group" or n == "deepspeed.init_distributed" for n in names
+        )
         self.distributed = bool(
             self.wrapper_calls or self.inits_group or any(self.collective(c) for c in script.calls)
         )

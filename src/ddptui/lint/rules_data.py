@@ -17,6 +17,7 @@ _STREAMING: Final = re.compile(r"Iterable|Stream|Shard|WebDataset|IterDataPipe",
 _EVAL_NAME: Final = re.compile(r"val|test|eval|dev_", re.I)
 _SHARDERS: Final = frozenset({"split_dataset_by_node", "shard", "split_by_node"})
 _EPOCH: Final = re.compile(r"epoch", re.I)
+_LOCAL_SAMPLERS: Final = frozenset({"RandomSampler", "SequentialSampler"})
 _SPLITTERS: Final = frozenset({"array_split", "chunk", "tensor_split", "split"})
 
 
@@ -183,14 +184,15 @@ def sampler(s: Script, f: Flow) -> Iterator[Hit]:
             if is_loader(s, c) and not _EVAL_NAME.search(_assigned_name(s, c) or "")
         ]
     for loader in loaders:
-        if _has(loader, "sampler", 3) or _has(loader, "batch_sampler", 4):
+        local = _local_sampler(s, kwarg(loader, "sampler", 3))
+        if local is None and (_has(loader, "sampler", 3) or _has(loader, "batch_sampler", 4)):
             continue
         data = kwarg(loader, "dataset", 0)
         if data is not None and split_by_rank(s, f, data):
             continue
         yield Hit.at(
             "DDP-SAMPLER",
-            loader,
+            local or loader,
             (
                 f"`{_assigned_name(s, loader) or 'DataLoader'}` has no DistributedSampler: every "
                 "rank iterates the whole dataset"
@@ -198,6 +200,19 @@ def sampler(s: Script, f: Flow) -> Iterator[Hit]:
             dataset=ast.unparse(data) if data else "dataset",
             loader=_assigned_name(s, loader) or "loader",
         )
+
+
+def _local_sampler(s: Script, value: ast.expr | None) -> ast.Call | None:
+    """`sampler=RandomSampler(data)` (directly or through a name): a sampler over the
+    whole dataset on every rank, reported where the DistributedSampler belongs."""
+    if value is None:
+        return None
+    origins = s.origins(value)
+    local = [
+        o for o in origins if isinstance(o, ast.Call) and last(s.call_name(o)) in _LOCAL_SAMPLERS
+    ]
+    # every origin: `RandomSampler(d) if local_rank == -1 else DistributedSampler(d)` is right
+    return local[0] if local and len(local) == len(origins) else None
 
 
 def _assigned_name(s: Script, node: ast.AST) -> str | None:
@@ -320,6 +335,52 @@ def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
             return
 
 
+def strided_sampler(s: Script, f: Flow) -> Iterator[Hit]:
+    """`SubsetRandomSampler(np.arange(rank, len(data), world))` given to a DataLoader that
+    keeps its last batch, in a project whose loops call collectives: ranks get
+    len(data) // world or one more items, so they can run a different number of batches
+    (Swin-Transformer's validation loader before DistributedSampler)."""
+    if not f.distributed or not _collective_in_loop(s, f):
+        return
+    for loader in s.calls:
+        if not is_loader(s, loader) or const(kwarg(loader, "drop_last", 8)) is True:
+            continue
+        value = kwarg(loader, "sampler", 3)
+        for o in s.origins(value) if value is not None else []:
+            if not (isinstance(o, ast.Call) and o.args):
+                continue
+            idx = next((i for i in s.origins(o.args[0]) if _strided_range(s, f, i)), None)
+            if idx is not None:
+                yield _uneven(s, o, idx, None)
+                return
+
+
+def _strided_range(s: Script, f: Flow, e: ast.AST) -> bool:
+    return (
+        isinstance(e, ast.Call)
+        and last(s.call_name(e)) in ("arange", "range")
+        and len(e.args) == 3
+        and f.is_rank_expr(e.args[0])
+        and "world" in ast.unparse(e.args[2]).lower()
+    )
+
+
+def _collective_in_loop(s: Script, f: Flow) -> bool:
+    """A collective runs per iteration of some loop: directly or in a helper it calls."""
+    for c in s.calls:
+        if not f.collective(c):
+            continue
+        fn = s.scope_of(c)
+        if any(isinstance(a, ast.For | ast.While) for a in s.ancestors(c)):
+            return True
+        if isinstance(fn, ast.FunctionDef) and any(
+            fn in s.callees(k) and any(isinstance(a, ast.For | ast.While) for a in s.ancestors(k))
+            for k in s.calls
+        ):
+            return True
+    return False
+
+
 def _uneven(s: Script, at: ast.AST, shard: ast.AST, data: str | None) -> Hit:
     line = getattr(shard, "lineno", "?")
     where = f"line {line}" if s.path_of(shard) == s.path_of(at) else f"{s.path_of(shard)}:{line}"
@@ -334,4 +395,4 @@ def _uneven(s: Script, at: ast.AST, shard: ast.AST, data: str | None) -> Hit:
     )
 
 
-RULES = (sampler, set_epoch, shuffle_sampler, uneven_batch)
+RULES = (sampler, set_epoch, shuffle_sampler, uneven_batch, strided_sampler)

@@ -86,6 +86,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             and c.func.attr == "load_state_dict"
             and f.is_ddp_value(c.func.value)
             and not _unwrapped(s, c.func.value)
+            and not _before_wrapping(s, f, c)
         ):
             return
     for c in s.calls:
@@ -107,6 +108,13 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                     model=ast.unparse(recv),
                 )
                 break
+
+
+def _before_wrapping(s: Script, f: Flow, call: ast.Call) -> bool:
+    """A load into the plain model before `model = DDP(model)` in the same function (a
+    checkpoint to start from): it says nothing about the keys the saves write."""
+    scope = s.scope_of(call)
+    return any(s.scope_of(d) is scope and d.lineno > call.lineno for d in f.ddp_calls)
 
 
 def _roots(s: Script) -> list[list[ast.stmt]]:
@@ -329,4 +337,55 @@ def _checks_world_size(s: Script, call: ast.Call) -> bool:
     )
 
 
-RULES = (save_wrapper, ckpt_barrier, all_ranks_io, sharded_world)
+
+
+def main_only_writer(s: Script, f: Flow) -> Iterator[Hit]:
+    """`self.tblogger = SummaryWriter(...) if self.main_process else None`, then
+    `write_tbimg(self.tblogger, ...)` with no rank test: every other rank calls into
+    `None` (yolov6 "fix DDP write_tbimg")."""
+    if not f.distributed:
+        return
+    for a in s.nodes:
+        if not (
+            isinstance(a, ast.Assign)
+            and len(a.targets) == 1
+            and isinstance(a.value, ast.IfExp)
+            and const(a.value.orelse) is None
+            and isinstance(a.value.body, ast.Call)
+            and _writer(s, f, a.value.body) is not None
+            and f.local_guard(a.value) is None
+        ):
+            continue
+        held = ast.unparse(a.targets[0])
+        use = next((c for c in s.calls if _unguarded_use(s, f, c, held)), None)
+        if use is not None:
+            yield Hit.at(
+                "DDP-ALL-RANKS-IO",
+                use,
+                (
+                    f"`{held}` exists on the main process only (line {a.lineno}), but "
+                    f"`{ast.unparse(use)[:60]}` runs on every rank: the others write to None"
+                ),
+                what=ast.unparse(use.func),
+            )
+            return
+
+
+def _unguarded_use(s: Script, f: Flow, c: ast.Call, held: str) -> bool:
+    on = isinstance(c.func, ast.Attribute) and ast.unparse(c.func.value) == held
+    params = [i for i, x in enumerate(c.args) if ast.unparse(x) == held]
+    if not on and not params:
+        return False
+    if f.guarded(c) or any(
+        isinstance(x, ast.If | ast.IfExp) and held in ast.unparse(x.test) for x in s.ancestors(c)
+    ):
+        return False
+    for fn in s.callees(c):  # a helper that tests what it is given
+        if any(isinstance(n, ast.If | ast.IfExp) for n in ast.walk(fn)) and any(
+            isinstance(n, ast.Compare) and const(n.comparators[0]) is None for n in ast.walk(fn)
+        ):
+            return False
+    return on or bool(s.callees(c))
+
+
+RULES = (save_wrapper, ckpt_barrier, all_ranks_io, sharded_world, main_only_writer)

@@ -194,7 +194,7 @@ def hardcoded_device(s: Script, f: Flow) -> Iterator[Hit]:
         return
     seen: set[int] = set()
     for node in s.nodes:
-        what = _hardcoded(s, f, node)
+        what = _hardcoded(s, f, node) or _before_set_device(s, node)
         if what and _single_process_branch(s, f, node):
             continue
         # a multi-line call is reported on the line of its hard-coded argument
@@ -259,6 +259,33 @@ def _hardcoded(s: Script, f: Flow, node: ast.AST) -> str | None:  # noqa: PLR091
 
 
 _MODE_WORDS: Final = ("distributed", "ddp", "world_size", "is_initialized", "multiprocessing")
+
+
+def _before_set_device(s: Script, node: ast.AST) -> str | None:
+    """`torch.empty(1, device="cuda")` at import time, above the module's own
+    `torch.cuda.set_device(local_rank)`: the current GPU is still 0, so every rank puts
+    a CUDA context and the tensor on GPU 0."""
+    if not isinstance(node, ast.Call) or s.class_of(node) is not None:
+        return None
+    if not isinstance(s.scope_of(node), ast.Module):
+        return None
+    dev = next((k for k in node.keywords if k.arg == "device" and const(k.value) == "cuda"), None)
+    if dev is None:
+        return None
+    tree = s.module_of(node).tree
+    later = [
+        c
+        for c in s.calls
+        if last(s.call_name(c)) == "set_device"
+        and s.scope_of(c) is tree
+        and c.lineno > node.lineno
+    ]
+    if not later:
+        return None
+    return (
+        f'`device="cuda"` in `{ast.unparse(node)}` runs at import, before '
+        f"`{ast.unparse(later[0])}` (line {later[0].lineno}) while the current GPU is still 0"
+    )
 
 
 def _single_process_branch(s: Script, f: Flow, node: ast.AST) -> bool:

@@ -38,6 +38,10 @@ def _env_key(expr: ast.expr) -> str | None:
     return None
 
 
+# torch.distributed, and DeepSpeed's drop-in `from deepspeed import comm as dist`
+_DIST_MODULE: Final = re.compile(r"distributed|^deepspeed\.comm\.")
+
+
 def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa: PLR0911, PLR0912
     """'global' when an expression is the global rank as far as the code shows
     (`dist.get_rank()`, `int(os.environ["RANK"])`, `node_rank * gpus + gpu`, a name given
@@ -50,7 +54,7 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
         return "global" if env in _GLOBAL_ENV else "local" if env in _LOCAL_ENV else None
     if isinstance(expr, ast.Call):
         name = last(s.call_name(expr))
-        if name == "get_rank" and "distributed" in s.call_name(expr) and not expr.args:
+        if name == "get_rank" and _DIST_MODULE.search(s.call_name(expr)) and not expr.args:
             return None if kwarg(expr, "group") is not None else "global"
         if name in ("get_local_rank", "get_node_local_rank", "current_device"):
             return "local"

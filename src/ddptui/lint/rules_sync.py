@@ -436,7 +436,11 @@ def _is_wait(c: ast.Call) -> bool:
 
 
 def no_sync(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.ddp_calls or f.uses("no_sync", "require_backward_grad_sync"):
+    if not f.ddp_calls:
+        return
+    if f.uses("require_backward_grad_sync"):
+        yield from _late_sync_flag(s, f)
+    if f.uses("no_sync", "require_backward_grad_sync"):
         return
     for loop in f.training_loops():
         step = _guarded_step(s, loop) or _step_after(s, f, loop)
@@ -454,6 +458,44 @@ def no_sync(s: Script, f: Flow) -> Iterator[Hit]:
                 model=ast.unparse(f.ddp_calls[0].args[0]) if f.ddp_calls[0].args else "model",
             )
             return
+
+
+def _late_sync_flag(s: Script, f: Flow) -> Iterator[Hit]:
+    """`model.require_backward_grad_sync = last_micro` set after `model(x)` in the same
+    loop: DDP reads the flag in forward, so each micro-step syncs as the previous one
+    asked (build-nanogpt PR #30)."""
+    for n in s.nodes:
+        if not isinstance(n, ast.Assign) or len(n.targets) != 1:
+            continue
+        tgt = n.targets[0]
+        if not (isinstance(tgt, ast.Attribute) and tgt.attr == "require_backward_grad_sync"):
+            continue
+        loop = _loop_of(s, n)
+        if not isinstance(loop, ast.For | ast.AsyncFor | ast.While):
+            continue
+        model = ast.unparse(tgt.value)
+        forward = next(
+            (
+                c
+                for c in own_nodes(loop)
+                if isinstance(c, ast.Call)
+                and ast.unparse(c.func) == model
+                and _loop_of(s, c) is loop
+                and c.lineno < n.lineno
+            ),
+            None,
+        )
+        if forward is not None and f.is_ddp_value(tgt.value):
+            yield Hit.at(
+                "DDP-NO-SYNC",
+                n,
+                (
+                    f"`{ast.unparse(n)}` is set after the forward `{ast.unparse(forward)}` "
+                    f"(line {forward.lineno}): DDP reads it in forward, so every micro-step "
+                    "syncs as the one before asked"
+                ),
+                model=model,
+            )
 
 
 def _guarded_step(s: Script, loop: ast.AST) -> ast.Call | None:
