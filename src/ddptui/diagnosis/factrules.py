@@ -20,7 +20,7 @@ from ddptui.diagnosis.signatures import Signature
 
 FACTRULES_FILE: Final = Path(__file__).with_name("factrules.yaml")
 UNRECOGNIZED: Final = "LOGS-UNRECOGNIZED"
-NEEDS: Final = frozenset({"explains", "several_hosts", "failure"})
+NEEDS: Final = frozenset({"explains", "several_hosts", "failure", "itself"})
 ASPECTS: Final = frozenset({"family", "kind", "network"})
 FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"})
 _PRIVATE: Final = tuple(
@@ -441,6 +441,7 @@ def fact_findings(ctx: Context, rules: FactRules | None = None) -> list[Finding]
             "explains": bool(explains),
             "several_hosts": len(ctx.hosts) >= 2,
             "failure": failure,
+            "itself": True,  # the fact is a failure on its own (no healthy run states it)
         }
         if not any(have[n] for n in rule.needs):
             continue
@@ -448,7 +449,8 @@ def fact_findings(ctx: Context, rules: FactRules | None = None) -> list[Finding]
         if any(ctx.present[e] == "error" for e in explains):
             severity = "error"
             summary += f" (explains {', '.join(explains[:3])})"
-        nodes = tuple(sorted({p.host for p in ctx.procs if p.rank in ranks and p.host}))
+        hosts = {(p.host or "").partition("#")[0] for p in ctx.procs if p.rank in ranks}
+        nodes = tuple(sorted(h for h in hosts if h))
         if not nodes:  # ranks not stated: the hosts the finding names
             nodes = tuple(h for h in ctx.hosts if h in summary)
         out.append(
