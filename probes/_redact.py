@@ -148,10 +148,23 @@ def secret_name(name):
     return any(_part_is_secret(p) for p in re.split(r"[^a-z0-9]+", name.lower()) if p)
 
 
+_TEXT_NAME_VERDICTS = {}
+
+
 def text_secret_name(name):
     """Rule (a) for a name in free text, stricter than for a variable: its LAST part is
     a secret word (api_key, HF_TOKEN, db_password, Authorization), and it is not a lone
-    generic word. `key_count:3` and `keys[0]:init/` in c10d's trace lines stay."""
+    generic word. `key_count:3` and `keys[0]:init/` in c10d's trace lines stay.
+    Remembered per name: a log repeats its few names millions of times."""
+    verdict = _TEXT_NAME_VERDICTS.get(name)
+    if verdict is None:
+        if len(_TEXT_NAME_VERDICTS) > 50000:
+            _TEXT_NAME_VERDICTS.clear()
+        verdict = _TEXT_NAME_VERDICTS[name] = _text_secret_name(name)
+    return verdict
+
+
+def _text_secret_name(name):
     if name.lower() in TEXT_GENERIC_NAMES or not secret_name(name.upper()):
         return False
     if name.lower().startswith(TEXT_STORE_KEY_PREFIXES):
@@ -221,18 +234,81 @@ def secret_values(env):
     return sorted(set(found), key=len, reverse=True)
 
 
+# A literal every match of the pattern at the same index of SECRET_VALUE_PATTERNS holds:
+# a pattern whose literals are all absent cannot match, and is not run (`in` is far
+# faster than a regex scan that starts with a look-behind).
+_VALUE_LITERALS = (
+    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ("github_pat_",),
+    ("AKIA", "ASIA"),
+    ("xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-"),
+    ("hf_",),
+    ("sk-",),
+    ("AIza",),
+    ("glpat-",),
+    ("eyJ",),
+    ("-----BEGIN ",),
+)
+_BEARER_LITERALS = ("earer", "EARER", "asic", "ASIC")
+# Every word a secret-named name in free text holds (text_secret_name), lower case.
+_NAME_WORDS = tuple(sorted(set(SECRET_WORDS) | set(SECRET_PREFIX_WORDS)))
+
+
 def redact_text(text, known, salt):
     """A log line as it may leave the node: known secret values, credential-shaped
     strings, URL passwords, bearer tokens and values assigned to secret-named words
     replaced by markers. Without known values (the login node's pass over probe
-    stderr) the pattern rules alone apply."""
+    stderr) the pattern rules alone apply.  Several lines joined by newlines give the
+    same result as each line alone: no rule matches across a line end, and a line's
+    start reads as a word start to every look-behind."""
     for value in known:
         if value in text:
             text = text.replace(value, marker(salt, value))
-    for pattern in SECRET_VALUE_PATTERNS:
-        text = pattern.sub(lambda m: marker(salt, m.group(0)), text)
-    text = URL_USERINFO.sub(lambda m: m.group(1) + marker(salt, m.group(2)) + m.group(3), text)
-    text = TEXT_BEARER.sub(lambda m: m.group(1) + marker(salt, m.group(2)), text)
+    for i, pattern in enumerate(SECRET_VALUE_PATTERNS):
+        literals = _VALUE_LITERALS[i] if i < len(_VALUE_LITERALS) else None
+        if literals is None or any(lit in text for lit in literals):
+            text = pattern.sub(lambda m: marker(salt, m.group(0)), text)
+    if "://" in text:
+        text = URL_USERINFO.sub(lambda m: m.group(1) + marker(salt, m.group(2)) + m.group(3), text)
+    if any(lit in text for lit in _BEARER_LITERALS):
+        text = TEXT_BEARER.sub(lambda m: m.group(1) + marker(salt, m.group(2)), text)
+    return _redact_named(text, salt)
+
+
+def _redact_named(text, salt):
+    """The assignment and flag rules, run only on the lines that hold a secret word (a
+    secret-named name holds one; every other line is left as it is)."""
+    low = text.lower()
+    if len(low) != len(text):  # a character whose lower case is longer: no shortcut
+        return _assigned_rules(text, salt)
+    lines = set()
+    for word in _NAME_WORDS:
+        i = low.find(word)
+        while i >= 0:
+            start = text.rfind("\n", 0, i) + 1
+            end = text.find("\n", i)
+            end = len(text) if end < 0 else end
+            lines.add((start, end))
+            i = low.find(word, end)
+    if not lines:
+        return text
+    spans = sorted(lines)
+    # The candidate lines go through the rules together (a line end stops every rule),
+    # then back to their places.
+    redacted = _assigned_rules("\n".join(text[s:e] for s, e in spans), salt).split("\n")
+    if len(redacted) != len(spans):  # cannot happen (no marker holds a line end); be safe
+        redacted = [_assigned_rules(text[s:e], salt) for s, e in spans]
+    out = []
+    done = 0
+    for i, (start, end) in enumerate(spans):
+        out.append(text[done:start])
+        out.append(redacted[i])
+        done = end
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _assigned_rules(text, salt):
     for pattern in (TEXT_ASSIGNMENT, TEXT_FLAG):
         text = _redact_assigned(pattern, text, salt)
     return text

@@ -12,7 +12,9 @@
 # PARAMS: {"user": name or None, "match": regex or None, "salt": hex, "window_s": float,
 #   "pyspy": path or None, "stacks": bool, "native": bool, "allow_pause": bool,
 #   "log_globs": [glob], "fallback_logs": [path] (read only when no job runs here),
-#   "log_lines": int, "ras": bool, "fr": bool, "trigger_dump": bool}
+#   "log_lines": int, "ras": bool, "fr": bool, "trigger_dump": bool, "log_paths": [path],
+#   "fallback_paths": [path], "fr_paths": [{"path", "rank"}] (exact files the login node
+#   gave this node to read, each once across nodes; the last two only when no job runs here)}
 # stdlib only (/proc helpers in _proc.py, sent before this file); must run on Python 3.8+.
 import base64
 import glob
@@ -182,8 +184,7 @@ def trigger_dump(env, ranks):
     return results
 
 
-def read_fr(prefix, rank, since):
-    path = "%s%d" % (prefix, rank)
+def read_fr(path, rank, since):
     try:
         st = os.stat(path)
     except OSError:
@@ -290,6 +291,7 @@ def main():
         user=user or pwd.getpwuid(uid).pw_name,
         me_uid=os.getuid(),
         pid_ns_nested=len(status_field(os.getpid(), "NSpid")) > 1,
+        boot=boot_id(),
         **ptrace_facts(),
     )
     cands = []
@@ -312,16 +314,23 @@ def main():
     chosen = cands[0] if cands else None
     log_files = {}
     globs = list(PARAMS.get("log_globs") or [])
+    paths = [str(p) for p in PARAMS.get("log_paths") or []]
     if chosen is None:  # no live job here: read where it wrote last time, if known
         globs += list(PARAMS.get("fallback_logs") or [])
+        paths += [str(p) for p in PARAMS.get("fallback_paths") or []]
     for pattern_glob in globs:
         for path in sorted(glob.glob(os.path.expanduser(pattern_glob)))[:MAX_LOG_FILES]:
             if os.path.isfile(path):
                 log_files.setdefault(path, set())
+    for path in paths[:MAX_LOG_FILES]:
+        if os.path.isfile(path):
+            log_files.setdefault(path, set())
     known = []
     if chosen is not None:
         known = observe(chosen, table, btime, salt, window, log_files)
     read_logs(log_files, known, salt)
+    for item in PARAMS.get("fr_paths") or [] if chosen is None else []:  # left by a gone job
+        emit("fr", postmortem=True, **read_fr(str(item.get("path")), _int(item.get("rank")), 0))
     emit("done", found=chosen is not None)
 
 
@@ -511,7 +520,7 @@ def flight_recorder(job, workers):
             t["dumped"] = _mtime(prefix + str(t["rank"])) >= asked
     if fr_enabled(env0) or triggered or any(os.path.exists(prefix + str(r)) for r in ranks):
         for rank in ranks:
-            emit("fr", triggered=triggered, **read_fr(prefix, rank, job["started"]))
+            emit("fr", triggered=triggered, **read_fr(prefix + str(rank), rank, job["started"]))
     emit(
         "fr_config",
         enabled=fr_enabled(env0),
@@ -544,6 +553,7 @@ def read_logs(files, known, salt):
         emit(
             "log",
             path=shown,
+            fid=identity_or_none(path),
             size=st.st_size,
             mtime=st.st_mtime,
             age_s=round(time.time() - st.st_mtime, 1),

@@ -1,13 +1,26 @@
 # Probe: read log files on this node for `ddptui diagnose --config CONFIG NODE:GLOB`.
 # Read-only: files are only opened for reading, never written, moved or locked.
 # Size-bounded: at most the last max_bytes of each file (a cut line is dropped), at
-# most max_files files.  Every line is redacted here, before it leaves the node.
-# params: {"globs": [str], "max_bytes": int, "max_files": int, "salt": str}
-# records: file {path, size, offset, truncated, gzip}, lines {path, text},
-#          file_error {path, error}, nomatch {glob}, done {files}
+# most max_files files.  Every line is redacted here, before it leaves the node: a batch
+# of lines at once (no redaction rule matches across a line end, and a line start reads
+# as a word start to every look-behind, so this is the same as line by line, and faster).
+# Two modes, so that a file every node sees (a shared filesystem) is read once:
+#   "survey": say what each glob matches and what identifies each file (_fileid.py),
+#             read nothing else;
+#   "read":   read exactly `paths` (the files the login node assigned to this node).
+# Without a mode: expand the globs and read what they match (one pass).
+# params: {"globs": [str], "mode": "survey"|"read", "paths": [str], "expect": {path: ino},
+#          "max_bytes": int, "max_files": int, "salt": str, "deadline_s": float}
+# records: host {hostname, boot}, done {files, read_bytes, cpu_s}, seen {path, <identity>}, file {path, size, offset,
+#          truncated, gzip}, lines {path, text}, file_end {path, ino, size_now, grew,
+#          replaced}, file_error {path, error}, nomatch {glob}, done {files}
+import errno
 import glob
 import gzip
 import os
+import re
+import socket
+import time
 
 BATCH_CHARS = 256 * 1024
 SNIFF = 64 * 1024
@@ -15,8 +28,27 @@ MAX_LINE_CHARS = 8192
 
 
 def expand(pattern):
-    found = sorted(glob.glob(os.path.expanduser(pattern)))
-    return [p for p in found if os.path.isfile(p)]
+    """(regular files, [(path, why not)]) the glob matches; directories are skipped
+    quietly (a glob like DIR/* matches them), everything else odd is said."""
+    files, odd = [], []
+    for p in sorted(glob.glob(os.path.expanduser(pattern))):
+        try:
+            os.stat(p)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                odd.append((p, "a symlink loop: not read"))
+            elif os.path.islink(p):
+                odd.append((p, "a dangling symlink: not read"))
+            else:
+                odd.append((p, exc.strerror or str(exc)))
+            continue
+        if os.path.isdir(p):
+            continue
+        if not os.path.isfile(p):
+            odd.append((p, "not a regular file (a pipe, socket or device): not read"))
+            continue
+        files.append(p)
+    return files, odd
 
 
 CONTROL = bytes(list(range(0, 9)) + list(range(14, 27)) + list(range(28, 32)))
@@ -54,6 +86,26 @@ def open_bounded(path, max_bytes):
     return fh, {"size": size, "offset": offset, "gzip": False}
 
 
+TRAILING_CR = re.compile(r"\r+$", re.M)
+
+
+def send_lines(path, block, encoding, known, salt):
+    """Whole lines (bytes, no final newline) as `lines` records of about BATCH_CHARS,
+    each line cut to MAX_LINE_CHARS and every one redacted (a batch at a time)."""
+    text = block.decode(encoding, "replace")
+    if "\r" in text:
+        text = TRAILING_CR.sub("", text)
+    lines = text.split("\n")
+    if max(map(len, lines)) > MAX_LINE_CHARS:
+        text = "\n".join(line[:MAX_LINE_CHARS] for line in lines)
+    start = 0
+    while start <= len(text):
+        end = text.find("\n", start + BATCH_CHARS)
+        end = len(text) if end < 0 else end
+        emit("lines", path=path, text=redact_text(text[start:end], known, salt))
+        start = end + 1
+
+
 def send_file(path, max_bytes, known, salt):
     try:
         fh, info = open_bounded(path, max_bytes)
@@ -70,62 +122,138 @@ def send_file(path, max_bytes, known, salt):
             emit("file_error", path=path, error="binary data, not a text log")
             return False
         encoding = encoding_of(head)
-        left = max_bytes - len(head) if info["gzip"] else None
+        # A live log keeps growing: read up to its size when it was opened (bounded
+        # time; what it writes meanwhile is said by the caller, not chased).
+        left = max_bytes - len(head) if info["gzip"] else info["size"] - info["offset"] - len(head)
         emit("file", path=path, truncated=bool(info["offset"]), **info)
         pending = head
-        batch, chars = [], 0
         while True:
-            if left is not None and left <= 0:
-                break
-            try:
-                data = fh.read(1 << 20)
-            except (OSError, EOFError) as exc:
-                emit("file_error", path=path, error="read stopped: %s" % exc)
-                data = b""
-            if left is not None:
+            data = b""
+            if left > 0:
+                try:
+                    data = fh.read(min(1 << 20, left))
+                except (OSError, EOFError) as exc:
+                    emit("file_error", path=path, error="read stopped: %s" % exc)
                 left -= len(data)
             pending += data
             if not data:
-                lines, pending = ([pending] if pending else []), b""
+                block, pending = pending, b""
+                if block.endswith(b"\n"):
+                    block = block[:-1]  # the file's last line end: no empty line after it
             else:
                 cut = pending.rfind(b"\n")
                 if cut < 0:
                     continue
-                lines, pending = pending[:cut].split(b"\n"), pending[cut + 1 :]
-            for raw in lines:
-                line = raw.decode(encoding, "replace").rstrip("\r")[:MAX_LINE_CHARS]
-                line = redact_text(line, known, salt)
-                batch.append(line)
-                chars += len(line) + 1
-                if chars >= BATCH_CHARS:
-                    emit("lines", path=path, text="\n".join(batch))
-                    batch, chars = [], 0
+                block, pending = pending[:cut], pending[cut + 1 :]
+            if block or data:  # a cut block may be one empty line; the end only if text
+                send_lines(path, block, encoding, known, salt)
             if not data:
                 break
-        if batch:
-            emit("lines", path=path, text="\n".join(batch))
     return True
+
+
+def matched(globs, max_files):
+    """The files the globs match, each once, at most max_files (one note for the rest)."""
+    out, seen, extra = [], set(), 0
+    for pattern in globs:
+        files, odd = expand(pattern)
+        files = [p for p in files if p not in seen]
+        for path, why in odd:
+            emit("file_error", path=path, error=why)
+        if not files and not odd:
+            emit("nomatch", glob=pattern)
+        for path in files:
+            seen.add(path)
+            if len(out) >= max_files:
+                extra += 1
+                continue
+            out.append(path)
+    if extra:
+        emit(
+            "file_error",
+            path=", ".join(globs),
+            error="%d more files match: not read (at most %d per node; narrow the glob)"
+            % (extra, max_files),
+        )
+    return out
+
+
+def survey(paths, deadline):
+    for n, path in enumerate(paths):
+        if time.monotonic() > deadline:
+            emit(
+                "file_error",
+                path=path,
+                error="looking at the files took too long: this and %d more not read"
+                % (len(paths) - n - 1),
+            )
+            return
+        try:
+            emit("seen", path=path, **identity(path))
+        except OSError as exc:
+            why = "a symlink loop: not read" if exc.errno == errno.ELOOP else exc.strerror
+            emit("file_error", path=path, error=why or str(exc))
+
+
+def read_assigned(paths, expect, max_bytes, known, salt):
+    sent = 0
+    for path in paths:
+        try:
+            before = os.stat(path)
+        except OSError as exc:
+            emit("file_error", path=path, error="gone before it was read: %s" % (exc.strerror or exc))
+            continue
+        if send_file(path, max_bytes, known, salt):
+            sent += 1
+            try:
+                after = os.stat(path)
+            except OSError:
+                after = before
+            want = expect.get(path)
+            emit(
+                "file_end",
+                path=path,
+                ino=before.st_ino,
+                size_now=after.st_size,
+                grew=after.st_size - before.st_size,
+                replaced=bool(want is not None and int(want) != before.st_ino)
+                or after.st_ino != before.st_ino,
+            )
+    return sent
+
+
+def read_bytes():
+    """What this process read so far (rchar of /proc/self/io), None where unknown."""
+    for line in (read_text("/proc/self/io") or "").splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    return None
 
 
 def main():
     globs = list(PARAMS.get("globs") or [])
+    mode = PARAMS.get("mode")
     max_bytes = int(PARAMS.get("max_bytes", 64 << 20))
     max_files = int(PARAMS.get("max_files", 256))
     salt = str(PARAMS.get("salt", ""))
+    if mode == "survey":
+        emit("host", hostname=socket.gethostname(), boot=boot_id())
+        deadline = time.monotonic() + float(PARAMS.get("deadline_s", 60.0))
+        paths = matched(globs, max_files)
+        survey(paths, deadline)
+        emit("done", files=len(paths), read_bytes=read_bytes())
+        return
     known = secret_values(dict(os.environ))
+    if mode == "read":
+        paths = [str(p) for p in PARAMS.get("paths") or []][:max_files]
+        sent = read_assigned(paths, dict(PARAMS.get("expect") or {}), max_bytes, known, salt)
+        t = os.times()
+        emit("done", files=sent, read_bytes=read_bytes(), cpu_s=round(t[0] + t[1], 3))
+        return
     sent = 0
-    seen = set()
-    for pattern in globs:
-        paths = [p for p in expand(pattern) if p not in seen]
-        if not paths:
-            emit("nomatch", glob=pattern)
-        for path in paths:
-            seen.add(path)
-            if sent >= max_files:
-                emit("file_error", path=path, error="more than %d files: not read" % max_files)
-                continue
-            if send_file(path, max_bytes, known, salt):
-                sent += 1
+    for path in matched(globs, max_files):
+        if send_file(path, max_bytes, known, salt):
+            sent += 1
     emit("done", files=sent)
 
 

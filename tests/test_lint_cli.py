@@ -64,7 +64,9 @@ def test_json_to_stdout_has_the_contract_shape(tmp_path: Path) -> None:
     target = tmp_path / "lint.json"
     code, out, _ = run(str(ok), "--json", str(target))
     assert code == 0
-    assert json.loads(target.read_text()) == {"files": [str(ok)], "findings": []}
+    doc = json.loads(target.read_text())
+    assert (doc["files"], doc["findings"], doc["followed"]) == ([str(ok)], [], [])
+    assert doc["root"] == str(Path(__file__).resolve().parents[1])  # the nearest .git
 
 
 def test_unparsable_and_non_python_input_exit_2_with_a_clear_message(tmp_path: Path) -> None:

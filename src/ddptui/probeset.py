@@ -14,10 +14,10 @@ PROBE_PREFIX_FILES = ("_common.py",)
 # Extra shared files a probe needs, sent after _common.py and before the probe.
 PROBE_LIBS: dict[str, tuple[str, ...]] = {
     "env": ("_redact.py",),
-    "job": ("_redact.py", "_proc.py", "_inspector.py"),
+    "job": ("_redact.py", "_proc.py", "_inspector.py", "_fileid.py"),
     "allreduce": ("_redact.py",),
     "fabric": ("_redact.py",),
-    "logread": ("_redact.py",),
+    "logread": ("_redact.py", "_fileid.py"),
 }
 
 

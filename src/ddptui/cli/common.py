@@ -42,7 +42,7 @@ def load_config_or_exit(config: str | None) -> tuple[ClusterConfig, str]:
     from ddptui.demo import config_or_demo
 
     if has_cluster_source():
-        from ddptui.sources.resolve import SourceOptions, resolve_cluster
+        from ddptui.cluster import SourceOptions, resolve_cluster
         from ddptui.sources.slurm import SlurmError
 
         try:
@@ -83,7 +83,7 @@ def report_load_error(exc: BaseException) -> int:
 # Options that say where the cluster comes from besides CONFIG (a scheduler's allocation, a
 # hostfile, ...): (option decorator, parameter name) pairs. Every command that runs on a
 # cluster (open, check, job, diagnose) wears @cluster_source_options and so gets them all;
-# load_config_or_exit() is where their values are read (ddptui.sources resolves them).
+# load_config_or_exit() is where their values are read (ddptui.cluster resolves them).
 CLUSTER_SOURCE_OPTIONS: tuple[tuple[Callable[[Callable[..., Any]], Callable[..., Any]], str], ...] = (
     (
         click.option(

@@ -71,7 +71,7 @@ def diagnose(
     refuse_unwritable(outputs)
     human = sys.stderr if any(p == "-" for _, p in outputs) else sys.stdout
     if has_cluster_source():  # --slurm [J] / --hostfile: NODE:GLOB is read on those nodes
-        from ddptui.sources.resolve import remember
+        from ddptui.cluster import remember
 
         cluster, config_path = load_config_or_exit(config_path)
         remember(config_path, cluster)

@@ -23,11 +23,23 @@ def render_human(result: LintResult, *, colour: bool = False) -> str:
     out: list[str] = []
     for f in result.findings:
         out += _finding_lines(f, colour)
+    for note in result.notes:
+        out.append(f"ddptui lint: note: {note}")
     for problem in result.problems:
         out.append(
             click.style(f"ddptui lint: {problem}", fg="red", bold=True)
             if colour
             else f"ddptui lint: {problem}"
+        )
+    if result.root is not None:
+        n = len(result.followed)
+        out.append(
+            f"project root {result.root} ({result.root_why}); "
+            + (
+                f"{n} imported module{'s' if n != 1 else ''} of it followed"
+                if n
+                else "no local import followed"
+            )
         )
     out.append(_summary(result))
     return "\n".join(out) + "\n"
@@ -68,19 +80,34 @@ def _summary(result: LintResult) -> str:
     metavar="P",
     help="Write the findings as JSON to P ('-' = stdout; the text then goes to stderr).",
 )
+@click.option(
+    "--root",
+    "root",
+    metavar="DIR",
+    help="The project root whose modules the scripts' imports are followed into (default: "
+    "the nearest folder above the script with .git, pyproject.toml or setup.py; else the "
+    "current folder if the script is under it; else the folder above the script's "
+    "package). Site-packages are never followed.",
+)
 @last_resort
-def lint(files: tuple[str, ...], config: str | None, json_path: str | None) -> None:
+def lint(
+    files: tuple[str, ...], config: str | None, json_path: str | None, root: str | None
+) -> None:
     """Audit training scripts for the classic DDP pitfalls (static: nothing is run).
 
-    Exit 0 when no finding is an error, 1 when one is, 2 when a file cannot be read
-    or is not Python. Silence one finding with `# ddptui: ignore[ID]` on its line.
+    Each script's local imports (modules of the project, never site-packages) are
+    followed: findings may point into them. Exit 0 when no finding is an error, 1 when
+    one is, 2 when a given file cannot be read or is not Python. Silence one finding
+    with `# ddptui: ignore[ID]` on its line.
     """
     paths = list(files)
     if config is not None:
         paths.append(_config_script(config))
     if not paths:
         raise click.UsageError("Missing argument 'FILE...' (or --config CONFIG with a script:)")
-    result = lint_paths(paths)
+    if root is not None and not Path(root).is_dir():
+        raise click.BadParameter(f"{root} is not a folder", param_hint="--root")
+    result = lint_paths(paths, root=root)
     to_stderr = json_path == "-"
     colour = (sys.stderr if to_stderr else sys.stdout).isatty()
     click.echo(render_human(result, colour=colour), nl=False, err=to_stderr)

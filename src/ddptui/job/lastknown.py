@@ -40,6 +40,18 @@ def load(config_path: str) -> dict[str, list[str]]:
     }
 
 
+def load_fr(config_path: str) -> dict[str, list[str]]:
+    """{node: [flight recorder dump prefixes]} the job used the last time it was seen."""
+    try:
+        doc = json.loads(_file(config_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    fr = doc.get("fr") if isinstance(doc, dict) else None
+    if not isinstance(fr, dict):
+        return {}
+    return {str(k): [str(v)] for k, v in fr.items() if isinstance(v, str) and v}
+
+
 def save(config_path: str, views: Sequence[NodeView]) -> str | None:
     """Remember the output files of the ranks seen; the file written, or None."""
     nodes: dict[str, list[str]] = {}
@@ -55,12 +67,18 @@ def save(config_path: str, views: Sequence[NodeView]) -> str | None:
             nodes[v.node] = sorted(p.removesuffix(" (deleted)") for p in paths)[:MAX_PATHS]
     if not nodes:
         return None
+    fr = {
+        v.node: str(v.fr_config["prefix"])
+        for v in views
+        if v.fr_config and v.fr_config.get("prefix") and (v.fr_config.get("enabled") or v.fr)
+    }
     target = _file(config_path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
         tmp.write_text(
-            json.dumps({"config": config_path, "nodes": nodes}, indent=1), encoding="utf-8"
+            json.dumps({"config": config_path, "nodes": nodes, "fr": fr}, indent=1),
+            encoding="utf-8",
         )
         tmp.replace(target)
     except OSError:

@@ -96,12 +96,19 @@ class RankView:
 
 @dataclass(frozen=True)
 class LogFile:
-    node: str
+    node: str  # the node that read it
     path: str
     lines: tuple[str, ...]
-    pids: tuple[int, ...]
+    pids: tuple[int, ...]  # the processes on `node` writing to it (fd 1/2)
     age_s: float | None
     error: str | None = None
+    fid: dict[str, Any] | None = None  # what identifies it across nodes (probes/_fileid.py)
+    seen_on: tuple[str, ...] = ()  # every node that sees this same file (shared filesystem)
+    writers: tuple[str, ...] = ()  # the nodes whose ranks write to it; () = not known
+
+    @property
+    def shared(self) -> bool:
+        return len(self.seen_on) > 1
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,7 @@ class NodeView:
     node: str
     problem: str | None = None  # why nothing could be looked at (unreachable, probe error)
     hostname: str | None = None
+    boot: str | None = None  # the kernel's boot id
     user: str | None = None
     ptrace_scope: int | None = None
     cap_sys_ptrace: bool | None = None
@@ -207,6 +215,9 @@ def node_from_records(node: str, records: list[dict[str, Any]]) -> NodeView:
             tuple(int(p) for p in r.get("pids") or () if isinstance(p, int)),
             _float(r.get("age_s")),
             str(r["error"]) if r.get("error") else None,
+            r["fid"] if isinstance(r.get("fid"), dict) else None,
+            (node,),
+            (node,) if r.get("pids") else (),
         )
         for r in records
         if r.get("kind") == "log"
@@ -216,6 +227,7 @@ def node_from_records(node: str, records: list[dict[str, Any]]) -> NodeView:
     return NodeView(
         node=node,
         hostname=host.get("hostname"),
+        boot=str(host["boot"]) if host.get("boot") else None,
         user=host.get("user"),
         ptrace_scope=_int(host.get("ptrace_scope")),
         cap_sys_ptrace=host.get("cap_sys_ptrace")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ from ddptui.config import ClusterConfig
 from ddptui.diagnosis.finding import Finding
 from ddptui.job import lastknown
 from ddptui.job.model import NodeView, node_from_records
+from ddptui.job.sharedfiles import ReadPlan, merge_views, survey_reads
 from ddptui.job.side import ambiguity, side_findings
 from ddptui.job.verdict import JobVerdict, judge
 from ddptui.transport import make_transports
@@ -89,31 +90,43 @@ async def look_at_job(
     salt = secrets.token_hex(8)
     logs = split_log_args(options.logs, [t.name for t in targets])
     remembered = lastknown.load(config_path) if options.remember else {}
+    remembered_fr = lastknown.load_fr(config_path) if options.remember else {}
     by_name = {n.display: n for n in config.nodes}
+    order = [t.name for t in targets]
+    globs = {n: logs.get(None, []) + logs.get(n, []) for n in order}
+    fallback = {n: [] if options.logs else remembered.get(n, []) for n in order}
+    reads = ReadPlan()
 
-    async def one(t: NodeTarget) -> NodeView:
+    async def one(t: NodeTarget, reads: ReadPlan, after: bool = False) -> NodeView:
         params: dict[str, Any] = {
             "user": by_name[t.name].user,
             "match": options.match,
             "salt": salt,
-            "window_s": options.window_s,
+            "window_s": 0.0 if after else options.window_s,
             "pyspy": options.pyspy,
-            "stacks": options.stacks,
+            "stacks": options.stacks and not after,
             "native": options.native,
             "allow_pause": options.allow_pause,
-            "log_globs": logs.get(None, []) + logs.get(t.name, []),
-            "fallback_logs": [] if options.logs else remembered.get(t.name, []),
-            "trigger_dump": options.trigger_dump,
+            "log_globs": [] if t.name in reads.surveyed else globs[t.name],
+            "log_paths": reads.log_paths.get(t.name, []),
+            "fallback_paths": reads.fallback_paths.get(t.name, []),
+            "fr_paths": reads.fr_paths.get(t.name, []),
+            "trigger_dump": options.trigger_dump and not after,
             # a Slurm job: ranks srun started (SLURM_PROCID), not only torchrun's
             "slurm_job": config.slurm.job if config.slurm is not None else None,
         }
         view = await _probe(transports[t.name], t, params, options.window_s + PROBE_SLACK_S)
-        if on_node is not None:
+        if on_node is not None and not after:
             on_node(view)
         return view
 
     try:
-        views = tuple(await asyncio.gather(*(one(t) for t in targets)))
+        if any(globs.values()):
+            # Shared filesystems: each node says what it would read; each file is read once.
+            reads = await survey_reads(transports, order, globs, {}, {}, PROBE_SLACK_S)
+        views = tuple(await asyncio.gather(*(one(t, reads) for t in targets)))
+        views = await _left_behind(views, targets, transports, fallback, remembered_fr, reads, one)
+        views = merge_views(views, reads.owners)
     finally:
         if own:
             await asyncio.gather(
@@ -126,7 +139,7 @@ async def look_at_job(
             "ambiguous", unclear.summary, (unclear,), (), verdict.ranks, None, (), (), ()
         )
     findings = side_findings(views, verdict, config, options.match, targets)
-    notes: list[str] = []
+    notes: list[str] = [*reads.problems, *reads.notes]
     if options.trigger_dump:
         notes += [
             f"--trigger-dump: the job on {v.node} sets no TORCH_NCCL_DEBUG_INFO_PIPE_FILE; "
@@ -165,6 +178,41 @@ async def _probe(tr: Transport, t: NodeTarget, params: dict[str, Any], timeout: 
             NodeView(t.name, problem=problem) if not out.records else _with_problem(view, problem)
         )
     return view
+
+
+async def _left_behind(
+    views: tuple[NodeView, ...],
+    targets: Sequence[NodeTarget],
+    transports: Mapping[str, Transport],
+    fallback: Mapping[str, list[str]],
+    remembered_fr: Mapping[str, list[str]],
+    reads: ReadPlan,
+    one: Callable[..., Awaitable[NodeView]],
+) -> tuple[NodeView, ...]:
+    """Where no job runs any more: what it wrote and the dumps it left, each file read
+    once (a second, short pass on those nodes only: a live look pays nothing for it)."""
+    gone = [v.node for v in views if not v.found and not v.problem]
+    left = {n: fallback[n] for n in gone if fallback[n]}
+    dumps = {n: remembered_fr[n] for n in gone if remembered_fr.get(n)}
+    if not (left or dumps):
+        return views
+    after = await survey_reads(transports, gone, {}, left, dumps, PROBE_SLACK_S)
+    busy = [t for t in targets if t.name in after.fallback_paths or t.name in after.fr_paths]
+    more = await asyncio.gather(*(one(t, after, after=True) for t in busy))
+    by_node = {v.node: v for v in more}
+    reads.notes += after.notes
+    reads.problems += after.problems
+    reads.owners.update(after.owners)
+    return tuple(_joined(v, by_node.get(v.node)) for v in views)
+
+
+def _joined(view: NodeView, more: NodeView | None) -> NodeView:
+    """The look, with the logs and dumps a second pass read on a node where no job runs."""
+    from dataclasses import replace
+
+    if more is None:
+        return view
+    return replace(view, logs=view.logs + more.logs, fr=view.fr + more.fr)
 
 
 def _with_problem(view: NodeView, problem: str) -> NodeView:

@@ -412,13 +412,26 @@ def _gpu_straggler(live: Sequence[RankView]) -> Finding | None:
 
 
 def _exits(views: Sequence[NodeView]) -> list[Exit]:
+    from dataclasses import replace
+
+    from ddptui.job.sharedfiles import node_of_host, rank_nodes
+
     out: list[Exit] = []
+    where_ranks = rank_nodes(views)
+    by_node = {v.node: v for v in views}
     for v in views:
-        here = [r.rank for r in v.ranks if r.rank is not None]
-        l2g = {
-            r.local_rank: r.rank for r in v.ranks if r.local_rank is not None and r.rank is not None
-        }
         for log in v.logs:
+            writers = log.writers or (() if log.shared or log.fid else (v.node,))
+            # Unprefixed lines belong to the ranks of the nodes that write the file (the
+            # reader's only when it is one of them); a file no one is known to write
+            # (a shared log read by any node) gives its ranks by its prefixes alone.
+            mine = [by_node[n] for n in writers if n in by_node]
+            here = [r.rank for w in mine for r in w.ranks if r.rank is not None]
+            l2g = (
+                {r.local_rank: r.rank for r in mine[0].ranks if r.local_rank is not None and r.rank is not None}
+                if len(mine) == 1
+                else {}
+            )
             causes = root_causes(log)
             ranks_here = here or [c.rank for c in causes if c.rank is not None][:1]
             if (
@@ -429,7 +442,6 @@ def _exits(views: Sequence[NodeView]) -> list[Exit]:
             ):
                 l2g = {causes[0].local_rank: causes[0].rank}
             found = exits(log, ranks_here, l2g)
-            out += found
             # A rank that died without a Python traceback (a signal, an abort after the
             # NCCL watchdog): torchrun's summary still says who and how.
             told = {e.rank for e in found}
@@ -437,7 +449,14 @@ def _exits(views: Sequence[NodeView]) -> list[Exit]:
                 if c.rank is not None and c.rank not in told and c.exitcode not in (None, 0):
                     how = c.traceback or f"exit code {c.exitcode}"
                     where = failed_collective_where(log)
-                    out.append(Exit(log.node, c.rank, f"exit code {c.exitcode}", how, where, how))
+                    found.append(Exit(log.node, c.rank, f"exit code {c.exitcode}", how, where, how))
+            hosts = {c.rank: c.host for c in causes if c.rank is not None}
+            for e in found:
+                node = where_ranks.get(e.rank) if e.rank is not None else None
+                node = node or (node_of_host(views, hosts.get(e.rank)) if e.rank is not None else None)
+                if node is None and len(writers) == 1:
+                    node = writers[0]
+                out.append(replace(e, node=node or log.path))  # unknown: the file, not its reader
     return out
 
 

@@ -3,20 +3,19 @@ whose title, cause and fix come from the knowledge base (kb/lint.yaml)."""
 
 from __future__ import annotations
 
-import ast
-import io
 import re
-import tokenize
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
 from ddptui.diagnosis.kb import kb_entry, kb_finding
-from ddptui.lint import rules_data, rules_io, rules_model, rules_sync
+from ddptui.lint import rules_data, rules_io, rules_model, rules_project, rules_sync
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
+from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
 from ddptui.lint.script import Script
+
+__all__ = ["RULE_IDS", "lint_paths", "lint_project", "lint_source", "parse", "read_source"]
 
 Rule = Callable[[Script, Flow], Iterable[Hit]]
 RULES: Final[tuple[Rule, ...]] = (
@@ -24,6 +23,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_data.RULES,
     *rules_sync.RULES,
     *rules_io.RULES,
+    *rules_project.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
@@ -48,56 +48,10 @@ RULE_IDS: Final = (
     "DDP-RANK-DIVERGENCE",
     "DDP-AUTOCAST-SCALER",
     "DDP-SHARDED-WORLD",
+    "DDP-WRAPPER-ATTR",
 )
-MAX_BYTES: Final = 5_000_000
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")
-
-
-def read_source(path: str) -> str:
-    """The text of a Python file; LintInputError says why it cannot be audited."""
-    p = Path(path)
-    try:
-        if p.is_dir():
-            raise LintInputError(f"{path}: is a directory (give the .py files in it)")
-        data = p.read_bytes()
-    except OSError as exc:
-        raise LintInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_BYTES:
-        raise LintInputError(
-            f"{path}: {len(data)} bytes is too large for a training script "
-            f"(limit {MAX_BYTES}); is this the right file?"
-        )
-    if b"\0" in data:
-        raise LintInputError(f"{path}: a binary file, not Python source")
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
-    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
-        raise LintInputError(
-            f"{path}: not UTF-8 text ({exc}); save it as UTF-8 or declare its coding"
-        ) from None
-
-
-def parse(text: str, path: str) -> ast.Module:
-    try:
-        with warnings.catch_warnings():  # "invalid escape sequence" is not ours to report
-            warnings.simplefilter("ignore")
-            return ast.parse(text, filename=path)
-    except SyntaxError as exc:
-        where = f"{path}:{exc.lineno or 1}:{(exc.offset or 0) or 1}"
-        suffix = Path(path).suffix
-        hint = (
-            f"a {suffix} file is not a training script"
-            if suffix and suffix not in (".py", ".pyw")
-            else "check it with `python -m py_compile`"
-        )
-        raise LintInputError(
-            f"{where}: not valid Python ({exc.msg}); `ddptui lint` audits Python training "
-            f"scripts ({hint})"
-        ) from None
-    except (ValueError, RecursionError) as exc:
-        raise LintInputError(f"{path}: cannot be parsed as Python: {exc}") from None
 
 
 def _hits(script: Script) -> Iterator[Hit]:
@@ -107,12 +61,20 @@ def _hits(script: Script) -> Iterator[Hit]:
 
 
 def lint_source(text: str, path: str = "<script>") -> list[LintFinding]:
-    """Findings for one script's source text, most severe first, then by line."""
-    script = Script.parse(path, parse(text, path))
-    lines = text.splitlines()
-    out: dict[tuple[str, int], LintFinding] = {}
+    """Findings for one script's source text alone (imports not followed), most severe
+    first, then by line."""
+    project = Project(Path(path).parent, "the script's folder")
+    script = Script.build(project, project.index(path, parse(text, path), text), [])
+    return _findings(script)
+
+
+def _findings(script: Script) -> list[LintFinding]:
+    lines = {m.tree: m.lines for m in script.modules}
+    out: dict[tuple[str, str, int], LintFinding] = {}
     for hit in _hits(script):
-        if (hit.id, hit.line) in out or _ignored(lines, hit):
+        mod = script.module_of(hit.node) if hit.node is not None else script.entry
+        path = mod.path
+        if (hit.id, path, hit.line) in out or _ignored(lines.get(mod.tree, []), hit):
             continue
         f = kb_finding(
             hit.id,
@@ -122,10 +84,14 @@ def lint_source(text: str, path: str = "<script>") -> list[LintFinding]:
             where=f"{path}:{hit.line}",
             facts={"line": hit.line, **hit.facts},
         )
-        out[(hit.id, hit.line)] = LintFinding(
+        out[(hit.id, path, hit.line)] = LintFinding(
             f.id, f.severity, path, hit.line, kb_entry(hit.id).title, f.summary, f.cause, f.fix
         )
-    return sorted(out.values(), key=lambda x: (SEVERITY_ORDER[x.severity], x.line, x.id))
+    entry = script.path
+    return sorted(
+        out.values(),
+        key=lambda x: (SEVERITY_ORDER[x.severity], x.file != entry, x.file, x.line, x.id),
+    )
 
 
 def _ignored(lines: list[str], hit: Hit) -> bool:
@@ -137,21 +103,73 @@ def _ignored(lines: list[str], hit: Hit) -> bool:
     return m.group(1) is None or hit.id in {x.strip() for x in m.group(1).split(",")}
 
 
-def lint_paths(paths: Iterable[str | Path]) -> LintResult:
-    """Audit these files (a directory: the .py files under it). Files that cannot be
-    read or parsed are listed in `problems`; the others are still audited."""
+def lint_project(entry: str, project: Project) -> tuple[list[LintFinding], list[Module], list[str]]:
+    """Findings for one entry script and the project modules it imports (their files
+    named per finding); the followed modules; notes (a module capped or skipped).
+    LintInputError when the entry itself cannot be read or parsed."""
+    mod, skipped = project.entry(entry)
+    followed, capped = project.closure(mod)
+    notes = []
+    if skipped:
+        notes.append(
+            f"{entry}: {skipped} IPython line(s) (`!cmd`, `%magic`) of a notebook export skipped"
+        )
+    if capped:
+        notes.append(
+            f"{entry}: imports more than {len(followed)} project modules; the first "
+            f"{len(followed)} were followed, the rest are not audited"
+        )
+    return _findings(Script.build(project, mod, followed)), followed, notes
+
+
+def lint_paths(paths: Iterable[str | Path], root: str | Path | None = None) -> LintResult:
+    """Audit these entry scripts (a directory: the .py files under it) with the project
+    modules they import, under `root` (default: each script's nearest folder with .git,
+    pyproject.toml or setup.py, else its own folder). Entry files that cannot be read or parsed are
+    listed in `problems`; the others are still audited. Followed modules that cannot
+    be parsed are notes."""
     files: list[str] = []
-    findings: list[LintFinding] = []
-    problems: list[str] = []
     for raw in paths:
         p = Path(raw)
         targets = sorted(str(x) for x in p.rglob("*.py")) if p.is_dir() else [str(raw)]
-        if p.is_dir() and not targets:
-            problems.append(f"{raw}: a directory with no .py file in it")
-        for path in targets:
-            files.append(path)
-            try:
-                findings += lint_source(read_source(path), path)
-            except LintInputError as exc:
-                problems.append(str(exc))
-    return LintResult(tuple(files), tuple(findings), tuple(problems))
+        files += targets if targets or not p.is_dir() else [str(raw)]
+    projects: dict[Path, Project] = {}
+
+    def project_of(entry: str) -> Project:
+        base, why = (Path(root), "--root") if root is not None else find_root(Path(entry))
+        if base.resolve() not in projects:
+            projects[base.resolve()] = Project(base, why)
+        return projects[base.resolve()]
+
+    findings: dict[tuple[str, str, int], LintFinding] = {}
+    problems: list[str] = []
+    notes: list[str] = []
+    followed: dict[str, str] = {}
+    entries = {key(f) for f in files if Path(f).is_file()}
+    for path in files:
+        if Path(path).is_dir():
+            problems.append(f"{path}: a directory with no .py file in it")
+            continue
+        try:
+            project = project_of(path)
+            found, mods, more = lint_project(path, project)
+        except LintInputError as exc:
+            problems.append(str(exc))
+            continue
+        notes += more
+        for f in found:
+            findings.setdefault((f.id, key(f.file), f.line), f)
+        for m in mods:
+            if key(m.path) not in entries:
+                followed.setdefault(key(m.path), m.path)
+    notes += [n for p in projects.values() for k, n in p.notes.items() if k not in entries]
+    first = next(iter(projects.values()), None)
+    return LintResult(
+        tuple(files),
+        tuple(findings.values()),
+        tuple(problems),
+        str(first.root) if first else None,
+        first.root_why if first else "",
+        tuple(followed.values()),
+        tuple(notes),
+    )

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from ddptui.lint.script import FuncNode, Script, const, last
+from ddptui.lint.script import FuncNode, Pick, Script, const, last
 
 COLLECTIVES: Final = frozenset(
     {
@@ -82,7 +82,14 @@ _RANK_ENV: Final = frozenset(
     }
 )
 _GET_RANK: Final = frozenset(
-    {"get_rank", "get_local_rank", "get_node_local_rank", "get_global_rank", "get_group_rank"}
+    {
+        "get_rank",
+        "get_local_rank",
+        "get_node_local_rank",
+        "get_global_rank",
+        "get_group_rank",
+        "Get_rank",  # mpi4py
+    }
 )
 
 
@@ -128,6 +135,9 @@ class Flow:
         self._guard_busy: set[FuncNode] = set()
         self._idents: set[str | None] | None = None
         self._loops: list[ast.For | ast.AsyncFor | ast.While] | None = None
+        self._rv_memo: dict[ast.AST, bool] = {}
+        self.memo: dict[tuple[str, ast.AST, int], object] = {}  # rules' own answers
+        self._re_memo: dict[ast.AST, bool] = {}
         self.wrapper_calls = [c for c in script.calls if self._is_wrapper(c)]
         self.ddp_calls = [
             c for c in self.wrapper_calls if last(script.call_name(c)) == "DistributedDataParallel"
@@ -214,7 +224,15 @@ class Flow:
             return None
         self._busy.add(func)
         try:
-            return self.stmts_sync(func.body)
+            # a collective the function itself keeps under a rank test (the "local rank 0
+            # first" helper: `if local_rank not in (-1, 0): barrier()`) depends on the
+            # arguments: not counted for its callers (precision first)
+            for call in calls_in(func.body):
+                if self.local_guard(call) is None:
+                    found = self.call_sync(call)
+                    if found:
+                        return found
+            return None
         finally:
             self._busy.discard(func)
 
@@ -251,7 +269,15 @@ class Flow:
 
     # --- rank-dependent code ----------------------------------------------------------
 
-    def rank_valued(self, expr: ast.AST, depth: int = 0) -> bool:  # noqa: PLR0911 - per kind
+    def rank_valued(self, expr: ast.AST, depth: int = 0) -> bool:
+        if depth:
+            return self._rank_valued(expr, depth)
+        found = self._rv_memo.get(expr)
+        if found is None:
+            found = self._rv_memo[expr] = self._rank_valued(expr, 0)
+        return found
+
+    def _rank_valued(self, expr: ast.AST, depth: int = 0) -> bool:  # noqa: PLR0911 - per kind
         """Whether an expression IS the rank or is computed from it (`rank`, `args.local_rank`,
         `dist.get_rank()`, `int(os.environ["RANK"])`, `rank % 8`, `is_master = rank == 0`);
         a call that merely takes the rank as an argument is not."""
@@ -288,12 +314,21 @@ class Flow:
     def is_rank_expr(self, expr: ast.AST, depth: int = 0) -> bool:
         """Whether the rank appears anywhere in an expression (a per-rank path, a rank
         slice); names are followed to what they were given."""
+        if depth:
+            return self._is_rank_expr(expr, depth)
+        found = self._re_memo.get(expr)
+        if found is None:
+            found = self._re_memo[expr] = self._is_rank_expr(expr, 0)
+        return found
+
+    def _is_rank_expr(self, expr: ast.AST, depth: int) -> bool:
         for n in [expr, *own_nodes(expr)]:
             if self.rank_valued(n):
                 return True
             if isinstance(n, ast.Name) and depth < 2:
                 for v in self.s.assigned(self.s.scope_of(n), n.id):
-                    if self.is_rank_expr(v, depth + 1):
+                    # `a, b = f(x)`: one of f's results, not everything f was given
+                    if not isinstance(v, Pick) and self.is_rank_expr(v, depth + 1):
                         return True
         return False
 
@@ -356,12 +391,20 @@ class Flow:
             for stmts in _stmt_lists(a):
                 if child in stmts:
                     for earlier in stmts[: stmts.index(child)]:
-                        if (
-                            isinstance(earlier, ast.If)
-                            and _exits(earlier.body)
-                            and self.is_rank_test(earlier.test)
-                        ):
-                            return earlier
+                        # `if rank != 0: return`, also one level down (`if distributed:
+                        # gather(); if not is_main_process(): return`)
+                        inner = (
+                            [earlier, *earlier.body, *earlier.orelse]
+                            if isinstance(earlier, ast.If)
+                            else []
+                        )
+                        for st in inner:
+                            if (
+                                isinstance(st, ast.If)
+                                and _exits(st.body)
+                                and self.is_rank_test(st.test)
+                            ):
+                                return st
             if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
                 return None
             child = a

@@ -22,6 +22,7 @@ class Hit:
     summary: str
     facts: dict[str, object] = field(default_factory=dict)
     severity: Severity | None = None  # None: the knowledge base's
+    node: ast.AST | None = field(default=None, compare=False)  # says which file
 
     @classmethod
     def at(
@@ -33,7 +34,7 @@ class Hit:
         severity: Severity | None = None,
         **facts: object,
     ) -> Hit:
-        return cls(id, getattr(node, "lineno", 1), summary, facts, severity)
+        return cls(id, getattr(node, "lineno", 1), summary, facts, severity, node)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class LintResult:
     files: tuple[str, ...]
     findings: tuple[LintFinding, ...]
     problems: tuple[str, ...] = ()  # files that could not be audited, one message each
+    root: str | None = None  # the project root imports were followed under
+    root_why: str = ""  # how it was chosen (--root, nearest .git, ...)
+    followed: tuple[str, ...] = ()  # project modules the entry scripts import, audited too
+    notes: tuple[str, ...] = ()  # followed modules not audited (syntax error...), caps hit
 
     @property
     def errors(self) -> tuple[LintFinding, ...]:
@@ -105,4 +110,9 @@ class LintResult:
         }
         if self.problems:
             out["problems"] = list(self.problems)
+        if self.root is not None:
+            out["root"] = self.root
+            out["followed"] = list(self.followed)
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out

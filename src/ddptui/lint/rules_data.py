@@ -16,6 +16,7 @@ _UNWRAP: Final = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "cycle
 _STREAMING: Final = re.compile(r"Iterable|Stream|Shard|WebDataset|IterDataPipe", re.I)
 _EVAL_NAME: Final = re.compile(r"val|test|eval|dev_", re.I)
 _SHARDERS: Final = frozenset({"split_dataset_by_node", "shard", "split_by_node"})
+_EPOCH: Final = re.compile(r"epoch", re.I)
 _SPLITTERS: Final = frozenset({"array_split", "chunk", "tensor_split", "split"})
 
 
@@ -45,12 +46,24 @@ def training_loaders(s: Script, f: Flow) -> list[ast.Call]:
     return found
 
 
-def _has(call: ast.Call, name: str, position: int) -> bool:
+def _has(call: ast.Call, name: str, position: int, *, maybe: bool = True) -> bool:
+    """The call is given `name`; with `maybe`, also when `**kwargs` may carry it."""
+    if maybe and any(k.arg is None for k in call.keywords):
+        return True  # `**kwargs`: may carry it (precision first)
     v = kwarg(call, name, position)
     return v is not None and const(v) is not None
 
 
-def sharded(  # noqa: PLR0911 - one case per way of splitting by hand
+def sharded(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> ast.AST | None:
+    k = ("sharded", expr, depth)
+    if k not in f.memo:
+        f.memo[k] = None  # while computing: a cycle finds nothing more
+        f.memo[k] = _sharded(s, f, expr, depth)
+    found = f.memo[k]
+    return found if isinstance(found, ast.AST) else None
+
+
+def _sharded(  # noqa: PLR0911 - one case per way of splitting by hand
     s: Script, f: Flow, expr: ast.expr, depth: int = 0
 ) -> ast.AST | None:
     """The expression where a dataset is split by rank by hand, if it is: a slice or an
@@ -75,7 +88,7 @@ def sharded(  # noqa: PLR0911 - one case per way of splitting by hand
         if (
             cls is not None
             and any("Iterable" in ast.unparse(b) for b in cls.bases)
-            and f.is_rank_expr(cls)
+            and _reads_rank(s, f, cls)
         ):
             return o
         if depth < 3:
@@ -84,6 +97,27 @@ def sharded(  # noqa: PLR0911 - one case per way of splitting by hand
                 if inner is not None:
                     return inner
     return None
+
+
+def _reads_rank(s: Script, f: Flow, cls: ast.ClassDef) -> bool:
+    """The class reads the rank, itself or in a project class it builds (a sampler
+    object that picks `data[rank::world]`)."""
+    if _mentions_rank(f, cls):
+        return True
+    return any(
+        isinstance(n, ast.Call)
+        and (inner := s.class_named(n.func)) is not None
+        and inner is not cls
+        and _mentions_rank(f, inner)
+        for n in ast.walk(cls)
+    )
+
+
+def _mentions_rank(f: Flow, cls: ast.ClassDef) -> bool:
+    return any(
+        isinstance(n, ast.Name | ast.Attribute | ast.Call) and f.rank_valued(n)
+        for n in ast.walk(cls)
+    )
 
 
 def _uneven_pick(s: Script, f: Flow, sub: ast.Subscript) -> bool:
@@ -103,11 +137,25 @@ def _uneven_pick(s: Script, f: Flow, sub: ast.Subscript) -> bool:
 def split_by_rank(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:
     """Whether the dataset is this rank's part already (evenly or not), or a stream that
     splits itself (an iterable dataset takes no sampler)."""
+    k = ("split", expr, depth)
+    if k not in f.memo:
+        f.memo[k] = False
+        f.memo[k] = _split_by_rank(s, f, expr, depth)
+    return f.memo[k] is True
+
+
+def _split_by_rank(s: Script, f: Flow, expr: ast.expr, depth: int) -> bool:
     if sharded(s, f, expr) is not None:
         return True
     for o in s.origins(expr):
-        if isinstance(o, ast.Subscript) and f.is_rank_expr(o.slice):
-            return True
+        if isinstance(o, ast.Subscript) and any(
+            isinstance(n, ast.Subscript) and f.is_rank_expr(n.slice) for n in ast.walk(o)
+        ):
+            return True  # `paths[rank::world]`, `paths[shard:][::num_shards]`
+        if isinstance(o, ast.Call) and any(
+            f.rank_valued(a) for a in [*o.args, *(k.value for k in o.keywords)]
+        ):
+            return True  # `ImageDataset(paths, shard=rank, num_shards=world)` shards itself
         if isinstance(o, ast.Call) and (
             _STREAMING.search(s.call_name(o))
             or any(k.arg in ("nodesplitter", "streaming") for k in o.keywords)
@@ -165,27 +213,42 @@ def set_epoch(s: Script, f: Flow) -> Iterator[Hit]:
     samplers = [
         c
         for c in s.calls
-        if last(s.call_name(c)) == "DistributedSampler"
+        if "DistributedSampler" in {last(n) for n in s.call_names(c)}
         and const(kwarg(c, "shuffle", 3)) is not False
     ]
     if not samplers or f.uses("set_epoch"):
         return
     loops = f.training_loops()
-    for loop in loops:
-        inner = [m for m in loops if m is not loop and loop in set(s.ancestors(m))]
-        if inner or _calls_training_loop(s, f, loop, set()):
-            yield Hit.at(
-                "DDP-SET-EPOCH",
-                loop,
-                (
-                    "the DistributedSampler's shuffle is never re-seeded: "
-                    f"`sampler.set_epoch(...)` is not called in this loop (sampler at line "
-                    f"{samplers[0].lineno})"
-                ),
-                sampler=_assigned_name(s, samplers[0]) or "sampler",
-                epoch=ast.unparse(loop.target) if isinstance(loop, ast.For) else "epoch",
-            )
-            return
+    epoch_loops = [
+        loop
+        for loop in loops
+        if [m for m in loops if m is not loop and loop in set(s.ancestors(m))]
+        or _calls_training_loop(s, f, loop, set())
+    ]
+    # the epoch loop calls into code not followed (a trainer from a registry): a loop
+    # over epochs by its name
+    epoch_loops += [
+        n
+        for n in s.nodes
+        if (isinstance(n, ast.For) and _EPOCH.search(ast.unparse(n.target) + ast.unparse(n.iter)))
+        or (isinstance(n, ast.While) and _EPOCH.search(ast.unparse(n.test)))
+    ]
+    for loop in epoch_loops[:1]:
+        where = (
+            f"line {samplers[0].lineno}"
+            if s.module_of(samplers[0]) is s.module_of(loop)
+            else f"{s.path_of(samplers[0])}:{samplers[0].lineno}"
+        )
+        yield Hit.at(
+            "DDP-SET-EPOCH",
+            loop,
+            (
+                "the DistributedSampler's shuffle is never re-seeded: "
+                f"`sampler.set_epoch(...)` is not called in this loop (sampler at {where})"
+            ),
+            sampler=_assigned_name(s, samplers[0]) or "sampler",
+            epoch=ast.unparse(loop.target) if isinstance(loop, ast.For) else "epoch",
+        )
 
 
 def _calls_training_loop(s: Script, f: Flow, root: ast.AST, seen: set[ast.AST]) -> bool:
@@ -208,7 +271,7 @@ def shuffle_sampler(s: Script, f: Flow) -> Iterator[Hit]:
         if (
             is_loader(s, c)
             and const(kwarg(c, "shuffle", 2)) is True
-            and (_has(c, "sampler", 3) or _has(c, "batch_sampler", 4))
+            and (_has(c, "sampler", 3, maybe=False) or _has(c, "batch_sampler", 4, maybe=False))
         ):
             yield Hit.at(
                 "DDP-SHUFFLE-SAMPLER",
@@ -222,8 +285,16 @@ def shuffle_sampler(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.wrapper_calls or f.uses("join", "Join"):
-        return
+    if not f.wrapper_calls or any(
+        last(s.call_name(c)) == "Join"
+        or (
+            isinstance(c.func, ast.Attribute)
+            and c.func.attr == "join"
+            and f.is_ddp_value(c.func.value)
+        )
+        for c in s.calls
+    ):
+        return  # DDP's join() evens out the batches
     for loop in f.training_loops():
         it = _iterated(s, loop)
         if it is None:
@@ -239,21 +310,25 @@ def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
                     or const(kwarg(o, "drop_last", 8)) is True
                 ):
                     continue
-                yield _uneven(o, shard, ident(data) if data else None)
+                # the loader beside its loop, else the loop (where join() goes)
+                at = o if s.scope_of(o) is s.scope_of(loop) else loop
+                yield _uneven(s, at, shard, ident(data) if data else None)
                 return
         shard = sharded(s, f, it)
         if shard is not None:
-            yield _uneven(shard, shard, ident(it))
+            yield _uneven(s, shard, shard, ident(it))
             return
 
 
-def _uneven(at: ast.AST, shard: ast.AST, data: str | None) -> Hit:
+def _uneven(s: Script, at: ast.AST, shard: ast.AST, data: str | None) -> Hit:
+    line = getattr(shard, "lineno", "?")
+    where = f"line {line}" if s.path_of(shard) == s.path_of(at) else f"{s.path_of(shard)}:{line}"
     return Hit.at(
         "DDP-UNEVEN-BATCH",
         at,
         (
-            f"the data is split by rank by hand (`{ast.unparse(shard)[:60]}`, line "
-            f"{getattr(shard, 'lineno', '?')}) and nothing evens out the number of batches"
+            f"the data is split by rank by hand (`{ast.unparse(shard)[:60]}`, {where}) and "
+            "nothing evens out the number of batches"
         ),
         dataset=data or "dataset",
     )

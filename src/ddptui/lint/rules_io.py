@@ -27,9 +27,26 @@ def _unwrapped(s: Script, expr: ast.expr) -> bool:
     )
 
 
-def _state_dict_receivers(s: Script, expr: ast.expr, depth: int = 0) -> list[ast.expr]:
+def _state_dict_receivers(
+    s: Script, expr: ast.expr, depth: int = 0, seen: set[ast.AST] | None = None
+) -> list[ast.expr]:
+    """The modules whose `.state_dict()` makes up a saved value: directly, through names
+    (`state = model.state_dict()`), dicts filled later (`ckpt["model"] = ...`,
+    `ckpt.update(model=...)`) and helpers' parameters."""
+    seen = set() if seen is None else seen
     out: list[ast.expr] = []
-    for o in s.origins(expr):
+    sources = list(s.origins(expr))
+    if isinstance(expr, ast.Name):
+        sources += _filled_in(s, expr)
+        scope = s.scope_of(expr)
+        if depth < 3 and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            for arg in s.param_args(scope, expr.id):  # a dict filled by the caller
+                if isinstance(arg, ast.Name):
+                    out += _state_dict_receivers(s, arg, depth + 1, seen)
+    for o in sources:
+        if o in seen:
+            continue
+        seen.add(o)
         for n in ast.walk(o):
             if (
                 isinstance(n, ast.Call)
@@ -38,7 +55,25 @@ def _state_dict_receivers(s: Script, expr: ast.expr, depth: int = 0) -> list[ast
             ):
                 out.append(n.func.value)
             elif isinstance(n, ast.Name) and n is not o and depth < 3:
-                out += _state_dict_receivers(s, n, depth + 1)
+                out += _state_dict_receivers(s, n, depth + 1, seen)
+    return out
+
+
+def _filled_in(s: Script, name: ast.Name) -> list[ast.expr]:
+    """Values put into the dict `name` after it was made, in its function."""
+    out: list[ast.expr] = []
+    for n in ast.walk(s.scope_of(name)):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Subscript) and ast.unparse(t.value) == name.id:
+                    out.append(n.value)
+        elif (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "update"
+            and ast.unparse(n.func.value) == name.id
+        ):
+            out += [*n.args, *(k.value for k in n.keywords)]
     return out
 
 
@@ -58,9 +93,13 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         for recv in _state_dict_receivers(s, c.args[0]):
             if f.is_ddp_value(recv) and not _unwrapped(s, recv):
+                # in another function than the save: said at the `.state_dict()` call,
+                # where `.module` belongs
+                call = s.parents.get(recv, c)
+                at = c if s.scope_of(call) is s.scope_of(c) else call
                 yield Hit.at(
                     "DDP-SAVE-WRAPPER",
-                    c,
+                    at,
                     (
                         f"`{ast.unparse(recv)}.state_dict()` of the DDP wrapper is saved: every key "
                         "starts with `module.`"
@@ -160,18 +199,28 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
                 saved, loaded = const(_path(pending, 1, "f")), const(_path(call, 0, "f"))
                 if isinstance(saved, str) and isinstance(loaded, str) and saved != loaded:
                     continue
+                if s.path_of(pending) != s.path_of(call) and not (
+                    isinstance(saved, str) and saved == loaded
+                ):
+                    continue  # helpers of two files: no sign that they meet on one file
                 if call.lineno not in reported:
                     reported.add(call.lineno)
                     yield Hit.at(
                         "DDP-CKPT-BARRIER",
                         call,
                         (
-                            f"every rank loads a checkpoint here, but only some ranks wrote it "
-                            f"(line {pending.lineno}) and nothing waits for that write to finish"
+                            "every rank loads a checkpoint here, but only some ranks wrote it "
+                            f"({_where(s, pending, call)}) and nothing waits for that write to "
+                            "finish"
                         ),
                         saved_at=pending.lineno,
                     )
                 pending = None
+
+
+def _where(s: Script, node: ast.AST, here: ast.AST) -> str:
+    line = getattr(node, "lineno", 0)
+    return f"line {line}" if s.path_of(node) == s.path_of(here) else f"{s.path_of(node)}:{line}"
 
 
 def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # noqa: PLR0911 - one case per writer
@@ -220,21 +269,30 @@ def _referenced(s: Script, node: ast.AST) -> bool:
 def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
+    seen: dict[tuple[str, str], list[int]] = {}  # one finding per file and writer
     for c in s.calls:
         found = _writer(s, f, c)
-        if found is None or f.guarded(c) or not _referenced(s, c):
+        if found is None or not _referenced(s, c):
             continue
         what, path = found
         if (path is not None and f.is_rank_expr(path)) or any(
             f.is_rank_expr(kw.value) for kw in c.keywords
         ):
             continue  # one file per rank, on purpose
+        if f.guarded(c):
+            continue
+        at = s.entry_anchor(c)  # a helper of another file: said at the entry's call
+        lines = seen.setdefault((s.path_of(at), what), [])
+        lines.append(at.lineno if isinstance(at, ast.stmt | ast.expr) else 0)
+        if len(lines) > 1:
+            continue
         yield Hit.at(
             "DDP-ALL-RANKS-IO",
-            c,
+            at,
             (
                 f"`{what}` runs on every rank: each process writes "
                 + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
+                + ("" if at is c else f" ({s.path_of(c)}:{c.lineno})")
             ),
             what=what,
         )

@@ -84,13 +84,24 @@ def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
         if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
             here = s.scope_of(o) is places[0][1]
             places.append((ast.unparse(parent.targets[0]), s.scope_of(o), line if here else 10**9))
-    return any(
+    if any(
         c.lineno < until
         and isinstance(c.func, ast.Attribute)
         and c.func.attr in _MOVERS
         and receiver(c) == text
         for text, scope, until in places
         for c in s.function_calls(scope)
+    ):
+        return True
+    # moved where it travelled through (`model, diffusion = build(...)`, `model.to(dev)`,
+    # then `Trainer(model=model)` wraps it): a mover on a value built by the same call
+    built = {o for o in s.origins(expr) if isinstance(o, ast.Call) and _is_constructor(s, o)}
+    return bool(built) and any(
+        isinstance(c.func, ast.Attribute)
+        and c.func.attr in _MOVERS
+        and not (s.scope_of(c) is places[0][1] and c.lineno > line)
+        and built & set(s.origins(c.func.value))
+        for c in s.calls
     )
 
 
@@ -137,7 +148,10 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
             and c.func.attr in _MOVERS
             and receiver(c) in names
         ]
-        built_here = any(isinstance(o, ast.Call) and _is_constructor(s, o) for o in s.origins(arg))
+        built_here = any(
+            isinstance(o, ast.Call) and _is_constructor(s, o) and not _holds_moved(s, o)
+            for o in s.origins(arg)
+        )
         if later:
             yield Hit.at(
                 "DDP-WRAP-BEFORE-TO",
@@ -158,6 +172,16 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 model=ast.unparse(arg),
             )
+
+
+def _holds_moved(s: Script, call: ast.Call) -> bool:
+    """A container built from modules already on the GPU (`Wrapper(self.model)` after
+    `self.model = build().to(device)`): it is there too."""
+    return any(
+        isinstance(o, ast.Call) and isinstance(o.func, ast.Attribute) and o.func.attr in _MOVERS
+        for a in [*call.args, *(k.value for k in call.keywords)]
+        for o in s.origins(a)
+    )
 
 
 def _is_constructor(s: Script, call: ast.Call) -> bool:
@@ -305,17 +329,36 @@ def nccl_tuning(s: Script, f: Flow) -> Iterator[Hit]:
 def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.ddp_calls or f.uses("convert_sync_batchnorm", "SyncBatchNorm"):
         return
-    for c in s.calls:
+    # the code that runs first; then any class of an imported project module (a model
+    # built through a registry or getattr() is not followed by name)
+    known = any(
+        isinstance(o, ast.Call) and s.class_named(o.func) is not None
+        for c in f.ddp_calls
+        for o in (s.origins(c.args[0]) if c.args else [])
+    )
+    classes = [
+        n
+        for m in ([] if known else s.modules[1:])  # the wrapped model's class is known
+        for n in m.nodes
+        if isinstance(n, ast.Call) and any(isinstance(a, ast.ClassDef) for a in s.ancestors(n))
+    ]
+    for c in [*s.calls, *classes]:
         qn = s.call_name(c)
         if (_BN.match(last(qn)) and qn.startswith("torch")) or (
             "torchvision" in qn and _BN_ARCHS.match(last(qn))
         ):
             model = _arg0(f.ddp_calls[0])
+            here = s.module_of(c) is s.entry
+            # in another file: said where the entry builds or wraps the model, where the
+            # conversion belongs
+            at = c if here else s.entry_anchor(f.ddp_calls[0])
             yield Hit.at(
                 "DDP-BATCHNORM",
-                c,
+                at,
                 (
-                    f"`{ast.unparse(c.func)}` keeps per-GPU BatchNorm statistics under DDP (no "
+                    f"`{ast.unparse(c.func)}`"
+                    + ("" if here else f" ({s.path_of(c)}:{c.lineno})")
+                    + " keeps per-GPU BatchNorm statistics under DDP (no "
                     "SyncBatchNorm.convert_sync_batchnorm)"
                 ),
                 model=model,
@@ -326,6 +369,7 @@ def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
 def loss_device(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed or not _uses_gpu(s):
         return
+    told_plain = False  # an unmoved loss without tensors is said once, in the entry file
     for c in s.calls:
         qn = s.call_name(c)
         name = last(qn)
@@ -338,12 +382,13 @@ def loss_device(s: Script, f: Flow) -> Iterator[Hit]:
             if weight is not None and _on_device(s, weight):
                 continue
             plain = weight is None
-            if plain and _target(s, c) is None:
+            if plain and (_target(s, c) is None or told_plain or s.module_of(c) is not s.entry):
                 continue  # built inline at its use: nothing to move
         elif not (name in s.classes and _has_state(s.classes[name]) and "loss" in name.lower()):
             continue
         if _criterion_moved(s, c):
             continue
+        told_plain = told_plain or plain
         yield Hit.at(
             "DDP-LOSS-DEVICE",
             c,

@@ -5,6 +5,7 @@ gradient accumulation that all-reduces every micro-batch (9)."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from typing import Final
 
@@ -13,6 +14,7 @@ from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 
 _NO_GRAD: Final = ("no_grad", "inference_mode")
+_BN: Final = re.compile(r"^(Lazy)?BatchNorm[123]d$")
 _CLOCKS: Final = frozenset({"time", "monotonic", "perf_counter", "time_ns", "process_time"})
 _EXITS: Final = (ast.Break, ast.Continue, ast.Return)
 _EQUALISERS: Final = frozenset(
@@ -40,13 +42,54 @@ def under_no_grad(s: Script, node: ast.AST) -> bool:
 
 class SyncFlow(Flow):
     """Flow whose DDP forwards under torch.no_grad() are not sync points (no gradient
-    bucket is prepared; precision first)."""
+    bucket is prepared; precision first), unless the model has buffers: then DDP's
+    forward broadcasts them from rank 0 (broadcast_buffers, on by default) and the
+    other ranks must join."""
+
+    def __init__(self, script: Script) -> None:
+        super().__init__(script)
+        self.buffers = any(
+            const(kwarg(c, "broadcast_buffers")) is not False and self._may_hold_buffers(c)
+            for c in self.ddp_calls
+        )
+
+    def _may_hold_buffers(self, ddp: ast.Call) -> bool:
+        """The wrapped model shows buffers: BatchNorm or register_buffer in the project's
+        code that runs, or a SyncBatchNorm conversion on the way to DDP (a model from
+        outside the project shows nothing: precision first)."""
+        s = self.s
+        if any(
+            (last(s.call_name(c)) == "register_buffer" or bool(_BN.match(last(s.call_name(c)))))
+            and not _conditional(s, c)
+            for c in s.calls
+        ):
+            return True
+        return any(
+            isinstance(o, ast.Call) and last(s.call_name(o)) == "convert_sync_batchnorm"
+            for o in (s.origins(ddp.args[0]) if ddp.args else [])
+        )
 
     def direct_sync(self, call: ast.Call) -> str | None:
         found = super().direct_sync(call)
-        if found and found.startswith("the DDP forward") and under_no_grad(self.s, call):
+        if (
+            found
+            and found.startswith("the DDP forward")
+            and not self.buffers
+            and under_no_grad(self.s, call)
+        ):
             return None
         return found
+
+
+def _conditional(s: Script, node: ast.AST) -> bool:
+    """Under an `if` of its function (`if not self.flash: self.register_buffer(...)`):
+    whether it runs depends on what the code cannot see."""
+    for a in s.ancestors(node):
+        if isinstance(a, ast.If | ast.IfExp):
+            return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+    return False
 
 
 def _branch_other(guard: ast.If, node: ast.AST, s: Script) -> list[ast.stmt]:
@@ -119,6 +162,10 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
             (
                 f"{what} runs only on the ranks where `{test}` (line {guard.lineno}); the other "
                 "ranks never join it and wait forever"
+                if guard in set(s.ancestors(call))
+                else f"{what} runs only on the ranks that get past `if {test}:` (line "
+                f"{guard.lineno}, which leaves early); the other ranks never join it and wait "
+                "forever"
             ),
             condition=test,
             collective=what,
@@ -202,6 +249,9 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
             if not isinstance(node, ast.If) or _loop_of(s, node) is not loop:
                 continue
             for exit_ in _exits_in(node.body):
+                inner = next(a for a in s.ancestors(exit_) if isinstance(a, ast.If))
+                if inner is not node and not _varies(s, f, inner.test, loop):
+                    continue  # `if rank == 0: ... if flag: return`: the exit's own test decides
                 skipped = (
                     _sync_after(s, f, node, loop)
                     if isinstance(exit_, ast.Continue)
@@ -236,6 +286,13 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     collective=skipped,
                 )
                 break
+
+
+def _varies(s: Script, f: Flow, test: ast.expr, loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """The test differs between ranks: on the rank, or on this rank's data, loss or clock."""
+    return f.is_rank_test(test) or (
+        _over_data(s, f, loop) and _depends(s, f, test, _tainted(s, f, loop))
+    )
 
 
 def _over_data(s: Script, f: Flow, loop: ast.AST) -> bool:
@@ -382,34 +439,111 @@ def no_sync(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.ddp_calls or f.uses("no_sync", "require_backward_grad_sync"):
         return
     for loop in f.training_loops():
-        steps = [
-            n
-            for n in own_nodes(loop)
-            if isinstance(n, ast.Call)
-            and isinstance(n.func, ast.Attribute)
-            and n.func.attr == "step"
-            and _loop_of(s, n) is loop
-            and _accumulation_guard(s, n, loop)
-        ]
-        if not steps:
+        step = _guarded_step(s, loop) or _step_after(s, f, loop)
+        if step is None:
             continue
-        for n in own_nodes(loop):
-            if (
-                isinstance(n, ast.Call)
-                and f.is_backward(n)
-                and _loop_of(s, n) is loop
-                and not any(isinstance(a, ast.If) for a in _between(s, n, loop))
-            ):
-                yield Hit.at(
-                    "DDP-NO-SYNC",
-                    n,
-                    (
-                        f"`{ast.unparse(n)}` all-reduces gradients on every micro-batch, but the "
-                        f"optimizer steps only every few (line {steps[0].lineno})"
-                    ),
-                    model=ast.unparse(f.ddp_calls[0].args[0]) if f.ddp_calls[0].args else "model",
-                )
-                return
+        backward = _unguarded_backward(s, f, loop)
+        if backward is not None:
+            yield Hit.at(
+                "DDP-NO-SYNC",
+                backward,
+                (
+                    f"`{ast.unparse(backward)}` all-reduces gradients on every micro-batch, but "
+                    f"the optimizer steps only every few (line {step.lineno})"
+                ),
+                model=ast.unparse(f.ddp_calls[0].args[0]) if f.ddp_calls[0].args else "model",
+            )
+            return
+
+
+def _guarded_step(s: Script, loop: ast.AST) -> ast.Call | None:
+    """An optimizer step in the loop that runs every few iterations, directly or in a
+    project function called under the accumulation test."""
+    for n in own_nodes(loop):
+        if not (isinstance(n, ast.Call) and _loop_of(s, n) is loop):
+            continue
+        if not _accumulation_guard(s, n, loop):
+            continue
+        if isinstance(n.func, ast.Attribute) and n.func.attr == "step":
+            return n
+        if any(_steps(s, fn, set()) for fn in s.callees(n)):
+            return n
+    return None
+
+
+def _steps(s: Script, root: ast.AST, seen: set[ast.AST]) -> bool:
+    """Whether `root` calls an optimizer's `.step()`, itself or through project functions."""
+    for n in own_nodes(root):
+        if isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Attribute) and n.func.attr == "step" and _optimizer(n):
+                return True
+            for fn in s.callees(n):
+                if fn not in seen and len(seen) < 16:
+                    seen.add(fn)
+                    if _steps(s, fn, seen):
+                        return True
+    return False
+
+
+def _optimizer(call: ast.Call) -> bool:
+    recv = ast.unparse(call.func.value).lower() if isinstance(call.func, ast.Attribute) else ""
+    return ("opt" in recv or "scaler" in recv) and "sched" not in recv
+
+
+def _step_after(s: Script, f: Flow, loop: ast.AST) -> ast.Call | None:
+    """A loop over micro-batches that never steps, followed in its enclosing body by the
+    optimizer step (`for micro in ...: loss.backward()` then `optimizer.step()`)."""
+    if _steps(s, loop, set()):
+        return None
+    parent = s.parents.get(loop)
+    for field in ("body", "orelse"):
+        stmts = getattr(parent, field, None)
+        if isinstance(stmts, list) and loop in stmts:
+            for st in stmts[stmts.index(loop) + 1 :]:
+                for n in [st, *own_nodes(st)]:
+                    if (
+                        isinstance(n, ast.Call)
+                        and isinstance(n.func, ast.Attribute)
+                        and n.func.attr == "step"
+                        and _optimizer(n)
+                    ):
+                        return n
+    return None
+
+
+def _unguarded_backward(s: Script, f: Flow, loop: ast.AST) -> ast.Call | None:
+    """The backward pass every iteration of the loop runs (not under an `if`): in the
+    loop, or in a project function it calls."""
+    for n in own_nodes(loop):
+        if (
+            isinstance(n, ast.Call)
+            and _loop_of(s, n) is loop
+            and not any(isinstance(a, ast.If) for a in _between(s, n, loop))
+        ):
+            if f.is_backward(n):
+                return n
+            for fn in s.callees(n):
+                inner = _first_backward(s, f, fn, set())
+                if inner is not None:
+                    return inner
+    return None
+
+
+def _first_backward(s: Script, f: Flow, fn: ast.AST, seen: set[ast.AST]) -> ast.Call | None:
+    for n in own_nodes(fn):
+        if not isinstance(n, ast.Call) or any(
+            isinstance(a, ast.If | ast.For | ast.While) for a in _between(s, n, fn)
+        ):
+            continue
+        if f.is_backward(n):
+            return n
+        for g in s.callees(n):
+            if g not in seen and len(seen) < 16:
+                seen.add(g)
+                found = _first_backward(s, f, g, seen)
+                if found is not None:
+                    return found
+    return None
 
 
 def _between(s: Script, node: ast.AST, top: ast.AST) -> list[ast.AST]:

@@ -8,6 +8,9 @@ import ast
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddptui.lint.project import Module, Project, Shared
 
 Scope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Module
 FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -29,48 +32,206 @@ SELF_RETURNING = frozenset(
     }
 )
 _MAX_DEPTH = 8
+_MAX_CHAIN = 40  # assignments, returns and parameters followed from one value
+_MAX_DEFS = 3000  # definitions of followed modules taken in per entry script
+Resolved = FuncNode | ast.ClassDef | Module | str | None
 
 
 @dataclass(eq=False)
 class Script:
-    """A parsed file with indexes built once; every lookup is cached."""
+    """The entry script with the code of the project it reaches: the whole entry file,
+    and of the modules it imports (local ones only) their top-level statements and the
+    functions and classes the entry's code names, transitively (bounded). Indexes are
+    built once; every lookup is cached."""
 
     path: str
     tree: ast.Module
-    parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
-    aliases: dict[str, str] = field(default_factory=dict)
-    functions: dict[str, list[FuncNode]] = field(default_factory=dict)
+    parents: dict[ast.AST, ast.AST]
+    entry: Module
+    modules: list[Module] = field(default_factory=list)  # entry first, then followed
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     calls: list[ast.Call] = field(default_factory=list)
-    nodes: list[ast.AST] = field(default_factory=list)  # every node, walked once
+    nodes: list[ast.AST] = field(default_factory=list)  # every node of the reached code
     _callees: dict[ast.Call, tuple[FuncNode, ...]] = field(default_factory=dict)
-    _names: dict[ast.Call, str] = field(default_factory=dict)
+    shared: Shared = field(default_factory=Shared)
+    _origin_memo: dict[tuple[ast.expr, bool], list[ast.expr]] = field(default_factory=dict)
+    _origin_busy: set[tuple[ast.expr, bool]] = field(default_factory=set)
+    _by_tree: dict[ast.Module, Module] = field(default_factory=dict)
+    _stores: dict[object, list[tuple[ast.Subscript, ast.expr]]] | None = None
+    _by_key: dict[str, Module] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, path: str, tree: ast.Module) -> Script:
-        s = cls(path, tree)
-        s.nodes = list(ast.walk(tree))
-        for node in s.nodes:
-            for child in ast.iter_child_nodes(node):
-                s.parents[child] = node
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.asname:
-                        s.aliases[a.asname] = a.name
-                    else:  # `import torch.nn` binds `torch`
-                        root = a.name.split(".")[0]
-                        s.aliases.setdefault(root, root)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for a in node.names:
-                    s.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                s.functions.setdefault(node.name, []).append(node)
-            elif isinstance(node, ast.ClassDef):
-                s.classes[node.name] = node
-            elif isinstance(node, ast.Call):
-                s.calls.append(node)
-        s.calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    def parse(cls, path: str, tree: ast.Module, text: str = "") -> Script:
+        """One file alone, imports not followed."""
+        project = Project(Path(path).parent, "the script's folder")
+        mod = project.index(path, tree, text)
+        return cls.build(project, mod, [])
+
+    @classmethod
+    def build(cls, project: Project, entry: Module, followed: list[Module]) -> Script:
+        s = cls(entry.path, entry.tree, project.parents, entry, [entry, *followed])
+        s.shared = project.shared
+        for m in reversed(s.modules):
+            s._by_tree[m.tree] = m
+            s._by_key[m.key] = m
+            s.classes.update(m.classes)
+        s.nodes = [*entry.nodes, *s._reached()]
+        order = {m.tree: i for i, m in enumerate(s.modules)}
+        s.calls = [n for n in s.nodes if isinstance(n, ast.Call)]
+        s.calls.sort(key=lambda c: (order.get(s.module_of(c).tree, 0), c.lineno, c.col_offset))
         return s
+
+    @property
+    def functions(self) -> dict[str, list[FuncNode]]:
+        """The entry file's functions by name."""
+        return self.entry.functions
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        return self.entry.aliases
+
+    def module_of(self, node: ast.AST) -> Module:
+        top = self.shared.tops.get(node)
+        if top is None:
+            top = node
+            for top in self.ancestors(node):  # noqa: B007 - the last ancestor is the module
+                pass
+            self.shared.tops[node] = top
+        return self._by_tree.get(top, self.entry) if isinstance(top, ast.Module) else self.entry
+
+    def path_of(self, node: ast.AST) -> str:
+        return self.module_of(node).path
+
+    def entry_anchor(self, node: ast.AST, depth: int = 0) -> ast.AST:
+        """Where the entry script leads to `node`: `node` itself when it is in the entry
+        file, else the entry's call of the function that (through others) holds it."""
+        if self.module_of(node) is self.entry or depth > 4:
+            return node
+        scope = self.scope_of(node)
+        if not isinstance(scope, FuncNode):
+            return node
+        sites = self.call_sites(scope)
+        for site in sites:
+            if self.module_of(site) is self.entry:
+                return site
+        for site in sites:
+            found = self.entry_anchor(site, depth + 1)
+            if found is not site:
+                return found
+        return node
+
+    def _reached(self) -> list[ast.AST]:
+        """Nodes of the followed modules that run: their top-level statements (outside
+        `if __name__ == "__main__":`) and the functions and classes named by code that
+        runs, transitively; at most _MAX_DEFS definitions."""
+        out: list[ast.AST] = []
+        roots: list[ast.AST] = [self.entry.tree]
+        for m in self.modules[1:]:
+            for st in m.tree.body:
+                if not (isinstance(st, FuncNode | ast.ClassDef) or _is_main_block(st)):
+                    out += self._walked(st)
+                    roots.append(st)
+        done: set[ast.AST] = set()
+        while roots and len(done) < _MAX_DEFS:
+            for target in self._refs(roots.pop()):
+                if target not in done and self.module_of(target) is not self.entry:
+                    done.add(target)
+                    out += self._walked(target)
+                    roots.append(target)
+        return out
+
+    def _walked(self, node: ast.AST) -> list[ast.AST]:
+        found = self.shared.walks.get(node)
+        if found is None:
+            found = self.shared.walks[node] = list(ast.walk(node))
+        return found
+
+    def _refs(self, root: ast.AST) -> list[FuncNode | ast.ClassDef]:
+        """The project functions and classes the code under `root` names (once per run)."""
+        found = self.shared.refs.get(root)
+        if found is not None:
+            return found
+        out: dict[FuncNode | ast.ClassDef, None] = {}
+        for node in self._walked(root):
+            target = None
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                mod = self.module_of(node)
+                if node.id in mod.local:
+                    target = self.resolve(mod, node.id)
+                elif node.id in mod.functions or node.id in mod.classes:
+                    target = self.resolve_in(mod, node.id)  # the same file's own
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in self.module_of(node).local
+            ):
+                base = self.resolve(self.module_of(node), node.value.id)
+                if isinstance(base, Module):
+                    target = self.resolve_in(base, node.attr)
+            if isinstance(target, FuncNode | ast.ClassDef):
+                out[target] = None
+        self.shared.refs[root] = list(out)
+        return self.shared.refs[root]
+
+    # --- names across modules -------------------------------------------------------
+
+    def resolve(self, mod: Module, name: str, depth: int = 0) -> Resolved:
+        """What a name imported from a project module is: a function or class node, a
+        module, a dotted name it re-exports (`torch.nn.parallel.DistributedDataParallel`),
+        or None (not a local import, or not found)."""
+        ref = mod.local.get(name)
+        if ref is None or depth > _MAX_DEPTH:
+            return None
+        target = self._by_key.get(ref[0])
+        if target is None:
+            return None
+        return target if ref[1] is None else self.resolve_in(target, ref[1], depth + 1)
+
+    def resolve_in(self, mod: Module, attr: str, depth: int = 0) -> Resolved:
+        """Attribute `attr` of module `mod`."""
+        cls = mod.classes.get(attr)
+        if cls is not None and self.parents.get(cls) is mod.tree:
+            return cls
+        for fn in mod.functions.get(attr, ()):
+            if self.parents.get(fn) is mod.tree:
+                return fn
+        if attr in mod.local:
+            return self.resolve(mod, attr, depth + 1)
+        if attr in mod.aliases:
+            return mod.aliases[attr]
+        for value in self._assignments(mod.tree).get(attr, ()):
+            if isinstance(value, ast.Name | ast.Attribute):
+                return self.qualname(value, depth + 1)
+        return None
+
+    def _module_value(self, expr: ast.expr) -> Module | None:
+        """The project module an expression names (`utils`, `utils.dist`), if any."""
+        if isinstance(expr, ast.Name):
+            found = self.resolve(self.module_of(expr), expr.id)
+            return found if isinstance(found, Module) else None
+        if isinstance(expr, ast.Attribute):
+            path = self.module_of(expr).dotted.get(ast.unparse(expr))
+            if path is not None:
+                return self._by_key.get(path)
+            base = self._module_value(expr.value)
+            if base is not None:
+                found = self.resolve_in(base, expr.attr)
+                return found if isinstance(found, Module) else None
+        return None
+
+    def class_named(self, expr: ast.expr) -> ast.ClassDef | None:
+        """The project class an expression names (`Net`, `models.Net`), if any."""
+        if isinstance(expr, ast.Name):
+            mod = self.module_of(expr)
+            if expr.id in mod.classes:
+                return mod.classes[expr.id]
+            found = self.resolve(mod, expr.id)
+            return found if isinstance(found, ast.ClassDef) else None
+        if isinstance(expr, ast.Attribute):
+            base = self._module_value(expr.value)
+            found = self.resolve_in(base, expr.attr) if base is not None else None
+            return found if isinstance(found, ast.ClassDef) else None
+        return None
 
     # --- structure ---------------------------------------------------------------
 
@@ -83,7 +244,7 @@ class Script:
         for a in self.ancestors(node):
             if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
                 return a
-        return self.tree
+        return self.module_of(node).tree
 
     def class_of(self, node: ast.AST) -> ast.ClassDef | None:
         for a in self.ancestors(node):
@@ -95,24 +256,34 @@ class Script:
         """Calls made by `func`'s own body (not by functions or lambdas nested in it)."""
         return [c for c in self.calls if self._owner(c) is func]
 
-    @functools.cache  # noqa: B019 - the Script lives as long as its lint run
     def _owner(self, node: ast.AST) -> ast.AST:
-        for a in self.ancestors(node):
-            if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
-                return a
-        return self.tree
+        found = self.shared.owners.get(node)
+        if found is None:
+            found = self.module_of(node).tree
+            for a in self.ancestors(node):
+                if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
+                    found = a
+                    break
+            self.shared.owners[node] = found
+        return found
 
     # --- names ---------------------------------------------------------------------
 
-    def qualname(self, expr: ast.expr, depth: int = 0) -> str | None:
+    def qualname(self, expr: ast.expr, depth: int = 0) -> str | None:  # noqa: PLR0911
         """The dotted name an expression stands for, imports and simple aliases followed:
         `DDP` -> torch.nn.parallel.DistributedDataParallel, `nn.BatchNorm2d` ->
         torch.nn.BatchNorm2d. None for anything that is not a name."""
         if depth > _MAX_DEPTH:
             return None
         if isinstance(expr, ast.Name):
-            if expr.id in self.aliases:
-                return self.aliases[expr.id]
+            mod = self.module_of(expr)
+            found = self.resolve(mod, expr.id)
+            if isinstance(found, str):
+                return found
+            if isinstance(found, FuncNode | ast.ClassDef):
+                return found.name
+            if expr.id in mod.aliases:
+                return mod.aliases[expr.id]
             for value in self.assigned(self.scope_of(expr), expr.id, module_too=True):
                 if isinstance(value, ast.Name | ast.Attribute):
                     return self.qualname(value, depth + 1)
@@ -122,25 +293,53 @@ class Script:
             return f"{base}.{expr.attr}" if base else None
         return None
 
+    def call_names(self, call: ast.Call) -> list[str]:
+        """Every name a call may reach: `call_name`, and through a name given a
+        conditional expression, each branch (`S = RandomSampler if rank == -1 else
+        DistributedSampler`, then `S(ds)`)."""
+        out = [self.call_name(call)]
+        if isinstance(call.func, ast.Name):
+            for value in self.assigned(self.scope_of(call.func), call.func.id, module_too=True):
+                for alt in _alternatives(value):
+                    name = self.qualname(alt)
+                    if name and name not in out:
+                        out.append(name)
+        return out
+
     def call_name(self, call: ast.Call) -> str:
-        if call not in self._names:
-            self._names[call] = self.qualname(call.func) or ""
-        return self._names[call]
+        name = self.shared.names.get(call)
+        if name is None:
+            name = self.shared.names[call] = self.qualname(call.func) or ""
+        return name
 
     def assigned(self, scope: Scope, name: str, *, module_too: bool = False) -> list[ast.expr]:
         """The values `name` is given in `scope` (tuple targets yield `Subscript`-free
         element picks where the value is a literal tuple, else the whole value)."""
         out = list(self._assignments(scope).get(name, ()))
-        if not out and module_too and scope is not self.tree:
-            out = list(self._assignments(self.tree).get(name, ()))
+        if out or not module_too:
+            return out
+        mod = self.module_of(scope)
+        if scope is not mod.tree:
+            out = list(self._assignments(mod.tree).get(name, ()))
+        ref = mod.local.get(name)
+        if not out and ref is not None and ref[1] is not None:  # `from config import device`
+            target = self._by_key.get(ref[0])
+            if target is not None:
+                out = list(self._assignments(target.tree).get(ref[1], ()))
         return out
 
-    @functools.cache  # noqa: B019
     def _assignments(self, scope: ast.AST) -> dict[str, list[ast.expr]]:
-        table: dict[str, list[ast.expr]] = {}
-        for node in ast.walk(scope):
-            if node is not scope and self._owner(node) is not scope:
-                continue
+        """Names bound in `scope`'s own code (not in functions or lambdas nested in it),
+        computed once per lint run."""
+        table = self.shared.assignments.get(scope)
+        if table is not None:
+            return table
+        table = self.shared.assignments[scope] = {}
+        stack = list(ast.iter_child_nodes(scope))
+        while stack:
+            node = stack.pop()
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                stack.extend(ast.iter_child_nodes(node))
             if isinstance(node, ast.Assign):
                 for target in node.targets:
                     _bind(table, target, node.value)
@@ -151,34 +350,60 @@ class Script:
         return table
 
     def self_attr_values(self, node: ast.AST, attr: str) -> list[tuple[ast.expr, Scope]]:
-        """Values given to `self.<attr>` anywhere in the class around `node`."""
+        """Values given to `self.<attr>` anywhere in the class around `node` or in its
+        project base classes."""
         cls = self.class_of(node)
-        if cls is None:
-            return []
         out: list[tuple[ast.expr, Scope]] = []
-        for n in ast.walk(cls):
-            if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None:
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                for t in targets:
-                    if (
-                        isinstance(t, ast.Attribute)
-                        and t.attr == attr
-                        and isinstance(t.value, ast.Name)
-                        and t.value.id == "self"
-                    ):
-                        out.append((n.value, self.scope_of(n)))
+        for _ in range(4):
+            if cls is None:
+                break
+            for n in self._self_assigns(cls).get(attr, ()):
+                if n.value is not None:
+                    out.append((n.value, self.scope_of(n)))
+            bases = [b for b in map(self.class_named, cls.bases) if b is not None]
+            cls = bases[0] if bases and bases[0] is not cls else None
         return out
+
+    def _self_assigns(self, cls: ast.ClassDef) -> dict[str, list[ast.Assign | ast.AnnAssign]]:
+        table = self.shared.attrs.get(cls)
+        if table is None:
+            table = self.shared.attrs[cls] = {}
+            for n in ast.walk(cls):
+                if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None:
+                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                    for t in targets:
+                        if (
+                            isinstance(t, ast.Attribute)
+                            and isinstance(t.value, ast.Name)
+                            and t.value.id == "self"
+                        ):
+                            table.setdefault(t.attr, []).append(n)
+        return table
 
     # --- where values come from ------------------------------------------------------
 
-    def origins(  # noqa: PLR0911, PLR0912 - one case per kind of expression
-        self, expr: ast.expr, depth: int = 0, *, params: bool = True
-    ) -> list[ast.expr]:
+    def origins(self, expr: ast.expr, depth: int = 0, *, params: bool = True) -> list[ast.expr]:
         """The expressions a value may come from, following names through assignments,
-        `self.x` attributes, parameters (via call sites), same-file function returns and
-        module methods that return self. Unknown sources are simply absent."""
-        if depth > _MAX_DEPTH:
+        `self.x` attributes, parameters (via call sites), project function returns and
+        module methods that return self. Unknown sources are simply absent. Each answer
+        is computed once (a value met again while it is being computed adds nothing)."""
+        k = (expr, params)
+        found = self._origin_memo.get(k)
+        if found is not None:
+            return found
+        if k in self._origin_busy or depth > _MAX_CHAIN:
             return []
+        self._origin_busy.add(k)
+        try:
+            found = list(dict.fromkeys(self._origins(expr, depth, params=params)))
+        finally:
+            self._origin_busy.discard(k)
+        self._origin_memo[k] = found
+        return found
+
+    def _origins(  # noqa: PLR0911, PLR0912 - one case per kind of expression
+        self, expr: ast.expr, depth: int, *, params: bool
+    ) -> list[ast.expr]:
         scope = self.scope_of(expr)
         if isinstance(expr, ast.Name):
             values = self.assigned(scope, expr.id, module_too=True)
@@ -214,7 +439,7 @@ class Script:
                     ):
                         out += self.origins(ret.value, depth + 1, params=params)
             return out
-        if isinstance(expr, _Pick):
+        if isinstance(expr, Pick):
             out = []
             for src in self.origins(expr.value, depth + 1, params=params):
                 if isinstance(src, ast.Tuple | ast.List):
@@ -230,7 +455,37 @@ class Script:
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Tuple | ast.Call):
             # `f()[0]`, `np.array_split(x, n)[rank]`: the pick itself and what it picks from
             return [expr, *self.origins(expr.value, depth + 1, params=params)]
+        if isinstance(expr, ast.Subscript) and isinstance(const(expr.slice), str | int):
+            return [expr, *self._item_origins(expr, depth, params=params)]
         return [expr]
+
+    def _item_origins(self, expr: ast.Subscript, depth: int, *, params: bool) -> list[ast.expr]:
+        """`models["gen"]`: the value a dict literal gives that key, or a store
+        `models["gen"] = DDP(...)` into the same dict."""
+        k = const(expr.slice)
+        bases = set(self.origins(expr.value, depth + 1, params=params))
+        out: list[ast.expr] = []
+        for b in bases:
+            if isinstance(b, ast.Dict):
+                for key, value in zip(b.keys, b.values, strict=True):
+                    if key is not None and const(key) == k:
+                        out += self.origins(value, depth + 1, params=params)
+        for target, value in self._item_stores().get(k, ()):
+            if target is not expr and bases & set(
+                self.origins(target.value, depth + 1, params=params)
+            ):
+                out += self.origins(value, depth + 1, params=params)
+        return out
+
+    def _item_stores(self) -> dict[object, list[tuple[ast.Subscript, ast.expr]]]:
+        if self._stores is None:
+            self._stores = {}
+            for n in self.nodes:
+                if isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        if isinstance(t, ast.Subscript) and isinstance(const(t.slice), str | int):
+                            self._stores.setdefault(const(t.slice), []).append((t, n.value))
+        return self._stores
 
     def param_args(self, func: FuncNode, name: str) -> list[ast.expr]:
         """The arguments passed for parameter `name` at the call sites of `func`."""
@@ -262,35 +517,46 @@ class Script:
         self._callees[call] = found
         return found
 
-    def _resolve_callees(self, call: ast.Call) -> tuple[FuncNode, ...]:
-        """The same-file functions a call reaches: `f()`, `self.m()`, `obj.m()` where obj
-        was built from a class of this file, and `Cls()` (its __init__)."""
+    def _resolve_callees(self, call: ast.Call) -> tuple[FuncNode, ...]:  # noqa: PLR0911
+        """The project functions a call reaches: `f()` (of this file or imported from a
+        project module), `utils.f()`, `self.m()`, `obj.m()` where obj was built from a
+        class of the project, and `Cls()` (its __init__)."""
         f = call.func
+        cls = self.class_named(f)
+        if cls is not None:
+            return tuple(self._methods(cls, "__init__"))
         if isinstance(f, ast.Name):
-            if f.id in self.classes:
-                return tuple(self._methods(self.classes[f.id], "__init__"))
-            if f.id in self.aliases:
+            mod = self.module_of(call)
+            found = self.resolve(mod, f.id)
+            if isinstance(found, FuncNode):
+                return (found,)
+            if f.id in mod.aliases or f.id in mod.local:
                 return ()
             return tuple(
                 fn
-                for fn in self.functions.get(f.id, ())
+                for fn in mod.functions.get(f.id, ())
                 if self.class_of(fn) is None or self._is_nested_in(fn, call)
             )
         if isinstance(f, ast.Attribute):
             if isinstance(f.value, ast.Name) and f.value.id == "self":
-                cls = self.class_of(call)
-                return tuple(self._methods(cls, f.attr)) if cls else ()
-            found: list[FuncNode] = []
+                own = self.class_of(call)
+                return tuple(self._methods(own, f.attr)) if own else ()
+            module = self._module_value(f.value)
+            if module is not None:
+                target = self.resolve_in(module, f.attr)
+                return (target,) if isinstance(target, FuncNode) else ()
+            methods: list[FuncNode] = []
             for origin in self.origins(f.value, 1, params=False):
-                if isinstance(origin, ast.Call) and isinstance(origin.func, ast.Name):
-                    cls_node = self.classes.get(origin.func.id)
+                if isinstance(origin, ast.Call):
+                    cls_node = self.class_named(origin.func)
                     if cls_node is not None:
-                        found += self._methods(cls_node, f.attr)
-            return tuple(dict.fromkeys(found))
+                        methods += self._methods(cls_node, f.attr)
+            return tuple(dict.fromkeys(methods))
         return ()
 
     def _is_nested_in(self, fn: FuncNode, call: ast.Call) -> bool:
-        return self.scope_of(fn) is not self.tree and self.scope_of(fn) is self.scope_of(call)
+        scope = self.scope_of(fn)
+        return not isinstance(scope, ast.Module) and scope is self.scope_of(call)
 
     def _methods(self, cls: ast.ClassDef, name: str, depth: int = 0) -> list[FuncNode]:
         own = [
@@ -300,12 +566,25 @@ class Script:
         ]
         if own or depth > 4:
             return own
-        for base in cls.bases:  # a base class of this file defines it
-            if isinstance(base, ast.Name) and base.id in self.classes:
-                found = self._methods(self.classes[base.id], name, depth + 1)
+        for base in cls.bases:  # a base class of the project defines it
+            base_cls = self.class_named(base)
+            if base_cls is not None and base_cls is not cls:
+                found = self._methods(base_cls, name, depth + 1)
                 if found:
                     return found
         return []
+
+
+def _alternatives(expr: ast.expr, depth: int = 0) -> list[ast.expr]:
+    if depth < 4 and isinstance(expr, ast.IfExp):
+        return _alternatives(expr.body, depth + 1) + _alternatives(expr.orelse, depth + 1)
+    if depth < 4 and isinstance(expr, ast.BoolOp):
+        return [a for v in expr.values for a in _alternatives(v, depth + 1)]
+    return [expr]
+
+
+def _is_main_block(st: ast.stmt) -> bool:
+    return isinstance(st, ast.If) and "__main__" in ast.unparse(st.test)
 
 
 def _bind(table: dict[str, list[ast.expr]], target: ast.expr, value: ast.expr) -> None:
@@ -316,10 +595,10 @@ def _bind(table: dict[str, list[ast.expr]], target: ast.expr, value: ast.expr) -
             if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
                 _bind(table, elt, value.elts[i])
             else:  # `a, b = f()`: each name may come from f's returns, at position i
-                _bind(table, elt, _Pick(value, i))
+                _bind(table, elt, Pick(value, i))
 
 
-class _Pick(ast.Subscript):
+class Pick(ast.Subscript):
     """Element i of a value unpacked into a tuple target (a synthetic node)."""
 
     def __init__(self, value: ast.expr, index: int) -> None:
@@ -339,7 +618,16 @@ def kwarg(call: ast.Call, name: str, position: int | None = None) -> ast.expr | 
 
 
 def const(expr: ast.expr | None) -> object:
-    """A literal's value; `...` (Ellipsis) when it is not a literal."""
+    """A literal's value (`-1` included: a minus sign and a number); `...` (Ellipsis)
+    when it is not a literal."""
+    if (
+        isinstance(expr, ast.UnaryOp)
+        and isinstance(expr.op, ast.USub)
+        and isinstance(expr.operand, ast.Constant)
+        and isinstance(expr.operand.value, int | float)
+        and not isinstance(expr.operand.value, bool)
+    ):
+        return -expr.operand.value
     return expr.value if isinstance(expr, ast.Constant) else ...
 
 

@@ -94,6 +94,7 @@ class LogDiagnosis:
     lines_read: int = 0
     bytes_read: int = 0
     problems: tuple[str, ...] = ()  # inputs that could not be read, said plainly
+    notes: tuple[str, ...] = ()  # about the inputs, not failures (a shared file read once)
 
     @property
     def failed(self) -> bool:

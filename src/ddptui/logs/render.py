@@ -81,6 +81,11 @@ def human_lines(diag: LogDiagnosis, seconds: float | None = None) -> list[str]:
             out.append(f"  {severity_glyph(f.severity) or ' '} {f.id}: {f.summary}{tail}")
         if len(others) > 12:
             out.append(f"  … {len(others) - 12} more (see the report)")
+    if diag.notes:
+        out += ["", "Files read on the nodes:"]
+        out += [f"  {note}" for note in diag.notes[:20]]
+        if len(diag.notes) > 20:
+            out.append(f"  … {len(diag.notes) - 20} more (see the report)")
     timelines = [tl for tl in diag.timelines if tl.events]
     if timelines:
         out += ["", "Timeline per rank (UTC):"]

@@ -30,6 +30,8 @@ class InputInfo:
     host: str = "local"  # "local", or the configured node it was read on
     bytes: int = 0
     lines: int = 0
+    seen_on: tuple[str, ...] = ()  # the nodes that see this file (a shared filesystem)
+    fs: str = ""  # its filesystem type and source, as the node that read it saw them
 
 
 def iso(t: float | None) -> str | None:
@@ -57,7 +59,12 @@ def timeline_doc(tl: RankTimeline) -> dict[str, Any]:
     }
 
 
-def step_result(diag: LogDiagnosis, inputs: Sequence[InputInfo], seconds: float) -> StepResult:
+def step_result(
+    diag: LogDiagnosis,
+    inputs: Sequence[InputInfo],
+    seconds: float,
+    extra: dict[str, Any] | None = None,
+) -> StepResult:
     """The diagnosis as a checklist-shaped step result."""
     nodes: dict[str, NodeResult] = {}
     for info in inputs:
@@ -77,9 +84,10 @@ def step_result(diag: LogDiagnosis, inputs: Sequence[InputInfo], seconds: float)
     data = {
         "lines": diag.lines_read,
         "bytes": diag.bytes_read,
-        "inputs": [vars(i) for i in inputs],
+        "inputs": [{**vars(i), "seen_on": list(i.seen_on)} for i in inputs],
         "timelines": [timeline_doc(tl) for tl in diag.timelines],
         "problems": list(diag.problems),
+        **(extra or {}),
     }
     return StepResult(STEP_ID, STEP_TITLE, status, seconds, nodes, findings, data)
 
@@ -130,10 +138,11 @@ def build_log_report(
     started_at: str,
     finished_at: str,
     seconds: float,
+    extra: dict[str, Any] | None = None,
 ) -> ReportModel:
     from ddptui.report.schema import report_model
 
-    step = step_result(diag, inputs, seconds)
+    step = step_result(diag, inputs, seconds, extra)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "ddptui_version": __version__,

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ddptui.logs.diagnose import LogDiagnosis
 
 if TYPE_CHECKING:
+    from ddptui.logs.remote import RemoteRead
+    from ddptui.logs.report import InputInfo
     from ddptui.report.schema import ReportModel
 
 
@@ -57,31 +60,86 @@ def run_diagnosis(
     """(diagnosis, the report model, seconds).  SpecError / ConfigError / InputError for
     what the user must change; unreadable inputs are in the diagnosis' problems."""
     from ddptui.logs.inputs import Inputs, diagnose_inputs
-    from ddptui.logs.report import InputInfo, build_log_report
+    from ddptui.logs.report import build_log_report
 
     started, t0 = utcnow(), time.monotonic()
     local, remote = split_specs(paths, config_path)
     inputs = Inputs()
     for p in local:
         inputs.add_path(p, stdin)
-    hosts: dict[str, str] = {}
-    spool = None
+    read = None
     if remote:
         from ddptui.logs.remote import read_remote
 
-        spool, hosts = read_remote(config_path or "", remote, inputs, max_bytes=max_bytes)
+        read = read_remote(config_path or "", remote, inputs, max_bytes=max_bytes)
+    extra: dict[str, Any] = {}
     try:
         label = ", ".join(paths) if len(paths) <= 3 else f"{len(paths)} inputs"
         diag = diagnose_inputs(inputs, label)
+        if read is not None:
+            read.finish()
+            diag = replace(diag, problems=tuple(dict.fromkeys([*inputs.problems, *diag.problems])))
+            diag, extra = _attributed(diag, read)
         infos = [
-            InputInfo(s.label, hosts.get(s.label, "local"), s.bytes_read, s.lines)
+            _info(s.label, s.bytes_read, s.lines, read)
             for _, s in inputs.streams
+            if read is None or s.label not in read.files or s.label in read.opened
         ]
     finally:
-        if spool is not None:
-            spool.cleanup()
+        if read is not None:
+            read.cancel()  # a no-op once the reads are done
+            read.spool.cleanup()
     seconds = time.monotonic() - t0
     report = build_log_report(
-        diag, infos, config=config_path, started_at=started, finished_at=utcnow(), seconds=seconds
+        diag, infos, config=config_path, started_at=started, finished_at=utcnow(),
+        seconds=seconds, extra=extra,
     )
     return diag, report, seconds
+
+
+def _info(label: str, nbytes: int, lines: int, read: RemoteRead | None) -> InputInfo:
+    from ddptui.logs.report import InputInfo
+
+    if read is None:
+        return InputInfo(label, "local", nbytes, lines)
+    f = read.files.get(label)
+    fs = ""
+    if f is not None:
+        s = f.on(f.reader) if f.reader else f.sightings[0]
+        fs = f"{s.fstype} {s.source}".strip()
+    return InputInfo(
+        label, read.hosts.get(label, "local"), nbytes, lines,
+        tuple(f.nodes) if f is not None else (), fs,
+    )
+
+
+def _attributed(diag: LogDiagnosis, read: RemoteRead) -> tuple[LogDiagnosis, dict[str, Any]]:
+    """Findings name the node that wrote their lines; the notes say which files were one
+    file seen from several nodes and where each was read."""
+    from ddptui.logs.writers import Layout, attribute
+
+    layout = Layout(tuple(read.order), read.nproc_per_node, read.hostnames)
+    diag, writers = attribute(diag, read.files, layout)
+    diag = replace(diag, notes=(*diag.notes, *read.notes))
+    plan = read.plan
+    extra = {
+        "writers": {fid: w.to_dict() for fid, w in writers.items()},
+        "files": [
+            {
+                "label": f.label,
+                "path": f.path,
+                "shared": f.shared,
+                "network": f.network,
+                "seen_on": f.nodes,
+                "read_on": f.reader,
+                "bytes": f.size,
+            }
+            for f in plan.files
+        ],
+        "bytes_seen": plan.bytes_seen,
+        "bytes_planned": plan.bytes_planned,
+        "node_read_bytes": dict(read.node_bytes),
+        "node_read_cpu_s": dict(read.node_cpu),
+        "notes": list(diag.notes),
+    }
+    return diag, extra

@@ -9,9 +9,10 @@ factrules.yaml; a fact finding that explains the leading finding (ranking.yaml) 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from ddptui.diagnosis.factrules import (
     UNRECOGNIZED,
@@ -23,9 +24,44 @@ from ddptui.diagnosis.factrules import (
 )
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
+from ddptui.logs.facts import FactCollector
 
-if TYPE_CHECKING:
-    from ddptui.logs.diagnose import Diagnoser
+
+class _Hit(Protocol):
+    """A classified line as conclude() reads it (logs/diagnose.py's LogHit)."""
+
+    @property
+    def order(self) -> int: ...
+    @property
+    def t(self) -> float | None: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def rank(self) -> int | None: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def where(self) -> str: ...
+
+
+class Diagnoser(Protocol):
+    """What conclude() reads of the diagnosis in progress (logs/diagnose.py's Diagnoser,
+    which calls it: a Protocol here keeps this module below that one)."""
+
+    @property
+    def per_id(self) -> Mapping[str, Sequence[_Hit]]: ...
+    @property
+    def facts(self) -> FactCollector: ...
+    @property
+    def unknown(self) -> Unknowns: ...
+    @property
+    def sources(self) -> set[str]: ...
+    @property
+    def prefix_ranks(self) -> set[int]: ...
+    @property
+    def collective(self) -> dict[int, str]: ...
+    @property
+    def watchdog_lines(self) -> dict[int, str]: ...
 
 MAX_KEYS: Final = 1024
 SHOWN: Final = 8

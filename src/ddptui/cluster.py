@@ -1,5 +1,7 @@
 """From what the user gave (a cluster.yaml, `--slurm [J]`, `--hostfile`, overrides) to
-one ClusterConfig with concrete nodes. Core layer: asks Slurm, reads files, no UI."""
+one ClusterConfig with concrete nodes. Core layer: asks Slurm, reads files, no UI. It
+stands above both config.py and the sources (sources/), which config.py itself uses to
+expand `nodes:`: kept out of sources/ so no arrow runs from config back up to it."""
 
 from __future__ import annotations
 
