@@ -223,6 +223,7 @@ class Proc:
     collective: tuple[int, str] | None = None  # last (SequenceNumber, OpType) entered
     node_rank: int | None = None  # torchrun's node (group) rank its agent waits as
     net_plugin: str | None = None  # the NCCL net plugin loaded ("internal": none)
+    store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
 
 
 @dataclass(frozen=True)
@@ -415,6 +416,17 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
     return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(sorted(waiting))}
 
 
+def _store_overcount(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """c10d's store barrier counted more workers than the world has."""
+    for p in ctx.procs:
+        if p.store_count is not None and p.store_count[0] > p.store_count[1]:
+            count, world = p.store_count
+            said = f"{count} workers counted in the store barrier of a world of {world}"
+            ranks = [p.rank] if p.rank is not None else []
+            return ranks, [p.evidence.get("store_count", "")], said, {"count": str(count), "world": str(world)}
+    return None
+
+
 PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]]] = {
     "iface_class": _iface_class,
     "iface_mixed": _iface_mixed,
@@ -422,6 +434,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "duplicate_rank": _duplicate_rank,
     "missing_ranks": _missing_ranks,
     "not_in_collective": _not_in_collective,
+    "store_overcount": _store_overcount,
 }
 
 
