@@ -416,6 +416,25 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
     return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(sorted(waiting))}
 
 
+def _op_mismatch(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Watchdogs of different ranks timed out in one sequence number of different
+    operations: the ranks called different collectives at the same step."""
+    by_seq: dict[str, dict[str, list[int]]] = {}
+    for r, said in ctx.collective.items():
+        op, _, seq = said.partition(" (SeqNum ")
+        if seq:
+            by_seq.setdefault(seq.rstrip(")"), {}).setdefault(op, []).append(r)
+    for seq, ops in sorted(by_seq.items()):
+        if len(ops) > 1:
+            firsts = sorted(min(rs) for rs in ops.values())
+            said = f"at SeqNum {seq}: " + "; ".join(
+                f"ranks {_span(sorted(rs))} in {op}" for op, rs in sorted(ops.items())
+            )
+            ev = [ctx.watchdog_lines[r] for r in firsts[:3] if r in ctx.watchdog_lines]
+            return firsts, ev, said, {"seq": seq}
+    return None
+
+
 def _store_overcount(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """c10d's store barrier counted more workers than the world has."""
     for p in ctx.procs:
@@ -435,6 +454,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "missing_ranks": _missing_ranks,
     "not_in_collective": _not_in_collective,
     "store_overcount": _store_overcount,
+    "op_mismatch": _op_mismatch,
 }
 
 
