@@ -416,13 +416,16 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
     return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(sorted(waiting))}
 
 
+UNNAMED_OP: Final = "a collective"  # logs/diagnose.py's word for a watchdog line without OpType
+
+
 def _op_mismatch(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """Watchdogs of different ranks timed out in one sequence number of different
     operations: the ranks called different collectives at the same step."""
     by_seq: dict[str, dict[str, list[int]]] = {}
     for r, said in ctx.collective.items():
         op, _, seq = said.partition(" (SeqNum ")
-        if seq:
+        if seq and op != UNNAMED_OP:  # "Timeout at NCCL work: N" names no operation
             by_seq.setdefault(seq.rstrip(")"), {}).setdefault(op, []).append(r)
     for seq, ops in sorted(by_seq.items()):
         if len(ops) > 1:
