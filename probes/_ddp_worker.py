@@ -412,8 +412,16 @@ def main():
     timing = w.timing()
     w.report(timing)
     phase("done")
-    w.dist.destroy_process_group()
+    # Everything is reported. Wait for every rank, then leave without tearing torch down:
+    # on a busy machine the process group's teardown at exit sometimes aborts (SIGABRT on
+    # every rank at once, after the report), which torchrun reports as a crashed worker.
+    try:
+        w.dist.barrier()
+    except Exception as exc:  # noqa: BLE001 - a peer gone after the report: said, not fatal
+        sys.stderr.write("ddp worker: final barrier: %s\n" % exc)
     sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
