@@ -20,7 +20,7 @@ from ddptui.diagnosis.signatures import Signature
 
 FACTRULES_FILE: Final = Path(__file__).with_name("factrules.yaml")
 UNRECOGNIZED: Final = "LOGS-UNRECOGNIZED"
-NEEDS: Final = frozenset({"explains", "several_hosts", "failure"})
+NEEDS: Final = frozenset({"explains", "several_hosts", "failure", "itself"})
 ASPECTS: Final = frozenset({"family", "kind", "network"})
 FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"})
 _PRIVATE: Final = tuple(
@@ -223,6 +223,7 @@ class Proc:
     collective: tuple[int, str] | None = None  # last (SequenceNumber, OpType) entered
     node_rank: int | None = None  # torchrun's node (group) rank its agent waits as
     net_plugin: str | None = None  # the NCCL net plugin loaded ("internal": none)
+    store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
 
 
 @dataclass(frozen=True)
@@ -415,6 +416,39 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
     return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(sorted(waiting))}
 
 
+UNNAMED_OP: Final = "a collective"  # logs/diagnose.py's word for a watchdog line without OpType
+
+
+def _op_mismatch(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Watchdogs of different ranks timed out in one sequence number of different
+    operations: the ranks called different collectives at the same step."""
+    by_seq: dict[str, dict[str, list[int]]] = {}
+    for r, said in ctx.collective.items():
+        op, _, seq = said.partition(" (SeqNum ")
+        if seq and op != UNNAMED_OP:  # "Timeout at NCCL work: N" names no operation
+            by_seq.setdefault(seq.rstrip(")"), {}).setdefault(op, []).append(r)
+    for seq, ops in sorted(by_seq.items()):
+        if len(ops) > 1:
+            firsts = sorted(min(rs) for rs in ops.values())
+            said = f"at SeqNum {seq}: " + "; ".join(
+                f"ranks {_span(sorted(rs))} in {op}" for op, rs in sorted(ops.items())
+            )
+            ev = [ctx.watchdog_lines[r] for r in firsts[:3] if r in ctx.watchdog_lines]
+            return firsts, ev, said, {"seq": seq}
+    return None
+
+
+def _store_overcount(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """c10d's store barrier counted more workers than the world has."""
+    for p in ctx.procs:
+        if p.store_count is not None and p.store_count[0] > p.store_count[1]:
+            count, world = p.store_count
+            said = f"{count} workers counted in the store barrier of a world of {world}"
+            ranks = [p.rank] if p.rank is not None else []
+            return ranks, [p.evidence.get("store_count", "")], said, {"count": str(count), "world": str(world)}
+    return None
+
+
 PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]]] = {
     "iface_class": _iface_class,
     "iface_mixed": _iface_mixed,
@@ -422,6 +456,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "duplicate_rank": _duplicate_rank,
     "missing_ranks": _missing_ranks,
     "not_in_collective": _not_in_collective,
+    "store_overcount": _store_overcount,
+    "op_mismatch": _op_mismatch,
 }
 
 
@@ -441,6 +477,7 @@ def fact_findings(ctx: Context, rules: FactRules | None = None) -> list[Finding]
             "explains": bool(explains),
             "several_hosts": len(ctx.hosts) >= 2,
             "failure": failure,
+            "itself": True,  # the fact is a failure on its own (no healthy run states it)
         }
         if not any(have[n] for n in rule.needs):
             continue
@@ -448,7 +485,8 @@ def fact_findings(ctx: Context, rules: FactRules | None = None) -> list[Finding]
         if any(ctx.present[e] == "error" for e in explains):
             severity = "error"
             summary += f" (explains {', '.join(explains[:3])})"
-        nodes = tuple(sorted({p.host for p in ctx.procs if p.rank in ranks and p.host}))
+        hosts = {(p.host or "").partition("#")[0] for p in ctx.procs if p.rank in ranks}
+        nodes = tuple(sorted(h for h in hosts if h))
         if not nodes:  # ranks not stated: the hosts the finding names
             nodes = tuple(h for h in ctx.hosts if h in summary)
         out.append(

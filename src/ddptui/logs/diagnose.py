@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from ddptui.diagnosis.factrules import UNRECOGNIZED
+from ddptui.diagnosis.factrules import UNNAMED_OP, UNRECOGNIZED
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
@@ -160,7 +160,7 @@ class Diagnoser:
             said = m.groups.get("rank")
             who = int(said) if said is not None else rank
             if who is not None and len(self.collective) < 4096:
-                op = m.groups.get("op", "a collective")
+                op = m.groups.get("op", UNNAMED_OP)
                 seq = m.groups.get("seq")
                 self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
                 self.watchdog_lines.setdefault(who, f"{where}: {cand.text.strip()[:300]}")

@@ -58,6 +58,12 @@ FINGERPRINT: Final = re.compile(
 # torchrun's agent waits in the store for the ranks assigned to its own node rank.
 # The agent of node rank 0 collects every node's role_info and assigns the ranks.
 ASSIGNED: Final = re.compile(r"/torchelastic/(?:assigned_ranks/(?P<node>\d+)\b|role_info/)")
+# c10d's store-based barrier (torch < 2.1): every process that ever joined this store key
+# counts; more workers than the world means keys left by earlier runs (a FileStore file
+# or a long-lived TCPStore reused), so the count can never equal the world again.
+STORE_BARRIER: Final = re.compile(
+    r"store.based barrier\b.*\(world_size=(?P<world>\d+), worker_count=(?P<count>\d+)"
+)
 KV: Final = re.compile(
     r"\b(?P<k>master_addr|master_port|group_world_size|dist_world_size|global_world_sizes|"
     r"MASTER_ADDR|MASTER_PORT|WORLD_SIZE|backend)\s*[=:]\s*'?(?P<v>\[[\d, ]*\]|[^\s,'\]]+)"
@@ -91,6 +97,7 @@ class ProcFacts:
     init_complete: bool = False
     collective: tuple[int, str] | None = None  # the last (SequenceNumber, OpType) it entered
     node_rank: int | None = None  # torchrun's group rank (node rank) its agent waits as
+    store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
     evidence: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -146,11 +153,7 @@ class FactCollector:
                 p.collective = (seq, m["op"])
                 p.evidence["collective"] = f"{where}: {text.strip()[:300]}"
             return
-        if "/torchelastic/" in text and (m := ASSIGNED.search(text)) is not None:
-            p = self._proc(source, host, pid, rank)
-            if p.node_rank is None:
-                p.node_rank = int(m["node"]) if m["node"] is not None else 0
-                p.evidence["node_rank"] = f"{where}: {text.strip()[:300]}"
+        if self._store(source, where, text, host, pid, rank):
             return
         if "initialization options" in text and (m := TORCH_OPTIONS.search(text)) is not None:
             r = int(m["rank"])
@@ -174,6 +177,26 @@ class FactCollector:
                 if k in ("WORLD_SIZE", "dist_world_size", "global_world_sizes") and world.isdigit():
                     p.world_size = p.world_size or int(world)
                     p.evidence.setdefault("world", f"{where}: {text.strip()}")
+
+    def _store(
+        self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None
+    ) -> bool:
+        """What a process said while waiting in a store: torchrun's agent for its node rank,
+        c10d's store barrier for its workers."""
+        if "/torchelastic/" in text and (m := ASSIGNED.search(text)) is not None:
+            p = self._proc(source, host, pid, rank)
+            if p.node_rank is None:
+                p.node_rank = int(m["node"]) if m["node"] is not None else 0
+                p.evidence["node_rank"] = f"{where}: {text.strip()[:300]}"
+            return True
+        if "_count=" in text and (m := STORE_BARRIER.search(text)) is not None:
+            p = self._proc(source, host, pid, rank)
+            count, world = int(m["count"]), int(m["world"])
+            if p.store_count is None or count > p.store_count[0]:
+                p.store_count = (count, world)
+                p.evidence["store_count"] = f"{where}: {text.strip()[:300]}"
+            return True
+        return False
 
     @staticmethod
     def _plugin(p: ProcFacts, said: str, text: str) -> None:
@@ -252,7 +275,7 @@ def _init(p: ProcFacts, m: re.Match[str], said: str) -> None:
 def _join(into: ProcFacts, p: ProcFacts) -> None:
     """Facts of `p` that `into` lacks."""
     for name in ("world_size", "nccl_version", "cuda_version", "bootstrap_if", "bootstrap_ip",
-                 "network", "oob_if", "oob_ip", "collective", "node_rank", "net_plugin"):
+                 "network", "oob_if", "oob_ip", "collective", "node_rank", "net_plugin", "store_count"):
         if getattr(into, name) is None:
             setattr(into, name, getattr(p, name))
     into.socket_devs = into.socket_devs or p.socket_devs

@@ -51,6 +51,7 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "_world_size",
     "WORLD_SIZE",
     "Running collective",
+    "_count=",  # c10d's store barrier: "(world_size=6, worker_count=287"
     "Plugin Path : ",
     "NET/Plugin",
 )

@@ -146,14 +146,23 @@ def _wrapper_lines(d: Diagnoser, wrappers: frozenset[str]) -> list[FirstError]:
     return sorted(out.values(), key=lambda e: e.order)
 
 
+def _rank_ident(rank: int | None, host: str | None) -> str:
+    """A process known by the rank it announced: the host it ran on, and which of several
+    processes announcing that rank it is (facts.py marks the n-th as `host#n`)."""
+    base, _, n = (host or "").partition("#")
+    where = f" on {base}" if base else ""
+    return f"rank {rank} (process {n}{where})" if n else f"rank {rank}{where}"
+
+
 def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ...]:
     out = []
     for p in d.facts.processes(pid_rank):
-        ident = f"{p.host or p.source}:{p.pid}" if p.pid is not None else f"rank {p.rank}"
+        ident = f"{p.host or p.source}:{p.pid}" if p.pid is not None else _rank_ident(p.rank, p.host)
         out.append(
             Proc(
                 p.rank, p.host, p.world_size, p.nccl_version, p.network, tuple(p.interfaces),
                 dict(p.evidence), ident, p.source, p.collective, p.node_rank, p.net_plugin,
+                p.store_count,
             )
         )
     return tuple(out)
