@@ -20,16 +20,17 @@ from score import CATEGORIES, Excerpt, figures, load_corpus, markdown, score
 from ddptui.diagnosis.signatures import load_signatures
 
 CORPUS = load_corpus()
-# Measured on this corpus (193 excerpts: 171 failing, 144 right, 10 wrong, 7 unrecognized,
-# 10 called clean; 22 healthy, 0 false alarms), minus a margin of about three excerpts: a
+# Measured on this corpus (219 excerpts: 187 failing, 147 right, 16 wrong, 11 unrecognized,
+# 13 called clean; 32 healthy, 0 false alarms), minus a margin of about three excerpts: a
 # knowledge-base change that costs more than that fails here.  Round 3 B (30 failing, tuned
 # on in round logs2) brought the rate down from 94 %: its desync threads expect
 # JOB-HUNG-DIVERGED where the log shows only a watchdog timeout (WATCHDOG, counted wrong),
 # and 8 of its logs hold no failure line at all.  The held-out figures (each round-2/3 file
 # scored with the KB before it was seen) are printed by `bench/corpus_report.py --heldout`;
-# they are measurements, not floors.
-RIGHT_CAUSE_FLOOR = 0.82
-WRONG_CAUSE_CEILING = 0.08
+# they are measurements, not floors.  Round 3 C (16 failing, not tuned on: 12 of its causes
+# have no id yet) brought the rate from 84 % to 79 %.
+RIGHT_CAUSE_FLOOR = 0.76
+WRONG_CAUSE_CEILING = 0.10
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
 # with the host replaced by "<container id>", nccl#697's NET/Socket device list as the
@@ -37,8 +38,9 @@ WRONG_CAUSE_CEILING = 0.08
 # of healthy-looking output around a failure the thread describes but did not paste (P2P
 # hangs behind IOMMU/ACS, a driver older than the CUDA build, an elastic rendezvous that
 # restarts, a rank-0-only collective whose
-# timeout was cut from the paste, one debug print).
-CALLED_CLEAN_CEILING = 10
+# timeout was cut from the paste, one debug print); from round 3 C (not tuned on), a pure
+# hang (one line), a gloo hang with INFO lines only, an etcd rendezvous race.
+CALLED_CLEAN_CEILING = 13
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"
