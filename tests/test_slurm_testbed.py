@@ -137,6 +137,12 @@ def test_healthy_job_passes_through_srun_without_ssh(bed: Bed) -> None:
 def test_fabric_rounds_reach_every_node_through_srun(bed: Bed) -> None:
     """The fabric step's long-lived workers take one command per round on stdin: through
     one srun step (stdin broadcast to every node) every pair of the 4 nodes is measured."""
+    # The test before drains and resumes a node: slurmctld may mark it NOT_RESPONDING
+    # until its next ping answers. Start from a cluster whose nodes all respond.
+    deadline = time.monotonic() + 60
+    while "NOT_RESPONDING" in bed.slurm.scontrol("show", "node", "-o"):
+        assert time.monotonic() < deadline, bed.slurm.scontrol("show", "node", "-o")
+        time.sleep(0.5)
     rc, text, report = bed.ddptui(
         "check", "--slurm", bed.job, "--python", sys.executable, "--steps", "ssh,fabric",
         "--no-metrics",
