@@ -27,8 +27,9 @@ NCCL_LINE: Final = re.compile(
 VERSION: Final = re.compile(
     r"NCCL version (?P<ver>\d+\.\d+\.\d+[^+\s]*)\+cuda(?P<cuda>\d+\.\d+)"
 )  # R1
+# The address may carry an IPv6 zone (fe80::1%ip6tnl0): anything up to the port's "<".
 BOOTSTRAP: Final = re.compile(
-    r"Bootstrap ?: Using (?:\[\d+\])?(?P<if>[^:\s]+):(?P<ip>[0-9a-fA-F.:%]+)<(?P<port>\d+)>"
+    r"Bootstrap ?: Using (?:\[\d+\])?(?P<if>[^:\s]+):(?P<ip>[^<\s]+)<(?P<port>\d+)>"
 )  # R2
 NETWORK: Final = re.compile(r"Using network (?P<net>\S.*?)\s*$")  # R4, plugin names have spaces
 SOCKET_DEVS: Final = re.compile(r"NET/Socket ?: Using(?P<devs>(?: \[\d+\][^:\s]+:[^<\s]+<\d+>)+)")

@@ -22,12 +22,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from ddptui.diagnosis.ncclfacts import IB_DEV, INIT, NETWORK, SOCKET_DEV, VERSION
-
-BOOTSTRAP: Final = re.compile(
-    r"Bootstrap ?: Using (?:\[\d+\])?(?P<if>[^:\s]+):(?P<ip>[^<\s]+)<(?P<port>\d+)>"
+from ddptui.diagnosis.ncclfacts import (
+    BOOTSTRAP,
+    IB_DEV,
+    INIT,
+    NETWORK,
+    SOCKET_DEV,
+    VERSION,
 )
-SOCKET_USING: Final = re.compile(r"NET/Socket ?: Using(?P<devs>(?: \[\d+\][^:\s]+:[^<\s]+<\d+>)+)")
+from ddptui.diagnosis.ncclfacts import SOCKET_DEVS as SOCKET_USING
+
 IB_USING: Final = re.compile(
     r"NET/IB ?: Using(?P<devs>(?: \[\d+\][\w.-]+:\d+/[\w/]+)*)"
     r"(?: ?\[RO\])? ?(?:; OOB (?P<oobif>[^:\s]+):(?P<oobip>[^<\s]+)<\d+>)?"
