@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from checkrun import assert_nodes_quiet, check, start_check
@@ -77,6 +78,17 @@ def test_one_slow_link_is_named_as_that_pair_and_a_hung_pair_as_hung(
 
 
 @pytest.mark.testbed
+def _loads_torch(tb: Testbed, i: int) -> bool:
+    """A process on node i has mapped torch's library (the fabric worker importing it)."""
+    for pid in tb.pids(i):
+        try:
+            if b"libtorch" in Path(f"/proc/{pid}/maps").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def test_healthy_fabric_names_nothing_then_a_vanished_node_is_named(
     make_testbed: Callable[..., Testbed],
 ) -> None:
@@ -92,7 +104,12 @@ def test_healthy_fabric_names_nothing_then_a_vanished_node_is_named(
 
     # A node that goes away while the pairs run: named, the step ends, nothing left.
     proc = start_check(cfg, "ssh,fabric")
-    time.sleep(6)  # past the workers' start (torch import, group join): inside the rounds
+    # The step is under way once node6's fabric worker loads torch; a fixed sleep missed it
+    # on an idle machine, where the whole step ended within 6 s.
+    deadline = time.monotonic() + 60
+    while not _loads_torch(tb, 6):
+        assert time.monotonic() < deadline and proc.poll() is None, "no fabric worker on node6"
+        time.sleep(0.05)
     tb.link_down(6)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1, out
