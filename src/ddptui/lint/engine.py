@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Final
 
 from ddptui.diagnosis.kb import kb_entry, kb_finding
-from ddptui.lint import rules_data, rules_io, rules_model, rules_project, rules_sync
+from ddptui.lint import (
+    rules_data,
+    rules_io,
+    rules_model,
+    rules_project,
+    rules_reach,
+    rules_sync,
+)
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
 from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
@@ -24,6 +31,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_sync.RULES,
     *rules_io.RULES,
     *rules_project.RULES,
+    *rules_reach.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

@@ -17,7 +17,7 @@ _STREAMING: Final = re.compile(r"Iterable|Stream|Shard|WebDataset|IterDataPipe",
 _EVAL_NAME: Final = re.compile(r"val|test|eval|dev_", re.I)
 _SHARDERS: Final = frozenset({"split_dataset_by_node", "shard", "split_by_node"})
 _EPOCH: Final = re.compile(r"epoch", re.I)
-_LOCAL_SAMPLERS: Final = frozenset({"RandomSampler", "SequentialSampler"})
+_LOCAL_SAMPLERS: Final = frozenset({"RandomSampler", "SequentialSampler", "WeightedRandomSampler"})
 _SPLITTERS: Final = frozenset({"array_split", "chunk", "tensor_split", "split"})
 
 

@@ -541,6 +541,19 @@ class Script:
             if isinstance(f.value, ast.Name) and f.value.id == "self":
                 own = self.class_of(call)
                 return tuple(self._methods(own, f.attr)) if own else ()
+            if (
+                isinstance(f.value, ast.Call)
+                and isinstance(f.value.func, ast.Name)
+                and f.value.func.id == "super"
+            ):  # `super().__init__(...)`: the base class's method
+                own = self.class_of(call)
+                bases = [self.class_named(b) for b in own.bases] if own else []
+                return tuple(
+                    m
+                    for b in bases
+                    if b is not None and b is not own
+                    for m in self._methods(b, f.attr)
+                )
             module = self._module_value(f.value)
             if module is not None:
                 target = self.resolve_in(module, f.attr)
