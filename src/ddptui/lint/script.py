@@ -160,6 +160,8 @@ class Script:
                     target = self.resolve(mod, node.id)
                 elif node.id in mod.functions or node.id in mod.classes:
                     target = self.resolve_in(mod, node.id)  # the same file's own
+                elif any(k.startswith("*") for k in mod.local):
+                    target = self._star(mod, node.id, 0)
             elif (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name)
@@ -180,12 +182,24 @@ class Script:
         module, a dotted name it re-exports (`torch.nn.parallel.DistributedDataParallel`),
         or None (not a local import, or not found)."""
         ref = mod.local.get(name)
-        if ref is None or depth > _MAX_DEPTH:
+        if depth > _MAX_DEPTH:
             return None
+        if ref is None:
+            return self._star(mod, name, depth) if not name.startswith("*") else None
         target = self._by_key.get(ref[0])
         if target is None:
             return None
         return target if ref[1] is None else self.resolve_in(target, ref[1], depth + 1)
+
+    def _star(self, mod: Module, name: str, depth: int) -> Resolved:
+        """A name a `from m import *` of a project module brings in."""
+        for k, (path, _) in mod.local.items():
+            target = self._by_key.get(path) if k.startswith("*") else None
+            if target is not None and target is not mod:
+                found = self.resolve_in(target, name, depth + 1)
+                if found is not None:
+                    return found
+        return None
 
     def resolve_in(self, mod: Module, attr: str, depth: int = 0) -> Resolved:
         """Attribute `attr` of module `mod`."""
