@@ -248,6 +248,8 @@ def set_epoch(s: Script, f: Flow) -> Iterator[Hit]:
         if (isinstance(n, ast.For) and _EPOCH.search(ast.unparse(n.target) + ast.unparse(n.iter)))
         or (isinstance(n, ast.While) and _EPOCH.search(ast.unparse(n.test)))
     ]
+    # `while True: for batch in loader: yield batch`: each pass over the loader is an epoch
+    epoch_loops += _reiterated(s)
     for loop in epoch_loops[:1]:
         where = (
             f"line {samplers[0].lineno}"
@@ -264,6 +266,28 @@ def set_epoch(s: Script, f: Flow) -> Iterator[Hit]:
             sampler=_assigned_name(s, samplers[0]) or "sampler",
             epoch=ast.unparse(loop.target) if isinstance(loop, ast.For) else "epoch",
         )
+
+
+def _reiterated(s: Script) -> list[ast.For]:
+    """Loops over a DataLoader (names and parameters followed) inside another loop of
+    the same function: the loader starts a new epoch each time round."""
+    out: list[ast.For] = []
+    for n in s.nodes:
+        if not isinstance(n, ast.For) or not any(
+            isinstance(a, ast.For | ast.While) for a in _enclosing(s, n)
+        ):
+            continue
+        it = _iterated(s, n)
+        if it is not None and any(is_loader(s, o) for o in s.origins(it)):
+            out.append(n)
+    return out
+
+
+def _enclosing(s: Script, node: ast.AST) -> Iterator[ast.AST]:
+    for a in s.ancestors(node):
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
+            return
+        yield a
 
 
 def _calls_training_loop(s: Script, f: Flow, root: ast.AST, seen: set[ast.AST]) -> bool:
