@@ -12,16 +12,20 @@ from typing import Final
 
 from ddptui.lint.flow import Flow, calls_in, ident, own_nodes
 from ddptui.lint.model import Hit
+from ddptui.lint.rules_data import _UNWRAP, is_loader, split_by_rank
 from ddptui.lint.rules_io import _writer
 from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper
-from ddptui.lint.script import FuncNode, Script, const, last
+from ddptui.lint.script import FuncNode, Script, const, kwarg, last
 
 _LOCAL_NAME: Final = re.compile(r"local_?rank|local_process_index|localid|local_proc", re.I)
 _LOCAL_ENV: Final = frozenset(
     {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}
 )
 _MASTER_OPS: Final = (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Gt, ast.LtE, ast.Lt, ast.GtE)
-_MAX_HOPS: Final = 3  # calls followed from a gate to the write it guards
+_MAX_HOPS: Final = 3
+_DEVICE_NAME: Final = re.compile(
+    r"device|gpu|rank|^dev$|^cuda", re.I
+)  # calls followed from a gate to the write it guards
 
 
 # --- 1. the local rank as the "main process" test -----------------------------------
@@ -379,4 +383,126 @@ def _tells_wrapper(fn: ast.FunctionDef, name: str) -> bool:
     return False
 
 
-RULES = (local_master_io, wrapper_attr_passed)
+# --- 3. processes that never pick their GPU -------------------------------------------
+
+
+def never_sets_device(s: Script, f: Flow) -> Iterator[Hit]:
+    """`init_process_group("nccl")`, then bare `.cuda()` with no `set_device` and no
+    per-process device anywhere: every process of the node works on GPU 0."""
+    if not f.inits_group or _picks_device(s, f):
+        return
+    for c in s.calls:
+        bare = (
+            isinstance(c.func, ast.Attribute)
+            and c.func.attr == "cuda"
+            and not c.args
+            and not c.keywords
+            and not s.call_name(c).startswith("torch.")
+        )
+        if bare and not _single_process(s, f, c):
+            text = ast.unparse(c)
+            text = text if len(text) < 60 else "..." + text[-45:]
+            yield Hit(
+                "DDP-HARDCODED-DEVICE",
+                c.func.end_lineno or c.lineno,  # the line of `.cuda()` in a chained call
+                (
+                    f"`{text}` with no `torch.cuda.set_device(local_rank)` anywhere: "
+                    "`.cuda()` means the current GPU, which is GPU 0 in every process"
+                ),
+                {"seen": "`.cuda()` while the current GPU is never set"},
+                node=c,
+            )
+            return
+
+
+def _picks_device(s: Script, f: Flow) -> bool:  # noqa: PLR0911 - one case per way to pick
+    """Some code chooses a GPU per process: set_device, CUDA_VISIBLE_DEVICES, a device
+    or `.cuda(i)`/`.to(i)` from a variable, `cuda:{...}`, DDP's device_ids."""
+    for n in s.nodes:
+        if isinstance(n, ast.Constant) and n.value == "CUDA_VISIBLE_DEVICES":
+            return True
+        if isinstance(n, ast.JoinedStr) and "cuda:" in ast.unparse(n):
+            return True
+        if not isinstance(n, ast.Call):
+            continue
+        name = last(s.call_name(n))
+        if name in ("set_device", "set_device_index", "device") and (
+            name != "device" or len(n.args) > 1 or any(k.arg == "index" for k in n.keywords)
+        ):
+            return True
+        a0 = n.args[0] if n.args else None
+        if name == "cuda" and a0 is not None and not isinstance(a0, ast.Constant):
+            return True
+        if (
+            name == "to"
+            and a0 is not None
+            and (_DEVICE_NAME.search(ident(a0) or "") or f.rank_valued(a0))
+        ):
+            return True
+        if name in ("Accelerator", "Fabric", "Trainer", "DataParallel") or any(
+            k.arg in ("device_ids", "device_id") for k in n.keywords
+        ):
+            return True
+    return False
+
+
+def _single_process(s: Script, f: Flow, node: ast.AST) -> bool:
+    for a in s.ancestors(node):
+        if isinstance(a, ast.If) and any(
+            w in ast.unparse(a.test).lower() for w in ("distributed", "world_size", "ddp")
+        ):
+            return True
+    return False
+
+
+# --- 4. a distributed loop over a loader every rank reads whole -----------------------
+
+
+def distributed_loader(s: Script, f: Flow) -> Iterator[Hit]:
+    """`init_process_group()` without a DDP model (inference, feature extraction), and a
+    loop over a DataLoader with no DistributedSampler that writes its results: every
+    rank does the whole dataset (N times the work, duplicate outputs)."""
+    if not f.inits_group or f.wrapper_calls or f.uses("DistributedSampler", "prepare"):
+        return
+    for loop in s.nodes:
+        if not isinstance(loop, ast.For | ast.AsyncFor):
+            continue
+        it = loop.iter
+        while isinstance(it, ast.Call) and it.args and last(s.call_name(it)) in _UNWRAP:
+            it = it.args[0]
+        loaders = [o for o in s.origins(it) if is_loader(s, o)]
+        if not loaders or _writes(s, f, list(loop.body)) is None:
+            continue
+        loader = loaders[0]
+        if not isinstance(loader, ast.Call) or any(
+            kwarg(loader, k, i) is not None for k, i in (("sampler", 3), ("batch_sampler", 4))
+        ):
+            continue
+        data = kwarg(loader, "dataset", 0)
+        if any(k.arg is None for k in loader.keywords) or (
+            data is not None and split_by_rank(s, f, data)
+        ):
+            continue
+        yield Hit.at(
+            "DDP-SAMPLER",
+            loader,
+            (
+                f"`{ast.unparse(loader.func)}` of `{ast.unparse(data) if data else 'the data'}` "
+                "has no DistributedSampler, and every process of the group runs this loop: "
+                "each rank processes the whole dataset"
+            ),
+            severity="warning",
+            dataset=ast.unparse(data) if data else "dataset",
+            loader=_name_of(s, loader),
+        )
+        return
+
+
+def _name_of(s: Script, node: ast.AST) -> str:
+    parent = s.parents.get(node)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        return ast.unparse(parent.targets[0])
+    return "loader"
+
+
+RULES = (local_master_io, wrapper_attr_passed, never_sets_device, distributed_loader)
