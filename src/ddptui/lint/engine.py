@@ -10,6 +10,7 @@ from typing import Final
 
 from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.lint import (
+    rules_accum,
     rules_data,
     rules_io,
     rules_model,
@@ -32,6 +33,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_io.RULES,
     *rules_project.RULES,
     *rules_reach.RULES,
+    *rules_accum.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

@@ -329,7 +329,7 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Hit | None:
                 and any(_ddp_before(s, f, a) for a in s.param_args(fn, name))
                 and not _tells_wrapper(fn, name)
             )
-        if checked[name] and not _checks_wrapper(s, n):
+        if checked[name] and not _checks_wrapper(s, n) and not _mode_branch(s, n):
             return Hit.at(
                 "DDP-WRAPPER-ATTR",
                 n,
@@ -341,6 +341,24 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Hit | None:
                 attr=n.attr,
             )
     return None
+
+
+_MODE_WORDS: Final = re.compile(
+    r"module|isinstance|hasattr|parallel|distributed|ddp|deepspeed|fsdp|engine|world|dist\b"
+    r"|use_|multi_gpu|num_gpus|n_gpu|accelerat",
+    re.I,
+)
+
+
+def _mode_branch(s: Script, node: ast.AST) -> bool:
+    """Under a test of the run's mode (`if self.use_deepspeed:`): the value there may be
+    another engine than the DDP wrapper."""
+    for a in s.ancestors(node):
+        if isinstance(a, ast.If | ast.IfExp) and _MODE_WORDS.search(ast.unparse(a.test)):
+            return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+    return False
 
 
 def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:

@@ -574,7 +574,8 @@ def _unguarded_backward(s: Script, f: Flow, loop: ast.AST) -> ast.Call | None:
 def _first_backward(s: Script, f: Flow, fn: ast.AST, seen: set[ast.AST]) -> ast.Call | None:
     for n in own_nodes(fn):
         if not isinstance(n, ast.Call) or any(
-            isinstance(a, ast.If | ast.For | ast.While) for a in _between(s, n, fn)
+            isinstance(a, ast.For | ast.While) or (isinstance(a, ast.If) and not _both(f, a))
+            for a in _between(s, n, fn)
         ):
             continue
         if f.is_backward(n):
@@ -586,6 +587,15 @@ def _first_backward(s: Script, f: Flow, fn: ast.AST, seen: set[ast.AST]) -> ast.
                 if found is not None:
                     return found
     return None
+
+
+def _both(f: Flow, node: ast.If) -> bool:
+    """Both branches of the `if` run a backward (`if fp16: scaled.backward() else:
+    loss.backward()`): it runs either way."""
+    return all(
+        any(isinstance(n, ast.Call) and f.is_backward(n) for st in part for n in ast.walk(st))
+        for part in (node.body, node.orelse)
+    )
 
 
 def _between(s: Script, node: ast.AST, top: ast.AST) -> list[ast.AST]:

@@ -546,6 +546,9 @@ class Script:
                 return (found,)
             if f.id in mod.aliases or f.id in mod.local:
                 return ()
+            bound = self._partial_target(call, f.id)
+            if bound:
+                return bound
             return tuple(
                 fn
                 for fn in mod.functions.get(f.id, ())
@@ -581,6 +584,26 @@ class Script:
             return tuple(dict.fromkeys(methods))
         return ()
 
+    def _partial_target(self, call: ast.Call, name: str) -> tuple[FuncNode, ...]:
+        """`backwards = partial(loss_backwards, fp16)`, then `backwards(loss)`: the
+        project function the partial binds."""
+        for v in self.assigned(self.scope_of(call), name, module_too=True):
+            if not (isinstance(v, ast.Call) and v.args and ident_of(v.func) == "partial"):
+                continue
+            target = v.args[0]
+            if isinstance(target, ast.Name):
+                mod = self.module_of(v)
+                found = self.resolve(mod, target.id)
+                if isinstance(found, FuncNode):
+                    return (found,)
+                return tuple(
+                    fn for fn in mod.functions.get(target.id, ()) if self.class_of(fn) is None
+                )
+            if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
+                own = self.class_of(v)
+                return tuple(self._methods(own, target.attr)) if own else ()
+        return ()
+
     def _is_nested_in(self, fn: FuncNode, call: ast.Call) -> bool:
         scope = self.scope_of(fn)
         return not isinstance(scope, ast.Module) and scope is self.scope_of(call)
@@ -600,6 +623,14 @@ class Script:
                 if found:
                     return found
         return []
+
+
+def ident_of(expr: ast.expr) -> str | None:
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return None
 
 
 def _alternatives(expr: ast.expr, depth: int = 0) -> list[ast.expr]:
