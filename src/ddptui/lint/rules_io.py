@@ -87,6 +87,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             and f.is_ddp_value(c.func.value)
             and not _unwrapped(s, c.func.value)
             and not _before_wrapping(s, f, c)
+            and not _prefix_juggling(s, c)
         ):
             return
     for c in s.calls:
@@ -108,6 +109,16 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                     model=ast.unparse(recv),
                 )
                 break
+
+
+def _prefix_juggling(s: Script, load: ast.Call) -> bool:
+    """The loading function adds or strips the `module.` prefix itself (pycls: "Either
+    the checkpoint or the current model uses DistributedDataParallel"): the saved keys
+    are a known nuisance, not a convention kept on both sides."""
+    return any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("module")
+        for n in ast.walk(s.scope_of(load))
+    )
 
 
 def _other_branch(s: Script, node: ast.AST) -> bool:
