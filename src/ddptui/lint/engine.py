@@ -16,6 +16,7 @@ from ddptui.lint import (
     rules_model,
     rules_project,
     rules_reach,
+    rules_setup,
     rules_sync,
 )
 from ddptui.lint.flow import Flow
@@ -34,6 +35,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_project.RULES,
     *rules_reach.RULES,
     *rules_accum.RULES,
+    *rules_setup.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
@@ -59,6 +61,8 @@ RULE_IDS: Final = (
     "DDP-AUTOCAST-SCALER",
     "DDP-SHARDED-WORLD",
     "DDP-WRAPPER-ATTR",
+    "DDP-INIT-BEFORE-SET-DEVICE",
+    "DDP-WORLD-FROM-DEVICE-COUNT",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")
