@@ -63,6 +63,7 @@ RULE_IDS: Final = (
     "DDP-WRAPPER-ATTR",
     "DDP-INIT-BEFORE-SET-DEVICE",
     "DDP-WORLD-FROM-DEVICE-COUNT",
+    "DDP-SAMPLER-SEED",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")

@@ -419,4 +419,34 @@ def _uneven(s: Script, at: ast.AST, shard: ast.AST, data: str | None) -> Hit:
     )
 
 
-RULES = (sampler, set_epoch, shuffle_sampler, uneven_batch, strided_sampler)
+def sampler_seed(s: Script, f: Flow) -> Iterator[Hit]:
+    """`DistributedSampler(data, seed=base * rank)` (or from the clock): each rank
+    shuffles the dataset its own way and takes its slice of a different permutation, so
+    the slices overlap and some samples are never seen."""
+    for c in s.calls:
+        if "DistributedSampler" not in {last(n) for n in s.call_names(c)}:
+            continue
+        seed = kwarg(c, "seed", 4)
+        if seed is None:
+            continue
+        timed = any(
+            isinstance(o, ast.Call) and s.call_name(o) in ("time.time", "time.time_ns")
+            for n in ast.walk(seed)
+            if isinstance(n, ast.expr)
+            for o in [n, *s.origins(n)]
+        )
+        if f.is_rank_expr(seed) or timed:
+            yield Hit.at(
+                "DDP-SAMPLER-SEED",
+                c,
+                (
+                    f"`seed={ast.unparse(seed)}` differs per rank"
+                    + (" (the clock)" if timed else "")
+                    + ": each rank slices a different permutation, so ranks see overlapping "
+                    "samples and skip others"
+                ),
+                seed=ast.unparse(seed),
+            )
+
+
+RULES = (sampler, set_epoch, shuffle_sampler, uneven_batch, strided_sampler, sampler_seed)
