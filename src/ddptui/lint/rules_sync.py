@@ -204,7 +204,7 @@ def _tainted(s: Script, f: Flow, loop: ast.For | ast.AsyncFor | ast.While) -> se
         ):
             target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
             it = it.args[0] if it.args else it
-        if not (isinstance(it, ast.Call) and last(s.call_name(it)) == "range"):
+        if not _counts(s, it):
             names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
     # what an all_reduce or broadcast has made equal on every rank is not rank-dependent
     synced = {
@@ -222,14 +222,46 @@ def _tainted(s: Script, f: Flow, loop: ast.For | ast.AsyncFor | ast.While) -> se
         for a in assigns:
             if a.value is not None and _depends(s, f, a.value, names):
                 targets = a.targets if isinstance(a, ast.Assign) else [a.target]
-                names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                names |= {_stored(t, n) for t in targets for n in _bound(t)}
         names -= synced
     return names
+
+
+def _bound(target: ast.expr) -> list[ast.expr]:
+    """What an assignment target binds: names (of a tuple too), or one attribute or item
+    (`self.step = ...` binds `self.step`, not `self`)."""
+    if isinstance(target, ast.Tuple | ast.List):
+        return [n for e in target.elts for n in _bound(e)]
+    if isinstance(target, ast.Starred):
+        return _bound(target.value)
+    return [target]
+
+
+def _stored(_target: ast.expr, n: ast.expr) -> str:
+    return n.id if isinstance(n, ast.Name) else ast.unparse(n)
+
+
+def _counts(s: Script, it: ast.expr) -> bool:
+    """The loop counts (`range(n)`, also through a name and a progress bar:
+    `pbar = range(n)`, `pbar = tqdm(pbar)`): its index is the same on every rank."""
+    origins = [it] if isinstance(it, ast.Call) else s.origins(it)
+    seen = 0
+    for o in origins:
+        while isinstance(o, ast.Call) and o.args and last(s.call_name(o)) in ("tqdm", "iter"):
+            o = o.args[0]
+        if isinstance(o, ast.Name) and isinstance(it, ast.Name) and o.id == it.id:
+            continue  # `pbar = tqdm(pbar)`: the value it had
+        if not (isinstance(o, ast.Call) and last(s.call_name(o)) == "range"):
+            return False
+        seen += 1
+    return seen > 0
 
 
 def _depends(s: Script, f: Flow, expr: ast.AST, names: set[str]) -> bool:
     for n in [expr, *ast.walk(expr)]:
         if isinstance(n, ast.Name) and n.id in names:
+            return True
+        if isinstance(n, ast.Attribute | ast.Subscript) and ast.unparse(n) in names:
             return True
         if isinstance(n, ast.Call) and (
             last(s.call_name(n)) in _CLOCKS and "time" in s.call_name(n)
