@@ -16,6 +16,7 @@ from ddptui.lint import (
     rules_model,
     rules_project,
     rules_reach,
+    rules_seed,
     rules_setup,
     rules_sync,
 )
@@ -36,6 +37,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_reach.RULES,
     *rules_accum.RULES,
     *rules_setup.RULES,
+    *rules_seed.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

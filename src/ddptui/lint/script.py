@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddptui.lint.project import Module, Project, Shared
+from ddptui.lint.reach import partial_target, reached, star
 
 Scope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Module
 FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -33,7 +34,6 @@ SELF_RETURNING = frozenset(
 )
 _MAX_DEPTH = 8
 _MAX_CHAIN = 40  # assignments, returns and parameters followed from one value
-_MAX_DEFS = 3000  # definitions of followed modules taken in per entry script
 Resolved = FuncNode | ast.ClassDef | Module | str | None
 
 
@@ -75,7 +75,7 @@ class Script:
             s._by_tree[m.tree] = m
             s._by_key[m.key] = m
             s.classes.update(m.classes)
-        s.nodes = [*entry.nodes, *s._reached()]
+        s.nodes = [*entry.nodes, *reached(s)]
         order = {m.tree: i for i, m in enumerate(s.modules)}
         s.calls = [n for n in s.nodes if isinstance(n, ast.Call)]
         s.calls.sort(key=lambda c: (order.get(s.module_of(c).tree, 0), c.lineno, c.col_offset))
@@ -120,61 +120,6 @@ class Script:
                 return found
         return node
 
-    def _reached(self) -> list[ast.AST]:
-        """Nodes of the followed modules that run: their top-level statements (outside
-        `if __name__ == "__main__":`) and the functions and classes named by code that
-        runs, transitively; at most _MAX_DEFS definitions."""
-        out: list[ast.AST] = []
-        roots: list[ast.AST] = [self.entry.tree]
-        for m in self.modules[1:]:
-            for st in m.tree.body:
-                if not (isinstance(st, FuncNode | ast.ClassDef) or _is_main_block(st)):
-                    out += self._walked(st)
-                    roots.append(st)
-        done: set[ast.AST] = set()
-        while roots and len(done) < _MAX_DEFS:
-            for target in self._refs(roots.pop()):
-                if target not in done and self.module_of(target) is not self.entry:
-                    done.add(target)
-                    out += self._walked(target)
-                    roots.append(target)
-        return out
-
-    def _walked(self, node: ast.AST) -> list[ast.AST]:
-        found = self.shared.walks.get(node)
-        if found is None:
-            found = self.shared.walks[node] = list(ast.walk(node))
-        return found
-
-    def _refs(self, root: ast.AST) -> list[FuncNode | ast.ClassDef]:
-        """The project functions and classes the code under `root` names (once per run)."""
-        found = self.shared.refs.get(root)
-        if found is not None:
-            return found
-        out: dict[FuncNode | ast.ClassDef, None] = {}
-        for node in self._walked(root):
-            target = None
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                mod = self.module_of(node)
-                if node.id in mod.local:
-                    target = self.resolve(mod, node.id)
-                elif node.id in mod.functions or node.id in mod.classes:
-                    target = self.resolve_in(mod, node.id)  # the same file's own
-                elif any(k.startswith("*") for k in mod.local):
-                    target = self._star(mod, node.id, 0)
-            elif (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in self.module_of(node).local
-            ):
-                base = self.resolve(self.module_of(node), node.value.id)
-                if isinstance(base, Module):
-                    target = self.resolve_in(base, node.attr)
-            if isinstance(target, FuncNode | ast.ClassDef):
-                out[target] = None
-        self.shared.refs[root] = list(out)
-        return self.shared.refs[root]
-
     # --- names across modules -------------------------------------------------------
 
     def resolve(self, mod: Module, name: str, depth: int = 0) -> Resolved:
@@ -185,21 +130,11 @@ class Script:
         if depth > _MAX_DEPTH:
             return None
         if ref is None:
-            return self._star(mod, name, depth) if not name.startswith("*") else None
+            return star(self, mod, name, depth) if not name.startswith("*") else None
         target = self._by_key.get(ref[0])
         if target is None:
             return None
         return target if ref[1] is None else self.resolve_in(target, ref[1], depth + 1)
-
-    def _star(self, mod: Module, name: str, depth: int) -> Resolved:
-        """A name a `from m import *` of a project module brings in."""
-        for k, (path, _) in mod.local.items():
-            target = self._by_key.get(path) if k.startswith("*") else None
-            if target is not None and target is not mod:
-                found = self.resolve_in(target, name, depth + 1)
-                if found is not None:
-                    return found
-        return None
 
     def resolve_in(self, mod: Module, attr: str, depth: int = 0) -> Resolved:
         """Attribute `attr` of module `mod`."""
@@ -546,7 +481,7 @@ class Script:
                 return (found,)
             if f.id in mod.aliases or f.id in mod.local:
                 return ()
-            bound = self._partial_target(call, f.id)
+            bound = partial_target(self, call, f.id)
             if bound:
                 return bound
             return tuple(
@@ -584,26 +519,6 @@ class Script:
             return tuple(dict.fromkeys(methods))
         return ()
 
-    def _partial_target(self, call: ast.Call, name: str) -> tuple[FuncNode, ...]:
-        """`backwards = partial(loss_backwards, fp16)`, then `backwards(loss)`: the
-        project function the partial binds."""
-        for v in self.assigned(self.scope_of(call), name, module_too=True):
-            if not (isinstance(v, ast.Call) and v.args and ident_of(v.func) == "partial"):
-                continue
-            target = v.args[0]
-            if isinstance(target, ast.Name):
-                mod = self.module_of(v)
-                found = self.resolve(mod, target.id)
-                if isinstance(found, FuncNode):
-                    return (found,)
-                return tuple(
-                    fn for fn in mod.functions.get(target.id, ()) if self.class_of(fn) is None
-                )
-            if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
-                own = self.class_of(v)
-                return tuple(self._methods(own, target.attr)) if own else ()
-        return ()
-
     def _is_nested_in(self, fn: FuncNode, call: ast.Call) -> bool:
         scope = self.scope_of(fn)
         return not isinstance(scope, ast.Module) and scope is self.scope_of(call)
@@ -625,24 +540,12 @@ class Script:
         return []
 
 
-def ident_of(expr: ast.expr) -> str | None:
-    if isinstance(expr, ast.Name):
-        return expr.id
-    if isinstance(expr, ast.Attribute):
-        return expr.attr
-    return None
-
-
 def _alternatives(expr: ast.expr, depth: int = 0) -> list[ast.expr]:
     if depth < 4 and isinstance(expr, ast.IfExp):
         return _alternatives(expr.body, depth + 1) + _alternatives(expr.orelse, depth + 1)
     if depth < 4 and isinstance(expr, ast.BoolOp):
         return [a for v in expr.values for a in _alternatives(v, depth + 1)]
     return [expr]
-
-
-def _is_main_block(st: ast.stmt) -> bool:
-    return isinstance(st, ast.If) and "__main__" in ast.unparse(st.test)
 
 
 def _bind(table: dict[str, list[ast.expr]], target: ast.expr, value: ast.expr) -> None:
