@@ -5,6 +5,7 @@ which finding outranks which is ranking.yaml's (`explains`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import ipaddress
 import re
@@ -23,6 +24,7 @@ UNRECOGNIZED: Final = "LOGS-UNRECOGNIZED"
 NEEDS: Final = frozenset({"explains", "several_hosts", "failure", "itself"})
 ASPECTS: Final = frozenset({"family", "kind", "network"})
 FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"})
+HINTS: Final = frozenset({"sigbus", "system_error", "container", "shm", "nccl"})
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
@@ -64,6 +66,8 @@ class FactRules:
     not_clean: tuple[str, ...] = ()
     benign: re.Pattern[str] | None = None  # soft lines healthy runs print
     wrappers: frozenset[str] = frozenset()  # ids that only say a failure happened elsewhere
+    run_ended: re.Pattern[str] | None = None  # a line saying the training loop ended
+    hints: tuple[tuple[str, re.Pattern[str]], ...] = ()  # (name, pattern): facts.yaml hints
 
     def iface_class(self, iface: str, addr: str) -> str | None:
         """The first class (in file order) the interface belongs to."""
@@ -144,12 +148,12 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
         doc = YAML(typ="safe").load(text)
     except YAMLError as exc:
         raise FactRuleError(f"not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict) or set(doc) != {
+    if not isinstance(doc, dict) or set(doc) - {"run_ended", "hints"} != {
         "interfaces", "rules", "failure_lines", "not_clean", "wrappers"
     }:
         raise FactRuleError(
             "expected top-level 'interfaces:', 'rules:', 'failure_lines:', 'not_clean:' and "
-            "'wrappers:'"
+            "'wrappers:' (and 'run_ended:', 'hints:')"
         )
     classes = []
     for name, entry in (doc["interfaces"] or {}).items():
@@ -174,10 +178,21 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
     for key, named in (("not_clean", not_clean), ("wrappers", wrappers)):
         if known is not None and set(named) - known:
             raise FactRuleError(f"{key}: {sorted(set(named) - known)} have no entry")
+    ended = [_compile("run_ended", p).pattern for p in doc.get("run_ended") or []]
+    hint_doc = doc.get("hints") or {}
+    if not isinstance(hint_doc, dict) or set(hint_doc) - HINTS:
+        raise FactRuleError(f"hints: expected a mapping with some of {sorted(HINTS)}")
+    hints = tuple(
+        (str(name), re.compile("|".join(f"(?:{_compile('hints.' + name, p).pattern})" for p in pats)))
+        for name, pats in hint_doc.items()
+        if _list(f"hints.{name}", hint_doc, name)
+    )
     return FactRules(
         tuple(classes), rules, hard, soft, tuple(not_clean),
         re.compile("|".join(f"(?:{b})" for b in benign)) if benign else None,
         frozenset(wrappers),
+        re.compile("|".join(f"(?:{e})" for e in ended)) if ended else None,
+        hints,
     )
 
 
@@ -233,6 +248,8 @@ class Context:
     labelled: bool  # srun --label or several files: the log holds a whole job's output
     collective: Mapping[int, str]  # rank -> the collective its watchdog timed out in
     watchdog_lines: Mapping[int, str]  # rank -> that line ("where: text")
+    ended: str | None = None  # a line saying the run ended, before any watchdog timeout
+    hints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name -> first line
 
     @property
     def hosts(self) -> list[str]:
@@ -400,20 +417,37 @@ def _fingerprints(ctx: Context) -> Hit | None:
     return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(waiting)}
 
 
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + _span(ranks)
+
+
 def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Ranks whose watchdogs time out in one collective, and the ranks that never report
+    it: ranks the log knows otherwise, ranks below the highest waiting one when several
+    wait (ranks count from 0: "ranks 1, 2 time out" leaves rank 0 elsewhere), or, after
+    a line saying the run ended, the ranks that had finished."""
     if not ctx.collective:
         return _fingerprints(ctx)
     known = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.collective)
     ops: dict[str, list[int]] = {}
     for r, op in ctx.collective.items():
         ops.setdefault(op, []).append(r)
-    op, waiting = max(ops.items(), key=lambda kv: len(kv[1]))
+    op, waiting = max(ops.items(), key=lambda kv: (len(kv[1]), kv[0] != UNNAMED_OP))
+    waiting = sorted(waiting)
+    if len(waiting) >= 2:
+        known |= set(range(min(max(waiting), 4096)))
     absent = sorted(known - set(waiting))
-    if not absent:
+    ev = [ctx.watchdog_lines[r] for r in waiting[:3]]
+    fill = {"op": op, "waiting": _ranks(waiting)}
+    if absent:
+        said = f"{_ranks(waiting)} wait in {op}; {_ranks(absent)} never report it"
+        return absent, ev, said, {**fill, "absent": _ranks(absent)}
+    if ctx.ended is None:
         return None
-    ev = [ctx.watchdog_lines[r] for r in sorted(waiting)[:3]]
-    said = f"ranks {_span(sorted(waiting))} wait in {op}; ranks {_span(absent)} never report it"
-    return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(sorted(waiting))}
+    where, _, text = ctx.ended.partition(": ")
+    others = f"the other ranks, which had left the loop (the log says {text[:120]!r}, {where})"
+    said = f"{_ranks(waiting)} wait in {op} after the run ended ({text[:80]!r})"
+    return [], [ctx.ended, *ev], said, {**fill, "absent": others}
 
 
 UNNAMED_OP: Final = "a collective"  # logs/diagnose.py's word for a watchdog line without OpType
@@ -449,6 +483,35 @@ def _store_overcount(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | No
     return None
 
 
+def _one_host(ctx: Context) -> str | None:
+    """Several ranks, every one on the same host: what says so."""
+    ranked = [p for p in ctx.procs if p.rank is not None and p.host]
+    if len({p.rank for p in ranked}) < 2 or len({p.host for p in ranked}) != 1:
+        return None
+    ranks = sorted({int(p.rank or 0) for p in ranked})
+    return f"ranks {_span(ranks)} all run on {ranked[0].host}"
+
+
+def _shm_context(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """A bus error (SIGBUS: a page of a /dev/shm file that cannot be backed) or NCCL's
+    bare "unhandled system error", where the log shows where /dev/shm is small: a
+    container (docker's container-id host name, docker or pod words), a /dev/shm path,
+    or every rank on one host (the only transport they use between them is SHM/P2P)."""
+    failure = ctx.hints.get("sigbus") or ctx.hints.get("system_error")
+    if failure is None:
+        return None
+    where = ctx.hints.get("container") or ctx.hints.get("shm")
+    said = "the job ran in a container" if ctx.hints.get("container") else "a /dev/shm path"
+    if where is None and (one := _one_host(ctx)) is not None:
+        where, said = one, one
+    if where is None and "sigbus" in ctx.hints and "nccl" in ctx.hints:
+        where, said = ctx.hints["nccl"], "the bus error is in NCCL's code"
+    if where is None:
+        return None
+    kind = "a bus error (SIGBUS)" if "sigbus" in ctx.hints else "NCCL's unhandled system error"
+    return [], [failure, where], f"{kind}, and {said}", {}
+
+
 PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]]] = {
     "iface_class": _iface_class,
     "iface_mixed": _iface_mixed,
@@ -458,6 +521,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "not_in_collective": _not_in_collective,
     "store_overcount": _store_overcount,
     "op_mismatch": _op_mismatch,
+    "shm_context": _shm_context,
 }
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from ddptui.diagnosis.factrules import UNNAMED_OP, UNRECOGNIZED
+from ddptui.diagnosis.factrules import UNNAMED_OP, UNRECOGNIZED, load_factrules
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
@@ -132,6 +132,10 @@ class Diagnoser:
         self.prefix_ranks: set[int] = set()
         self.collective: dict[int, str] = {}  # rank -> collective its watchdog waited in
         self.watchdog_lines: dict[int, str] = {}
+        self.ended: str | None = None  # a line saying the run ended, before any watchdog
+        self._run_ended = load_factrules().run_ended
+        self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
+        self._hints = list(load_factrules().hints)
 
     def feed(self, cand: Candidate) -> None:
         self.order += 1
@@ -148,6 +152,15 @@ class Diagnoser:
             self.prefix_ranks.add(head.rank)
         where = f"{cand.source}:{cand.lineno}"
         self.facts.feed(cand.source, where, cand.text, head.host, head.pid, rank)
+        if (
+            self.ended is None
+            and not self.collective
+            and self._run_ended is not None
+            and self._run_ended.search(cand.text) is not None
+        ):
+            self.ended = f"{where}: {cand.text.strip()[:300]}"
+        if self._hints:
+            self._hint(where, cand.text)
         m = classify_line(cand.text, cand.sigs) if cand.sigs else None
         if m is None:
             return
@@ -156,7 +169,7 @@ class Diagnoser:
             key = _rank_key(rank, local, cand.source, True)
             self.unknown.add(key, self.order, cand.t, where, cand.text, sig.severity == "error")
             return
-        if sig.id in ("WATCHDOG", "WATCHDOG-WORK"):
+        if sig.id in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE"):
             said = m.groups.get("rank")
             who = int(said) if said is not None else rank
             if who is not None and len(self.collective) < 4096:
@@ -178,6 +191,12 @@ class Diagnoser:
         if not (sig.secondary and sig.severity == "info"):
             ev = TimelineEvent(cand.t, cand.source, cand.lineno, sig.severity, sig.title, sig.id)
             self._event(rank, local, head.pid, cand.source, ev)
+
+    def _hint(self, where: str, text: str) -> None:
+        for name, rx in self._hints:
+            if rx.search(text) is not None:
+                self.hints[name] = f"{where}: {text.strip()[:300]}"
+        self._hints = [(n, rx) for n, rx in self._hints if n not in self.hints]
 
     def _learn_pids(self, cand: Candidate) -> None:
         text = cand.text

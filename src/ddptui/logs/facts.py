@@ -68,6 +68,10 @@ ASSIGNED: Final = re.compile(r"/torchelastic/(?:assigned_ranks/(?P<node>\d+)\b|r
 STORE_BARRIER: Final = re.compile(
     r"store.based barrier\b.*\(world_size=(?P<world>\d+), worker_count=(?P<count>\d+)"
 )
+# nccl-tests / rccl-tests list the devices they run on: "#   Rank  0 Pid   1688 on fastmoe device  0"
+TESTS_DEVICE: Final = re.compile(
+    r"#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+device"
+)
 KV: Final = re.compile(
     r"\b(?P<k>master_addr|master_port|group_world_size|dist_world_size|global_world_sizes|"
     r"MASTER_ADDR|MASTER_PORT|WORLD_SIZE|backend)\s*[=:]\s*'?(?P<v>\[[\d, ]*\]|[^\s,'\]]+)"
@@ -158,6 +162,11 @@ class FactCollector:
                 p.evidence["collective"] = f"{where}: {text.strip()[:300]}"
             return
         if self._store(source, where, text, host, pid, rank):
+            return
+        if "Pid " in text and (m := TESTS_DEVICE.search(text)) is not None:
+            p = self._proc(source, m["host"], None, int(m["rank"]))
+            p.rank = int(m["rank"])
+            p.evidence.setdefault("rank", f"{where}: {text.strip()}")
             return
         if "initialization options" in text and (m := TORCH_OPTIONS.search(text)) is not None:
             r = int(m["rank"])

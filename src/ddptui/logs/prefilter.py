@@ -54,6 +54,11 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "_count=",  # c10d's store barrier: "(world_size=6, worker_count=287"
     "Plugin Path : ",
     "NET/Plugin",
+    # the end of the training loop, in the frameworks' words (factrules.yaml run_ended)
+    "Trainer.fit",
+    "Stopping training",
+    "Training completed",
+    "Pid ",  # nccl-tests' device list: "#   Rank  0 Pid   1688 on host device  0"
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -62,6 +62,10 @@ class Diagnoser(Protocol):
     def collective(self) -> dict[int, str]: ...
     @property
     def watchdog_lines(self) -> dict[int, str]: ...
+    @property
+    def ended(self) -> str | None: ...
+    @property
+    def hints(self) -> dict[str, str]: ...
 
 MAX_KEYS: Final = 1024
 SHOWN: Final = 8
@@ -199,6 +203,8 @@ def conclude(
         labelled=len(d.sources) > 1 or len(d.prefix_ranks) > 1,
         collective=d.collective,
         watchdog_lines=d.watchdog_lines,
+        ended=d.ended,
+        hints=d.hints,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
