@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
+sys.path.insert(0, str(Path(__file__).parent))
 
 from score import load_corpus
 
@@ -97,3 +98,21 @@ def test_a_system_error_without_any_hint_of_where_stays_unknown() -> None:
     assert first("c-docker-ipc-host-dekr-18") == "LOGS-UNRECOGNIZED"
     # several hosts: a duplicate rank, not shared memory
     assert first("c-slurm-dup-rank-lightning-14986") == "ENV-DUPRANK"
+
+
+# ------------------------------------------------- a node that never launched
+
+
+def test_a_node_that_never_launched_torchrun() -> None:
+    """Testbed (tests/fixtures/logs/node_missing.log): node2 never starts torchrun; node0
+    and node1 state `max_nodes : 3` and their node ranks (rdzv_configs 'rank'), then the
+    master times out with 2/3 clients joined and node1 waits for its assigned ranks."""
+    from test_logfacts import capture, ids
+
+    d = capture("node_missing")
+    assert d.first is not None and d.first.id == "LOGS-MISSING-NODES", ids(d)
+    assert "node rank(s) 2 never joined" in d.first.summary
+    assert "node ranks 0, 1 appear" in d.first.cause
+    assert {"C10D-CLIENTS-JOINED", "C10D-STORE-WAIT"} <= set(ids(d))
+    # one node started with another --nnodes in a run that completed: no error
+    assert not [f for f in capture("nnodes_differs").findings if f.severity == "error"]

@@ -239,6 +239,7 @@ class Proc:
     node_rank: int | None = None  # torchrun's node (group) rank its agent waits as
     net_plugin: str | None = None  # the NCCL net plugin loaded ("internal": none)
     store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
+    nnodes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # torchrun's min/max_nodes
 
 
 @dataclass(frozen=True)
@@ -483,6 +484,31 @@ def _store_overcount(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | No
     return None
 
 
+def _missing_nodes(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """torchrun's agents state the node count (min_nodes = max_nodes) and their node rank;
+    with two or more agents in the log, the node ranks none of them holds never joined."""
+    agents = [p for p in ctx.procs if p.nnodes]
+    counts = {(p.nnodes.get("min_nodes"), p.nnodes.get("max_nodes")) for p in agents}
+    if len(counts) != 1:
+        return None
+    low, high = counts.pop()
+    where = {p.host or p.source for p in ctx.procs if p.node_rank is not None}
+    if low != high or high is None or not 2 <= len(where) < high or high > 4096:
+        return None
+    seen = sorted({p.node_rank for p in ctx.procs if p.node_rank is not None})
+    missing = sorted(set(range(high)) - set(seen))
+    if not missing:
+        return None
+    ev = [p.evidence.get("node_rank", "") for p in ctx.procs if p.node_rank is not None][:3]
+    ev.append(agents[0].evidence.get("nnodes", ""))
+    said = (
+        f"{len(seen)} of {high} nodes launched torchrun (node ranks {_span(seen)}); "
+        f"node rank(s) {_span(missing)} never joined"
+    )
+    fill = {"nnodes": str(high), "seen": _span(seen), "missing": _span(missing)}
+    return [], [e for e in ev if e], said, fill
+
+
 def _one_host(ctx: Context) -> str | None:
     """Several ranks, every one on the same host: what says so."""
     ranked = [p for p in ctx.procs if p.rank is not None and p.host]
@@ -522,6 +548,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "store_overcount": _store_overcount,
     "op_mismatch": _op_mismatch,
     "shm_context": _shm_context,
+    "missing_nodes": _missing_nodes,
 }
 
 

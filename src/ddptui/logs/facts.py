@@ -72,6 +72,10 @@ STORE_BARRIER: Final = re.compile(
 TESTS_DEVICE: Final = re.compile(
     r"#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+device"
 )
+# torchrun's launch configuration, one line per key ("  max_nodes : 3"); under the static
+# rendezvous its node rank is in rdzv_configs ("{'timeout': '15', 'rank': 1}").
+AGENT_NODES: Final = re.compile(r"\b(?P<k>min_nodes|max_nodes)\s+: (?P<v>\d+)\s*$")
+AGENT_RANK: Final = re.compile(r"\brdzv_configs\s+: \{.*'rank': '?(?P<rank>\d+)")
 KV: Final = re.compile(
     r"\b(?P<k>master_addr|master_port|group_world_size|dist_world_size|global_world_sizes|"
     r"MASTER_ADDR|MASTER_PORT|WORLD_SIZE|backend)\s*[=:]\s*'?(?P<v>\[[\d, ]*\]|[^\s,'\]]+)"
@@ -106,6 +110,7 @@ class ProcFacts:
     collective: tuple[int, str] | None = None  # the last (SequenceNumber, OpType) it entered
     node_rank: int | None = None  # torchrun's group rank (node rank) its agent waits as
     store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
+    nnodes: dict[str, int] = field(default_factory=dict)  # torchrun's min_nodes, max_nodes
     evidence: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -161,12 +166,9 @@ class FactCollector:
                 p.collective = (seq, m["op"])
                 p.evidence["collective"] = f"{where}: {text.strip()[:300]}"
             return
-        if self._store(source, where, text, host, pid, rank):
-            return
-        if "Pid " in text and (m := TESTS_DEVICE.search(text)) is not None:
-            p = self._proc(source, m["host"], None, int(m["rank"]))
-            p.rank = int(m["rank"])
-            p.evidence.setdefault("rank", f"{where}: {text.strip()}")
+        if self._store(source, where, text, host, pid, rank) or self._agent(
+            source, where, text, host, pid, rank
+        ):
             return
         if "initialization options" in text and (m := TORCH_OPTIONS.search(text)) is not None:
             r = int(m["rank"])
@@ -208,6 +210,31 @@ class FactCollector:
             if p.store_count is None or count > p.store_count[0]:
                 p.store_count = (count, world)
                 p.evidence["store_count"] = f"{where}: {text.strip()[:300]}"
+            return True
+        return False
+
+    def _agent(
+        self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None
+    ) -> bool:
+        """torchrun's launch configuration: how many nodes, and (static rendezvous) which
+        node rank this agent is; nccl-tests' device list: the host of each rank."""
+        if "Pid " in text and (m := TESTS_DEVICE.search(text)) is not None:
+            p = self._proc(source, m["host"], None, int(m["rank"]))
+            p.rank = int(m["rank"])
+            p.evidence.setdefault("rank", f"{where}: {text.strip()}")
+            return True
+        if "_nodes " not in text and "_configs " not in text:
+            return False
+        if (m := AGENT_NODES.search(text)) is not None:
+            p = self._proc(source, host, pid, rank)
+            p.nnodes.setdefault(m["k"], int(m["v"]))
+            p.evidence.setdefault("nnodes", f"{where}: {text.strip()[:300]}")
+            return True
+        if (m := AGENT_RANK.search(text)) is not None:
+            p = self._proc(source, host, pid, rank)
+            if p.node_rank is None:
+                p.node_rank = int(m["rank"])
+                p.evidence["node_rank"] = f"{where}: {text.strip()[:300]}"
             return True
         return False
 
@@ -291,6 +318,8 @@ def _join(into: ProcFacts, p: ProcFacts) -> None:
                  "network", "oob_if", "oob_ip", "collective", "node_rank", "net_plugin", "store_count"):
         if getattr(into, name) is None:
             setattr(into, name, getattr(p, name))
+    for k, n in p.nnodes.items():
+        into.nnodes.setdefault(k, n)
     into.socket_devs = into.socket_devs or p.socket_devs
     into.ib_devs = into.ib_devs or p.ib_devs
     into.transports |= p.transports

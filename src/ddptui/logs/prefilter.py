@@ -59,6 +59,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Stopping training",
     "Training completed",
     "Pid ",  # nccl-tests' device list: "#   Rank  0 Pid   1688 on host device  0"
+    "_nodes ",  # torchrun's launch configuration: "  max_nodes                : 3"
+    "_configs ",  # "  rdzv_configs             : {'timeout': '15', 'rank': 1}"
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -167,6 +167,7 @@ def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ..
                 p.rank, p.host, p.world_size, p.nccl_version, p.network, tuple(p.interfaces),
                 dict(p.evidence), ident, p.source, p.collective, p.node_rank, p.net_plugin,
                 p.store_count,
+                dict(p.nnodes),
             )
         )
     return tuple(out)
