@@ -116,3 +116,51 @@ def test_a_node_that_never_launched_torchrun() -> None:
     assert {"C10D-CLIENTS-JOINED", "C10D-STORE-WAIT"} <= set(ids(d))
     # one node started with another --nnodes in a run that completed: no error
     assert not [f for f in capture("nnodes_differs").findings if f.severity == "error"]
+
+
+# ------------------------------------------------- a log that stops where a job waits
+
+
+def test_a_single_host_hang_at_the_first_step_is_p2p_through_an_iommu() -> None:
+    """rccl-tests printed its table header and no size (two MI100s, fixed by iommu=pt,
+    ROCm/rccl#1129); vLLM's first progress bar stayed at 0 after NCCL connected the two
+    GPUs over SHM (A6000s, fixed by disabling ACS/IOMMU, vllm#9920)."""
+    d = excerpt("b-iommu-pt-mi100-rccl-1129")
+    assert d.first is not None and d.first.id == "P2P-IOMMU" and d.first.severity == "warning"
+    assert "benchmark's first size" in d.first.summary
+    assert "ranks 0, 1 all run on deep-visionscaper3" in d.first.summary
+    d = excerpt("b-p2p-acs-iommu-vllm-9920")
+    assert d.first is not None and d.first.id == "P2P-IOMMU"
+    assert "progress bar still at 0" in d.first.summary and "over SHM only" in d.first.summary
+
+
+def test_a_log_that_stops_in_a_wait_is_not_called_clean() -> None:
+    """Lightning announced rank 0 of 8 and nothing registered after (a stray NODE_RANK,
+    Lightning#5651); torch set up the process group and nothing ran (pytorch#88000: only
+    rank 0 called the broadcast).  Nothing says why: an honest unknown, as a warning."""
+    for name, what in (
+        ("c-node-rank-env-hang-lightning-5651", "Lightning's process registration"),
+        ("b-rank0-only-broadcast-pytorch-88000", "the process group's setup"),
+        ("b-trainer-num-nodes-missing-lightning-3029", "torchrun's rendezvous"),
+    ):
+        d = excerpt(name)
+        assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED", name
+        assert d.first.severity == "warning" and what in d.first.summary, name
+        assert "a hang there, or a log cut there" in d.first.cause
+
+
+def test_a_step_that_finished_or_a_log_that_went_on_is_no_stall() -> None:
+    start = "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/2"
+    assert diagnose_lines([start]).first is not None
+    done = [start, "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/2", "All distributed processes registered. Starting with 2 processes"]
+    assert diagnose_lines(done).first is None
+    went_on = [start, *(f"epoch 0 step {i} loss 0.5" for i in range(12))]
+    assert diagnose_lines(went_on).first is None
+    # a progress bar that moved on in the same line (tqdm's carriage returns) did not stall
+    moved = "Processed prompts:   0%|          | 0/16 [00:00<?, ?it/s]\rProcessed prompts: 100%|##########| 16/16 [00:02<00:00, 7.1it/s]"
+    assert diagnose_lines([moved]).first is None
+    # no healthy excerpt of the corpus stops in a wait
+    for e in CORPUS.values():
+        if e.category == "healthy":
+            d = diagnose_lines(list(e.lines), e.id)
+            assert all(f.id not in ("LOGS-UNRECOGNIZED", "P2P-IOMMU") for f in d.findings), e.id

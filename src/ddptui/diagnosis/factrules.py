@@ -5,15 +5,26 @@ which finding outranks which is ranking.yaml's (`explains`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from ddptui.diagnosis.factcontext import (
+    Context,
+    Hit,
+    Proc,
+    Stall,
+    missing_nodes,
+    ranks_said,
+    shm_context,
+    span,
+    stalled,
+    stalled_one_host,
+)
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -68,6 +79,7 @@ class FactRules:
     wrappers: frozenset[str] = frozenset()  # ids that only say a failure happened elsewhere
     run_ended: re.Pattern[str] | None = None  # a line saying the training loop ended
     hints: tuple[tuple[str, re.Pattern[str]], ...] = ()  # (name, pattern): facts.yaml hints
+    stalls: tuple[Stall, ...] = ()
 
     def iface_class(self, iface: str, addr: str) -> str | None:
         """The first class (in file order) the interface belongs to."""
@@ -148,12 +160,12 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
         doc = YAML(typ="safe").load(text)
     except YAMLError as exc:
         raise FactRuleError(f"not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict) or set(doc) - {"run_ended", "hints"} != {
+    if not isinstance(doc, dict) or set(doc) - {"run_ended", "hints", "stalls"} != {
         "interfaces", "rules", "failure_lines", "not_clean", "wrappers"
     }:
         raise FactRuleError(
             "expected top-level 'interfaces:', 'rules:', 'failure_lines:', 'not_clean:' and "
-            "'wrappers:' (and 'run_ended:', 'hints:')"
+            "'wrappers:' (and 'run_ended:', 'hints:', 'stalls:')"
         )
     classes = []
     for name, entry in (doc["interfaces"] or {}).items():
@@ -193,7 +205,24 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
         frozenset(wrappers),
         re.compile("|".join(f"(?:{e})" for e in ended)) if ended else None,
         hints,
+        _stalls(doc.get("stalls") or []),
     )
+
+
+def _stalls(entries: object) -> tuple[Stall, ...]:
+    if not isinstance(entries, list):
+        raise FactRuleError("stalls: expected a list")
+    out = []
+    for i, e in enumerate(entries, 1):
+        keys = {"what", "start", "done", "first_step"}
+        if not isinstance(e, dict) or not {"what", "start"} <= set(e) <= keys:
+            raise FactRuleError(f"stalls[{i}]: keys must be what, start (and done, first_step)")
+        done = _compile(f"stalls[{i}].done", e["done"]) if e.get("done") else None
+        start = _compile(f"stalls[{i}].start", e["start"])
+        if start.groupindex:
+            raise FactRuleError(f"stalls[{i}].start: no named groups")
+        out.append(Stall(str(e["what"]), start, done, bool(e.get("first_step", False))))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=1)
@@ -220,44 +249,6 @@ def explained(fid: str, present: Iterable[str]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the facts
-
-
-@dataclass(frozen=True)
-class Proc:
-    """One process's facts as the rules see them (see logs/facts.py ProcFacts)."""
-
-    rank: int | None
-    host: str | None
-    world_size: int | None
-    nccl_version: str | None
-    network: str | None
-    interfaces: tuple[tuple[str, str, str], ...]  # (role, iface, addr)
-    evidence: Mapping[str, str]
-    ident: str  # host:pid, or the rank a launcher named
-    source: str = ""
-    collective: tuple[int, str] | None = None  # last (SequenceNumber, OpType) entered
-    node_rank: int | None = None  # torchrun's node (group) rank its agent waits as
-    net_plugin: str | None = None  # the NCCL net plugin loaded ("internal": none)
-    store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
-    nnodes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # torchrun's min/max_nodes
-
-
-@dataclass(frozen=True)
-class Context:
-    procs: tuple[Proc, ...]
-    present: Mapping[str, str]  # finding id -> severity of the line findings
-    labelled: bool  # srun --label or several files: the log holds a whole job's output
-    collective: Mapping[int, str]  # rank -> the collective its watchdog timed out in
-    watchdog_lines: Mapping[int, str]  # rank -> that line ("where: text")
-    ended: str | None = None  # a line saying the run ended, before any watchdog timeout
-    hints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name -> first line
-
-    @property
-    def hosts(self) -> list[str]:
-        return sorted({p.host for p in self.procs if p.host})
-
-
-Hit = tuple[list[int], list[str], str, dict[str, str]]  # ranks, evidence, summary, placeholders
 
 
 def _who(p: Proc) -> str:
@@ -353,7 +344,7 @@ def _duplicate_node_rank(ctx: Context) -> Hit | None:
             said = f"node rank {r} is claimed by {', '.join(sorted(where)[:4])}"
             nodes = len({p.host or p.source for p in ctx.procs})
             missing = sorted(set(range(nodes)) - set(claims))
-            fill = {"dup": f"{r} (a node rank)", "world": f"{nodes} nodes", "missing": _span(missing) or "?"}
+            fill = {"dup": f"{r} (a node rank)", "world": f"{nodes} nodes", "missing": span(missing) or "?"}
             return [], ev, said, fill
     return None
 
@@ -372,13 +363,8 @@ def _duplicate_rank(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | Non
             r, c = next(iter(dups.items()))
             ev = [x.evidence.get("init") or x.evidence.get("world") or x.ident for x in c]
             said = f"rank {r} of {world} is claimed by {', '.join(x.ident for x in c[:4])}"
-            return [r], ev, said, {"dup": str(r), "world": str(world), "missing": _span(missing)}
+            return [r], ev, said, {"dup": str(r), "world": str(world), "missing": span(missing)}
     return None
-
-
-def _span(ranks: Sequence[int]) -> str:
-    shown = ", ".join(map(str, ranks[:12]))
-    return shown + (f" … ({len(ranks)} in all)" if len(ranks) > 12 else "")
 
 
 def _missing_ranks(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
@@ -393,8 +379,8 @@ def _missing_ranks(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None
     if not missing or len(seen) < 2:
         return None
     ev = [p.evidence.get("init") or p.evidence.get("world", "") for p in ps[:3]]
-    said = f"{len(seen)} of {world} ranks appear; never seen: {_span(missing)}"
-    return missing, [e for e in ev if e], said, {"missing": _span(missing), "world": str(world)}
+    said = f"{len(seen)} of {world} ranks appear; never seen: {span(missing)}"
+    return missing, [e for e in ev if e], said, {"missing": span(missing), "world": str(world)}
 
 
 def _fingerprints(ctx: Context) -> Hit | None:
@@ -414,12 +400,8 @@ def _fingerprints(ctx: Context) -> Hit | None:
         return None
     op = f"{last[1]} (SequenceNumber {last[0]})"
     ev = [entered[r].evidence.get("collective", "") for r in waiting[:3]]
-    said = f"ranks {_span(waiting)} entered {op}; ranks {_span(absent)} never did"
-    return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(waiting)}
-
-
-def _ranks(ranks: Sequence[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + _span(ranks)
+    said = f"ranks {span(waiting)} entered {op}; ranks {span(absent)} never did"
+    return absent, ev, said, {"op": op, "absent": span(absent), "waiting": span(waiting)}
 
 
 def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
@@ -439,15 +421,15 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
         known |= set(range(min(max(waiting), 4096)))
     absent = sorted(known - set(waiting))
     ev = [ctx.watchdog_lines[r] for r in waiting[:3]]
-    fill = {"op": op, "waiting": _ranks(waiting)}
+    fill = {"op": op, "waiting": ranks_said(waiting)}
     if absent:
-        said = f"{_ranks(waiting)} wait in {op}; {_ranks(absent)} never report it"
-        return absent, ev, said, {**fill, "absent": _ranks(absent)}
+        said = f"{ranks_said(waiting)} wait in {op}; {ranks_said(absent)} never report it"
+        return absent, ev, said, {**fill, "absent": ranks_said(absent)}
     if ctx.ended is None:
         return None
     where, _, text = ctx.ended.partition(": ")
     others = f"the other ranks, which had left the loop (the log says {text[:120]!r}, {where})"
-    said = f"{_ranks(waiting)} wait in {op} after the run ended ({text[:80]!r})"
+    said = f"{ranks_said(waiting)} wait in {op} after the run ended ({text[:80]!r})"
     return [], [ctx.ended, *ev], said, {**fill, "absent": others}
 
 
@@ -466,7 +448,7 @@ def _op_mismatch(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         if len(ops) > 1:
             firsts = sorted(min(rs) for rs in ops.values())
             said = f"at SeqNum {seq}: " + "; ".join(
-                f"ranks {_span(sorted(rs))} in {op}" for op, rs in sorted(ops.items())
+                f"ranks {span(sorted(rs))} in {op}" for op, rs in sorted(ops.items())
             )
             ev = [ctx.watchdog_lines[r] for r in firsts[:3] if r in ctx.watchdog_lines]
             return firsts, ev, said, {"seq": seq}
@@ -484,60 +466,6 @@ def _store_overcount(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | No
     return None
 
 
-def _missing_nodes(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
-    """torchrun's agents state the node count (min_nodes = max_nodes) and their node rank;
-    with two or more agents in the log, the node ranks none of them holds never joined."""
-    agents = [p for p in ctx.procs if p.nnodes]
-    counts = {(p.nnodes.get("min_nodes"), p.nnodes.get("max_nodes")) for p in agents}
-    if len(counts) != 1:
-        return None
-    low, high = counts.pop()
-    where = {p.host or p.source for p in ctx.procs if p.node_rank is not None}
-    if low != high or high is None or not 2 <= len(where) < high or high > 4096:
-        return None
-    seen = sorted({p.node_rank for p in ctx.procs if p.node_rank is not None})
-    missing = sorted(set(range(high)) - set(seen))
-    if not missing:
-        return None
-    ev = [p.evidence.get("node_rank", "") for p in ctx.procs if p.node_rank is not None][:3]
-    ev.append(agents[0].evidence.get("nnodes", ""))
-    said = (
-        f"{len(seen)} of {high} nodes launched torchrun (node ranks {_span(seen)}); "
-        f"node rank(s) {_span(missing)} never joined"
-    )
-    fill = {"nnodes": str(high), "seen": _span(seen), "missing": _span(missing)}
-    return [], [e for e in ev if e], said, fill
-
-
-def _one_host(ctx: Context) -> str | None:
-    """Several ranks, every one on the same host: what says so."""
-    ranked = [p for p in ctx.procs if p.rank is not None and p.host]
-    if len({p.rank for p in ranked}) < 2 or len({p.host for p in ranked}) != 1:
-        return None
-    ranks = sorted({int(p.rank or 0) for p in ranked})
-    return f"ranks {_span(ranks)} all run on {ranked[0].host}"
-
-
-def _shm_context(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
-    """A bus error (SIGBUS: a page of a /dev/shm file that cannot be backed) or NCCL's
-    bare "unhandled system error", where the log shows where /dev/shm is small: a
-    container (docker's container-id host name, docker or pod words), a /dev/shm path,
-    or every rank on one host (the only transport they use between them is SHM/P2P)."""
-    failure = ctx.hints.get("sigbus") or ctx.hints.get("system_error")
-    if failure is None:
-        return None
-    where = ctx.hints.get("container") or ctx.hints.get("shm")
-    said = "the job ran in a container" if ctx.hints.get("container") else "a /dev/shm path"
-    if where is None and (one := _one_host(ctx)) is not None:
-        where, said = one, one
-    if where is None and "sigbus" in ctx.hints and "nccl" in ctx.hints:
-        where, said = ctx.hints["nccl"], "the bus error is in NCCL's code"
-    if where is None:
-        return None
-    kind = "a bus error (SIGBUS)" if "sigbus" in ctx.hints else "NCCL's unhandled system error"
-    return [], [failure, where], f"{kind}, and {said}", {}
-
-
 PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]]] = {
     "iface_class": _iface_class,
     "iface_mixed": _iface_mixed,
@@ -547,8 +475,10 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "not_in_collective": _not_in_collective,
     "store_overcount": _store_overcount,
     "op_mismatch": _op_mismatch,
-    "shm_context": _shm_context,
-    "missing_nodes": _missing_nodes,
+    "shm_context": shm_context,
+    "missing_nodes": missing_nodes,
+    "stalled": stalled,
+    "stalled_one_host": stalled_one_host,
 }
 
 

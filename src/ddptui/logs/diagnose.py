@@ -20,6 +20,7 @@ from ddptui.diagnosis.signatures import Match, classify_line, root_cause
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.lineinfo import ELASTIC_LOCAL, NCCL_INIT_RANK
 from ddptui.logs.scan import Candidate, from_lines
+from ddptui.logs.stalls import StallWatch
 from ddptui.logs.unknown import Unknowns, conclude
 
 EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
@@ -136,8 +137,12 @@ class Diagnoser:
         self._run_ended = load_factrules().run_ended
         self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
         self._hints = list(load_factrules().hints)
+        self.stalls = StallWatch(load_factrules().stalls)
 
     def feed(self, cand: Candidate) -> None:
+        if cand.end:
+            self.stalls.end(cand.source, cand.lineno)
+            return
         self.order += 1
         self.sources.add(cand.source)
         head = cand.head
@@ -152,15 +157,7 @@ class Diagnoser:
             self.prefix_ranks.add(head.rank)
         where = f"{cand.source}:{cand.lineno}"
         self.facts.feed(cand.source, where, cand.text, head.host, head.pid, rank)
-        if (
-            self.ended is None
-            and not self.collective
-            and self._run_ended is not None
-            and self._run_ended.search(cand.text) is not None
-        ):
-            self.ended = f"{where}: {cand.text.strip()[:300]}"
-        if self._hints:
-            self._hint(where, cand.text)
+        self._context(cand, where)
         m = classify_line(cand.text, cand.sigs) if cand.sigs else None
         if m is None:
             return
@@ -191,6 +188,20 @@ class Diagnoser:
         if not (sig.secondary and sig.severity == "info"):
             ev = TimelineEvent(cand.t, cand.source, cand.lineno, sig.severity, sig.title, sig.id)
             self._event(rank, local, head.pid, cand.source, ev)
+
+    def _context(self, cand: Candidate, where: str) -> None:
+        """What a line tells besides its signature: where a job waits (stalls), the end
+        of the run before any watchdog timeout, hints of where the job ran."""
+        self.stalls.feed(cand.source, cand.lineno, cand.text)
+        if (
+            self.ended is None
+            and not self.collective
+            and self._run_ended is not None
+            and self._run_ended.search(cand.text) is not None
+        ):
+            self.ended = f"{where}: {cand.text.strip()[:300]}"
+        if self._hints:
+            self._hint(where, cand.text)
 
     def _hint(self, where: str, text: str) -> None:
         for name, rx in self._hints:

@@ -44,7 +44,7 @@ PLUGIN_PATH: Final = re.compile(
 )
 PLUGIN_NONE: Final = re.compile(r"NET/Plugin ?: (?:Could not find: libnccl-net|No plugin found)")
 SET_BY_ENV: Final = re.compile(r"\b(?P<var>NCCL_\w+) set by environment to (?P<val>\S*)")
-VIA: Final = re.compile(r"Channel \d+/\d+ : .* via (?P<t>NET/\w+|P2P|SHM|CollNet)")
+VIA: Final = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : .* via (?P<t>NET/\w+|P2P|SHM|CollNet)")
 # torch's default process group (PG ID 0) states the world; subgroups state their own size.
 TORCH_OPTIONS: Final = re.compile(
     r"\[PG ID 0 [^\]]*\] ProcessGroupNCCL initialization options: size: (?P<size>\d+), "

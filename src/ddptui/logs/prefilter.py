@@ -61,6 +61,21 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Pid ",  # nccl-tests' device list: "#   Rank  0 Pid   1688 on host device  0"
     "_nodes ",  # torchrun's launch configuration: "  max_nodes                : 3"
     "_configs ",  # "  rdzv_configs             : {'timeout': '15', 'rank': 1}"
+    # where a job waits, and the lines that say it stopped waiting (factrules.yaml stalls)
+    "All distributed processes",
+    "Rendezvous'ing",
+    "Rendezvous complete",
+    "Attempting to join",
+    "Added self to waiting",
+    "Joined rendezvous",
+    "Creating new rendezvous",
+    "Completed store",
+    "ProcessGroupNCCL init",
+    "out-of-place",
+    "[00:00<?",
+    # NCCL's intra-node channels (printed at communicator init): the ranks share a host
+    "via P2P",
+    "via SHM",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

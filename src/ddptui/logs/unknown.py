@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Final, Protocol
 
+from ddptui.diagnosis.factcontext import Context, Proc
 from ddptui.diagnosis.factrules import (
     UNRECOGNIZED,
-    Context,
-    Proc,
     explained,
     fact_findings,
     load_factrules,
@@ -25,6 +24,7 @@ from ddptui.diagnosis.factrules import (
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.logs.facts import FactCollector
+from ddptui.logs.stalls import StallWatch
 
 
 class _Hit(Protocol):
@@ -66,6 +66,8 @@ class Diagnoser(Protocol):
     def ended(self) -> str | None: ...
     @property
     def hints(self) -> dict[str, str]: ...
+    @property
+    def stalls(self) -> StallWatch: ...
 
 MAX_KEYS: Final = 1024
 SHOWN: Final = 8
@@ -168,6 +170,7 @@ def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ..
                 dict(p.evidence), ident, p.source, p.collective, p.node_rank, p.net_plugin,
                 p.store_count,
                 dict(p.nnodes),
+                frozenset(p.transports),
             )
         )
     return tuple(out)
@@ -206,6 +209,7 @@ def conclude(
         watchdog_lines=d.watchdog_lines,
         ended=d.ended,
         hints=d.hints,
+        stopped=tuple((s.stall, s.where) for s in d.stalls.stopped),
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
@@ -215,6 +219,9 @@ def conclude(
     else:
         if lead is None:
             lead = next((f for f in facts if f.severity == "error"), None)
+        if lead is None:  # a log that stops where a job waits (the stall rules): say so
+            stall_ids = {r.id for r in load_factrules().rules if r.when.startswith("stalled")}
+            lead = next((f for f in facts if f.id in stall_ids and f.severity != "info"), None)
     if lead is None:  # an info line that must not be called clean leads as a warning
         keep = load_factrules().not_clean
         quiet = next((f for f in findings if f.id in keep), None)

@@ -1,0 +1,162 @@
+"""The facts the rules over a log read (one record per process, the log's context) and
+the rules added in round logs3: nodes that never launched, /dev/shm behind a bus error or
+NCCL's system error, a log that stops where a job waits.  Core layer, stdlib only; the
+rules file and the other predicates are factrules.py's."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddptui.diagnosis.factrules import FactRule, FactRules
+
+Hit = tuple[list[int], list[str], str, dict[str, str]]  # ranks, evidence, summary, placeholders
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A step whose start, among the last lines of a log with no line saying it finished,
+    means the job stopped there (factrules.yaml `stalls`; logs/stalls.py watches)."""
+
+    what: str  # "Lightning's process registration"
+    start: re.Pattern[str]
+    done: re.Pattern[str] | None  # the line that says it finished (None: any later output)
+    first_step: bool  # the first collective or benchmark step, after init finished
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process's facts as the rules see them (see logs/facts.py ProcFacts)."""
+
+    rank: int | None
+    host: str | None
+    world_size: int | None
+    nccl_version: str | None
+    network: str | None
+    interfaces: tuple[tuple[str, str, str], ...]  # (role, iface, addr)
+    evidence: Mapping[str, str]
+    ident: str  # host:pid, or the rank a launcher named
+    source: str = ""
+    collective: tuple[int, str] | None = None  # last (SequenceNumber, OpType) entered
+    node_rank: int | None = None  # torchrun's node (group) rank its agent waits as
+    net_plugin: str | None = None  # the NCCL net plugin loaded ("internal": none)
+    store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
+    nnodes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # torchrun's min/max_nodes
+    transports: frozenset[str] = frozenset()  # NCCL's channel transports (NET/IB, P2P, SHM)
+
+
+@dataclass(frozen=True)
+class Context:
+    procs: tuple[Proc, ...]
+    present: Mapping[str, str]  # finding id -> severity of the line findings
+    labelled: bool  # srun --label or several files: the log holds a whole job's output
+    collective: Mapping[int, str]  # rank -> the collective its watchdog timed out in
+    watchdog_lines: Mapping[int, str]  # rank -> that line ("where: text")
+    ended: str | None = None  # a line saying the run ended, before any watchdog timeout
+    hints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name -> first line
+    stopped: tuple[tuple[Stall, str], ...] = ()  # steps sources stopped in: (step, "where: text")
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({p.host for p in self.procs if p.host})
+
+
+def span(ranks: Sequence[int]) -> str:
+    shown = ", ".join(map(str, ranks[:12]))
+    return shown + (f" … ({len(ranks)} in all)" if len(ranks) > 12 else "")
+
+
+def ranks_said(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + span(ranks)
+
+
+def missing_nodes(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """torchrun's agents state the node count (min_nodes = max_nodes) and their node rank;
+    with two or more agents in the log, the node ranks none of them holds never joined."""
+    agents = [p for p in ctx.procs if p.nnodes]
+    counts = {(p.nnodes.get("min_nodes"), p.nnodes.get("max_nodes")) for p in agents}
+    if len(counts) != 1:
+        return None
+    low, high = counts.pop()
+    where = {p.host or p.source for p in ctx.procs if p.node_rank is not None}
+    if low != high or high is None or not 2 <= len(where) < high or high > 4096:
+        return None
+    seen = sorted({p.node_rank for p in ctx.procs if p.node_rank is not None})
+    missing = sorted(set(range(high)) - set(seen))
+    if not missing:
+        return None
+    ev = [p.evidence.get("node_rank", "") for p in ctx.procs if p.node_rank is not None][:3]
+    ev.append(agents[0].evidence.get("nnodes", ""))
+    said = (
+        f"{len(seen)} of {high} nodes launched torchrun (node ranks {span(seen)}); "
+        f"node rank(s) {span(missing)} never joined"
+    )
+    fill = {"nnodes": str(high), "seen": span(seen), "missing": span(missing)}
+    return [], [e for e in ev if e], said, fill
+
+
+def one_host(ctx: Context) -> str | None:
+    """Several ranks, every one on the same host: what says so."""
+    ranked = [p for p in ctx.procs if p.rank is not None and p.host]
+    if len({p.host for p in ctx.procs if p.host}) != 1 or not ranked:
+        return None
+    ranks = sorted({int(p.rank or 0) for p in ranked})
+    if len(ranks) >= 2:
+        return f"ranks {span(ranks)} all run on {ranked[0].host}"
+    # NCCL connects the ranks of one node over P2P or SHM only, never the network
+    carried = frozenset().union(*(p.transports for p in ctx.procs))
+    if carried and carried <= {"P2P", "SHM"} and any((p.world_size or 0) >= 2 for p in ranked):
+        return f"every rank on {ranked[0].host} (NCCL connects them over {'/'.join(sorted(carried))} only)"
+    return None
+
+
+def shm_context(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """A bus error (SIGBUS: a page of a /dev/shm file that cannot be backed) or NCCL's
+    bare "unhandled system error", where the log shows where /dev/shm is small: a
+    container (docker's container-id host name, docker or pod words), a /dev/shm path,
+    or every rank on one host (the only transport they use between them is SHM/P2P)."""
+    failure = ctx.hints.get("sigbus") or ctx.hints.get("system_error")
+    if failure is None:
+        return None
+    where = ctx.hints.get("container") or ctx.hints.get("shm")
+    said = "the job ran in a container" if ctx.hints.get("container") else "a /dev/shm path"
+    if where is None and (one := one_host(ctx)) is not None:
+        where, said = one, one
+    if where is None and "sigbus" in ctx.hints and "nccl" in ctx.hints:
+        where, said = ctx.hints["nccl"], "the bus error is in NCCL's code"
+    if where is None:
+        return None
+    kind = "a bus error (SIGBUS)" if "sigbus" in ctx.hints else "NCCL's unhandled system error"
+    return [], [failure, where], f"{kind}, and {said}", {}
+
+
+def stalled(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """A log that stops in a step it started (logs/stalls.py), nothing else said."""
+    if not ctx.stopped or any(sev != "info" for sev in ctx.present.values()):
+        return None
+    st, where = ctx.stopped[0]
+    place, _, text = where.partition(": ")
+    ends = f"never followed by a line matching {st.done.pattern!r}" if st.done else "and nothing after it"
+    shown = "; ".join(f"{w[:200]!r}" for _, w in ctx.stopped[:4])
+    said = f"The log stops in {st.what}: {place}"
+    fill = {
+        "count": "no",
+        "first_lines": f"none; the log stops in {st.what} ({ends}): a hang there, or a log cut there: {shown}",
+        "first": f"{place} ({text[:120]!r})",
+    }
+    return [], [w for _, w in ctx.stopped[:4]], said, fill
+
+
+def stalled_one_host(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Stopped at the first collective (or benchmark step) after init, every rank on one
+    host: GPU peer traffic through an IOMMU or PCIe ACS, what single-host hangs threads
+    establish most."""
+    hit = stalled(rules, rule, ctx)
+    one = one_host(ctx)
+    if hit is None or one is None or not ctx.stopped[0][0].first_step:
+        return None
+    return [], hit[1], f"{hit[2]}; {one}", {}
