@@ -164,3 +164,11 @@ def test_a_step_that_finished_or_a_log_that_went_on_is_no_stall() -> None:
         if e.category == "healthy":
             d = diagnose_lines(list(e.lines), e.id)
             assert all(f.id not in ("LOGS-UNRECOGNIZED", "P2P-IOMMU") for f in d.findings), e.id
+
+
+def test_a_running_jobs_log_is_not_a_stall() -> None:
+    """`ddptui job` reads the logs of a job still running: they always stop somewhere."""
+    from ddptui.job.joblogs import classify
+
+    first, _ = classify(["initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8"], "node0:rank0")
+    assert first is None

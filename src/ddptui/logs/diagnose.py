@@ -114,7 +114,7 @@ def _rank_key(rank: int | None, local: int | None, source: str, many: bool) -> s
 class Diagnoser:
     """Consumes candidates in time order; `result()` builds the LogDiagnosis."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, stalls: bool = True) -> None:
         self.source = source
         self.order = 0
         self.per_id: dict[str, list[LogHit]] = {}
@@ -137,7 +137,8 @@ class Diagnoser:
         self._run_ended = load_factrules().run_ended
         self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
         self._hints = list(load_factrules().hints)
-        self.stalls = StallWatch(load_factrules().stalls)
+        # a log that stops where a job waits (off for a live job's logs: they always stop)
+        self.stalls = StallWatch(load_factrules().stalls if stalls else ())
 
     def feed(self, cand: Candidate) -> None:
         if cand.end:
@@ -338,17 +339,18 @@ def merged(streams: Iterable[Iterator[Candidate]]) -> Iterator[Candidate]:
         yield item[3]
 
 
-def diagnose_candidates(stream: Iterable[Candidate], source: str) -> Diagnoser:
-    d = Diagnoser(source)
+def diagnose_candidates(stream: Iterable[Candidate], source: str, stalls: bool = True) -> Diagnoser:
+    d = Diagnoser(source, stalls)
     for cand in stream:
         d.feed(cand)
     return d
 
 
-def diagnose_lines(lines: Iterable[str], source: str = "<lines>") -> LogDiagnosis:
-    """Classify lines held in memory (one source, in its order)."""
+def diagnose_lines(lines: Iterable[str], source: str = "<lines>", stalls: bool = True) -> LogDiagnosis:
+    """Classify lines held in memory (one source, in its order).  `stalls=False` for the
+    logs of a job still running: that they stop where it waits says nothing yet."""
     counted = _Counted(lines)
-    d = diagnose_candidates(from_lines(counted, source), source)
+    d = diagnose_candidates(from_lines(counted, source), source, stalls)
     d.lines_read, d.bytes_read = counted.lines, counted.chars
     return d.result()
 
