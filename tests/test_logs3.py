@@ -172,3 +172,32 @@ def test_a_running_jobs_log_is_not_a_stall() -> None:
 
     first, _ = classify(["initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8"], "node0:rank0")
     assert first is None
+
+
+# ------------------------------------------------- the name c10d was given, the address it tried
+
+
+def test_the_master_name_resolved_to_another_address() -> None:
+    """A numeric --rdzv_endpoint looked up backwards through /etc/hosts (pytorch#85300:
+    given 192.168.1.99, c10d tried fake-host); a short Slurm host name completed to the
+    admin network's name (UQ-RCC/hpc-docs#2: bun003 -> bun003.admin)."""
+    d = excerpt("b-hostname-reverse-dns-pytorch-85300")
+    assert d.first is not None and d.first.id == "LOGS-NAME-ELSEWHERE"
+    assert "given (192.168.1.99, 1234) and tried fake-host:1234" in d.first.summary
+    assert "looked up backwards" in d.first.cause
+    d = excerpt("b-short-hostname-admin-net-uq-hpc-docs-2")
+    assert d.first is not None and d.first.id == "LOGS-NAME-ELSEWHERE"
+    assert "short name bun003 was completed to bun003.admin" in d.first.cause
+    assert "PORT-NOROUTE" in [f.id for f in d.findings]
+
+
+def test_an_address_tried_for_its_own_name_is_no_finding() -> None:
+    lines = [
+        "[W socket.cpp:558] [c10d] The client socket has failed to connect to [10.0.0.5]:29500 (errno: 113 - No route to host).",
+        "[E socket.cpp:610] [c10d] The client socket has failed to connect to any network address of (10.0.0.5, 29500).",
+        "[W socket.cpp:558] [c10d] The client socket has failed to connect to [node7.cluster]:29500 (errno: 111 - Connection refused).",
+        "[E socket.cpp:610] [c10d] The client socket has failed to connect to any network address of (node7.cluster, 29500).",
+    ]
+    d = diagnose_lines(lines)
+    assert d.first is not None and d.first.id != "LOGS-NAME-ELSEWHERE"
+    assert "LOGS-NAME-ELSEWHERE" not in [f.id for f in d.findings]

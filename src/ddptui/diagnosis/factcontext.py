@@ -6,6 +6,7 @@ rules file and the other predicates are factrules.py's."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class Context:
     ended: str | None = None  # a line saying the run ended, before any watchdog timeout
     hints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name -> first line
     stopped: tuple[tuple[Stall, str], ...] = ()  # steps sources stopped in: (step, "where: text")
+    # c10d: (name it was given, address it tried, port) -> the lines saying so
+    c10d_pairs: Mapping[tuple[str, str, str], list[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def hosts(self) -> list[str]:
@@ -160,3 +163,34 @@ def stalled_one_host(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | No
     if hit is None or one is None or not ctx.stopped[0][0].first_step:
         return None
     return [], hit[1], f"{hit[2]}; {one}", {}
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+
+
+def name_elsewhere(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """c10d was given a number and connected to a name (a reverse lookup), or a short name
+    and connected to a longer one (a search domain or an /etc/hosts alias)."""
+    for (name, addr, port), ev in ctx.c10d_pairs.items():
+        if addr == name or _ip(addr) is not None:
+            continue
+        if _ip(name) is not None:
+            how = (
+                f"the address {name} was looked up backwards to the name {addr} (/etc/hosts "
+                "or reverse DNS), and c10d connected to what that name resolves to"
+            )
+        elif "." not in name and addr.startswith(name + "."):
+            how = (
+                f"the short name {name} was completed to {addr} (a DNS search domain or an "
+                "/etc/hosts alias), a name of another network"
+            )
+        else:
+            continue
+        said = f"c10d was given ({name}, {port}) and tried {addr}:{port}"
+        return [], ev, said, {"name": name, "addr": addr, "port": port, "how": how}
+    return None
+

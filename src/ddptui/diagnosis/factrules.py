@@ -19,6 +19,7 @@ from ddptui.diagnosis.factcontext import (
     Proc,
     Stall,
     missing_nodes,
+    name_elsewhere,
     ranks_said,
     shm_context,
     span,
@@ -479,6 +480,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "missing_nodes": missing_nodes,
     "stalled": stalled,
     "stalled_one_host": stalled_one_host,
+    "name_elsewhere": name_elsewhere,
 }
 
 

@@ -76,6 +76,14 @@ TESTS_DEVICE: Final = re.compile(
 # rendezvous its node rank is in rdzv_configs ("{'timeout': '15', 'rank': 1}").
 AGENT_NODES: Final = re.compile(r"\b(?P<k>min_nodes|max_nodes)\s+: (?P<v>\d+)\s*$")
 AGENT_RANK: Final = re.compile(r"\brdzv_configs\s+: \{.*'rank': '?(?P<rank>\d+)")
+# c10d's client socket: the name it was given (one line per name and port) and each address
+# that name resolved to and failed (torch's socket.cpp format strings).
+C10D_NAME: Final = re.compile(
+    r"(?:any network address of|an IPv[46] address of) \((?P<name>[^,\s()]+), (?P<port>\d+)\)"
+)
+C10D_TRIED: Final = re.compile(
+    r"failed to connect to \[?(?P<addr>[^\s\[\]()]+?)\]?:(?P<port>\d+) \(errno"
+)
 KV: Final = re.compile(
     r"\b(?P<k>master_addr|master_port|group_world_size|dist_world_size|global_world_sizes|"
     r"MASTER_ADDR|MASTER_PORT|WORLD_SIZE|backend)\s*[=:]\s*'?(?P<v>\[[\d, ]*\]|[^\s,'\]]+)"
@@ -134,6 +142,9 @@ class FactCollector:
     def __init__(self) -> None:
         self.procs: dict[ProcKey, ProcFacts] = {}
         self.claims: dict[tuple[str, int], int] = {}  # (source, rank) -> launcher lines
+        # c10d: (name it was given, address it tried, port) -> the lines saying so
+        self.c10d_pairs: dict[tuple[str, str, str], list[str]] = {}
+        self._tried: list[tuple[str, str, str]] = []  # addresses failed, their name not yet said
 
     def _proc(self, source: str, host: str | None, pid: int | None, rank: int | None) -> ProcFacts:
         key = (source, host, pid, None if pid is not None else rank)
@@ -147,6 +158,8 @@ class FactCollector:
     def feed(
         self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None
     ) -> None:
+        if "connect to " in text:
+            self._c10d(where, text)
         if "NCCL" in text and pid is not None:
             self._nccl(self._proc(source, host, pid, rank), where, text)
         if "GLOBAL_RANK: " in text and (m := LIGHTNING.search(text)) is not None:
@@ -212,6 +225,23 @@ class FactCollector:
                 p.evidence["store_count"] = f"{where}: {text.strip()[:300]}"
             return True
         return False
+
+    def _c10d(self, where: str, text: str) -> None:
+        """Pair the name c10d was given with the addresses it tried for it: c10d prints
+        each address that failed, then the name ("any network address of (name, port)"),
+        or both in one exception message."""
+        said = f"{where}: {text.strip()[:300]}"
+        names = [(m["name"], m["port"]) for m in C10D_NAME.finditer(text)]
+        tried = [(m["addr"], m["port"], said) for m in C10D_TRIED.finditer(text)]
+        if names:
+            tried += self._tried
+            self._tried = []
+            for name, port in names:
+                for addr, p, ev in tried:
+                    if p == port and len(self.c10d_pairs) < 256:
+                        self.c10d_pairs.setdefault((name, addr, port), [ev, said] if ev != said else [said])
+        elif tried:
+            self._tried = (self._tried + tried)[-16:]
 
     def _agent(
         self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None

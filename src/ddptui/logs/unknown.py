@@ -210,6 +210,7 @@ def conclude(
         ended=d.ended,
         hints=d.hints,
         stopped=tuple((s.stall, s.where) for s in d.stalls.stopped),
+        c10d_pairs=d.facts.c10d_pairs,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
