@@ -39,13 +39,13 @@ def test_several_ranks_time_out_and_rank_0_never_reports_it() -> None:
         d = excerpt(name)
         assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE", name
         assert f"{waiting} wait in ALLREDUCE" in d.first.summary
-        assert "rank 0 never report" in d.first.summary
+        assert "rank 0 never reports it" in d.first.summary
         assert "evaluation or validation on rank 0" in d.first.cause
         assert "WATCHDOG" in [f.id for f in d.findings]  # the timeout itself stays listed
     # ranks 2 and 3 time out in the final barrier of a slow, uneven checkpoint consolidation
     d = excerpt("c-consolidation-barrier-timeout-automodel-1038")
     assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE"
-    assert "ranks 0, 1 never report" in d.first.summary
+    assert "ranks 0, 1 never report it" in d.first.summary
 
 
 def test_a_timeout_after_the_run_ended() -> None:
@@ -71,6 +71,16 @@ def test_one_rank_timing_out_alone_stays_a_watchdog_timeout_naming_the_usual_cau
     ]
     d = diagnose_lines(lines)
     assert d.first is not None and d.first.id == "WATCHDOG"
+
+
+def test_a_rank_waiting_for_rank_0s_nccl_id_until_the_timeout() -> None:
+    """Rank 7's wait for the ncclUniqueId rank 0 publishes timed out (Finetune-ChatGLM2-6B
+    #13: rank 0 was still tokenising): rank 0 was elsewhere, as in a watchdog timeout."""
+    d = excerpt("c-uid-timeout-slow-tokenize-chatglm2-13")
+    assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE"
+    assert "rank 7 waits in NCCL's communicator setup" in d.first.summary
+    assert "rank 0 never reports it" in d.first.summary
+    assert "C10D-UIDGET" in [f.id for f in d.findings]
 
 
 # ------------------------------------------------- /dev/shm in containers

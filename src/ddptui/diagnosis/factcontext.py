@@ -58,6 +58,7 @@ class Context:
     collective: Mapping[int, str]  # rank -> the collective its watchdog timed out in
     watchdog_lines: Mapping[int, str]  # rank -> that line ("where: text")
     ended: str | None = None  # a line saying the run ended, before any watchdog timeout
+    named_ranks: frozenset[int] = frozenset()  # ranks another rank's line says it waits for
     hints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name -> first line
     stopped: tuple[tuple[Stall, str], ...] = ()  # steps sources stopped in: (step, "where: text")
     # c10d: (name it was given, address it tried, port) -> the lines saying so

@@ -413,6 +413,7 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
     if not ctx.collective:
         return _fingerprints(ctx)
     known = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.collective)
+    known |= ctx.named_ranks
     ops: dict[str, list[int]] = {}
     for r, op in ctx.collective.items():
         ops.setdefault(op, []).append(r)
@@ -424,13 +425,17 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
     ev = [ctx.watchdog_lines[r] for r in waiting[:3]]
     fill = {"op": op, "waiting": ranks_said(waiting)}
     if absent:
-        said = f"{ranks_said(waiting)} wait in {op}; {ranks_said(absent)} never report it"
+        said = (
+            f"{ranks_said(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in {op}; "
+            f"{ranks_said(absent)} never {'reports' if len(absent) == 1 else 'report'} it"
+        )
         return absent, ev, said, {**fill, "absent": ranks_said(absent)}
     if ctx.ended is None:
         return None
     where, _, text = ctx.ended.partition(": ")
     others = f"the other ranks, which had left the loop (the log says {text[:120]!r}, {where})"
-    said = f"{ranks_said(waiting)} wait in {op} after the run ended ({text[:80]!r})"
+    verb = "waits" if len(waiting) == 1 else "wait"
+    said = f"{ranks_said(waiting)} {verb} in {op} after the run ended ({text[:80]!r})"
     return [], [ctx.ended, *ev], said, {**fill, "absent": others}
 
 

@@ -8,6 +8,7 @@ the corpus); `diagnose_streams` merges the candidate streams of many files in ti
 from __future__ import annotations
 
 import heapq
+import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,13 @@ EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
 TIMELINE_HEAD: Final = 12  # events kept per rank from the start ...
 TIMELINE_TAIL: Final = 8  # ... and from the end
 _SEVERITY_ORDER: Final = {"error": 0, "warning": 1, "info": 2}
+# torch's wait for the root's NCCL unique id, timed out: "[7] is setting up NCCL communicator
+# and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but
+# store->get('0') got error: Socket Timeout"
+UID_WAIT: Final = re.compile(
+    r"\[(?P<rank>\d+)\] is setting up NCCL communicators? and retrieving ncclUniqueId from "
+    r"\[(?P<root>\d+)\].*?(?:Socket Timeout|[Tt]imed out|timeout)"
+)
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,7 @@ class Diagnoser:
         self.collective: dict[int, str] = {}  # rank -> collective its watchdog waited in
         self.watchdog_lines: dict[int, str] = {}
         self.ended: str | None = None  # a line saying the run ended, before any watchdog
+        self.named_ranks: set[int] = set()  # ranks another rank's line says it waits for
         self._run_ended = load_factrules().run_ended
         self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
         self._hints = list(load_factrules().hints)
@@ -175,6 +184,8 @@ class Diagnoser:
                 seq = m.groups.get("seq")
                 self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
                 self.watchdog_lines.setdefault(who, f"{where}: {cand.text.strip()[:300]}")
+        if sig.id == "C10D-UIDGET":
+            self._uid_wait(where, cand.text)
         hit = LogHit(
             self.order, cand.t, cand.source, cand.lineno, rank, local, head.pid, cand.text, m,
             cand.where,
@@ -189,6 +200,16 @@ class Diagnoser:
         if not (sig.secondary and sig.severity == "info"):
             ev = TimelineEvent(cand.t, cand.source, cand.lineno, sig.severity, sig.title, sig.id)
             self._event(rank, local, head.pid, cand.source, ev)
+
+    def _uid_wait(self, where: str, text: str) -> None:
+        """A rank whose wait for the root's ncclUniqueId timed out: it waits in the
+        communicator's setup, the root (which the line names) never arrived there."""
+        m = UID_WAIT.search(text)
+        if m is not None and len(self.collective) < 4096:
+            who, root = int(m["rank"]), int(m["root"])
+            self.collective.setdefault(who, f"NCCL's communicator setup (the ncclUniqueId rank {root} publishes)")
+            self.watchdog_lines.setdefault(who, f"{where}: {text.strip()[:300]}")
+            self.named_ranks.add(root)
 
     def _context(self, cand: Candidate, where: str) -> None:
         """What a line tells besides its signature: where a job waits (stalls), the end

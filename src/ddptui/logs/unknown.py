@@ -65,6 +65,8 @@ class Diagnoser(Protocol):
     @property
     def ended(self) -> str | None: ...
     @property
+    def named_ranks(self) -> set[int]: ...
+    @property
     def hints(self) -> dict[str, str]: ...
     @property
     def stalls(self) -> StallWatch: ...
@@ -208,6 +210,7 @@ def conclude(
         collective=d.collective,
         watchdog_lines=d.watchdog_lines,
         ended=d.ended,
+        named_ranks=frozenset(d.named_ranks),
         hints=d.hints,
         stopped=tuple((s.stall, s.where) for s in d.stalls.stopped),
         c10d_pairs=d.facts.c10d_pairs,
