@@ -211,3 +211,28 @@ def test_an_address_tried_for_its_own_name_is_no_finding() -> None:
     d = diagnose_lines(lines)
     assert d.first is not None and d.first.id != "LOGS-NAME-ELSEWHERE"
     assert "LOGS-NAME-ELSEWHERE" not in [f.id for f in d.findings]
+
+
+def test_watchdog_lines_without_the_operation_join_the_rank_that_names_it() -> None:
+    """torch 2.2+'s "failure detected by watchdog at work sequence id: N" names no
+    operation: a rank saying only that waits in the collective another rank names at N
+    (NVIDIA-NeMo/Automodel#1038's lines, rank 3's WorkNCCL line left out)."""
+    lines = [x for x in CORPUS["c-consolidation-barrier-timeout-automodel-1038"].lines if not ("[rank3]" in x and "OpType" in x)]
+    d = diagnose_lines(lines)
+    assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE"
+    assert "ranks 2, 3 wait in ALLGATHER (SeqNum 493); ranks 0, 1 never report it" in d.first.summary
+    # ranks 1, 2, 3 in the work torch names at 19, the operation from rank 2's line
+    d = excerpt("b-desync-iterable-uneven-pytorch-141069")
+    assert d.first is not None and "ranks 1, 2, 3 wait in ALLREDUCE (SeqNum 19); rank 0 never reports it" in d.first.summary
+
+
+def test_a_fabric_error_keeps_the_lead_over_ranks_implied_absent() -> None:
+    """With a failure of the fabric in the log, ranks that report no timeout may be the
+    broken ones: rank 0 is not implied elsewhere."""
+    lines = [
+        *CORPUS["timeout-myria3d-123"].lines,
+        "node1:1234:1300 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<48384> with error 12, opcode 0, len 0, vendor err 129 (Recv)",
+    ]
+    d = diagnose_lines(lines)
+    assert d.first is not None and d.first.id != "LOGS-NOT-IN-COLLECTIVE", d.first.id
+    assert "LOGS-NOT-IN-COLLECTIVE" not in [f.id for f in d.findings]

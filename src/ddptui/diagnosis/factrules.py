@@ -405,6 +405,15 @@ def _fingerprints(ctx: Context) -> Hit | None:
     return absent, ev, said, {"op": op, "absent": span(absent), "waiting": span(waiting)}
 
 
+# Findings that name a failure of the fabric, the GPU or a rank itself: with one of them the
+# ranks that do not report a timeout may well be the broken ones, not ranks elsewhere.
+_SPECIFIC: Final = ("IB-", "NET-", "BOOT-", "NCCL-", "SHM-", "P2P-", "CUDA-", "RANK-", "GPU-", "ENV-", "GLOO-")
+
+
+def _specific_failure(ctx: Context) -> bool:
+    return any(i.startswith(_SPECIFIC) for i, sev in ctx.present.items() if sev == "error")
+
+
 def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """Ranks whose watchdogs time out in one collective, and the ranks that never report
     it: ranks the log knows otherwise, ranks below the highest waiting one when several
@@ -414,12 +423,19 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
         return _fingerprints(ctx)
     known = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.collective)
     known |= ctx.named_ranks
-    ops: dict[str, list[int]] = {}
-    for r, op in ctx.collective.items():
-        ops.setdefault(op, []).append(r)
-    op, waiting = max(ops.items(), key=lambda kv: (len(kv[1]), kv[0] != UNNAMED_OP))
-    waiting = sorted(waiting)
-    if len(waiting) >= 2:
+    # one group per sequence number (a line without the operation joins the one naming
+    # it at that number), else per operation
+    groups: dict[str, list[int]] = {}
+    names: dict[str, str] = {}
+    for r, said in ctx.collective.items():
+        name, _, seq = said.partition(" (SeqNum ")
+        key = seq or said
+        groups.setdefault(key, []).append(r)
+        if name != UNNAMED_OP or key not in names:
+            names[key] = said
+    key, waiting = max(groups.items(), key=lambda kv: (len(kv[1]), names[kv[0]] != UNNAMED_OP))
+    op, waiting = names[key], sorted(waiting)
+    if len(waiting) >= 2 and not _specific_failure(ctx):
         known |= set(range(min(max(waiting), 4096)))
     absent = sorted(known - set(waiting))
     ev = [ctx.watchdog_lines[r] for r in waiting[:3]]

@@ -31,6 +31,14 @@ _SEVERITY_ORDER: Final = {"error": 0, "warning": 1, "info": 2}
 # torch's wait for the root's NCCL unique id, timed out: "[7] is setting up NCCL communicator
 # and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but
 # store->get('0') got error: Socket Timeout"
+# torch's watchdog, the work it timed out in without the operation (2.2+): "[PG ID 0 PG GUID
+# 0(default_pg) Rank 2]  failure detected by watchdog at work sequence id: 493 PG status: ...",
+# "[PG 0 (default_pg) Rank 3] Exception (either an error or timeout) detected by watchdog at
+# work: 3348, last enqueued NCCL work: 3348, ..."
+WATCHDOG_AT: Final = re.compile(
+    r"Rank (?P<rank>\d+)\]\s+(?:failure|Exception \(either an error or timeout\)) detected by "
+    r"watchdog at work(?: sequence id)?: (?P<seq>\d+)"
+)
 UID_WAIT: Final = re.compile(
     r"\[(?P<rank>\d+)\] is setting up NCCL communicators? and retrieving ncclUniqueId from "
     r"\[(?P<root>\d+)\].*?(?:Socket Timeout|[Tt]imed out|timeout)"
@@ -143,6 +151,9 @@ class Diagnoser:
         self.watchdog_lines: dict[int, str] = {}
         self.ended: str | None = None  # a line saying the run ended, before any watchdog
         self.named_ranks: set[int] = set()  # ranks another rank's line says it waits for
+        # rank -> (work, line) a watchdog stopped at: an error or a timeout; read as a
+        # collective the rank waited in only when the log shows a timeout
+        self.watchdog_at: dict[int, tuple[str, str]] = {}
         self._run_ended = load_factrules().run_ended
         self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
         self._hints = list(load_factrules().hints)
@@ -212,9 +223,14 @@ class Diagnoser:
             self.named_ranks.add(root)
 
     def _context(self, cand: Candidate, where: str) -> None:
-        """What a line tells besides its signature: where a job waits (stalls), the end
-        of the run before any watchdog timeout, hints of where the job ran."""
+        """What a line tells besides its signature: where a job waits (stalls), the work
+        a watchdog timed out in, the end of the run before any watchdog timeout, hints of
+        where the job ran."""
         self.stalls.feed(cand.source, cand.lineno, cand.text)
+        if "detected by watchdog" in cand.text and (m := WATCHDOG_AT.search(cand.text)):
+            said = (f"{UNNAMED_OP} (SeqNum {m['seq']})", f"{where}: {cand.text.strip()[:300]}")
+            if len(self.watchdog_at) < 4096:
+                self.watchdog_at.setdefault(int(m["rank"]), said)
         if (
             self.ended is None
             and not self.collective
@@ -255,6 +271,10 @@ class Diagnoser:
             self.events.append((rank, local, pid, source, ev))
 
     def result(self) -> LogDiagnosis:
+        if any(t in self.per_id for t in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE")):
+            for who, (op, line) in self.watchdog_at.items():
+                self.collective.setdefault(who, op)
+                self.watchdog_lines.setdefault(who, line)
         firsts = [(hits[0].order, hits[0].source, hits[0].match) for hits in self.per_id.values()]
         root = root_cause(sorted(firsts, key=lambda x: x[0]))
         first_hits = {hits[0].match.signature.id: hits[0] for hits in self.per_id.values()}

@@ -73,6 +73,9 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "ProcessGroupNCCL init",
     "out-of-place",
     "[00:00<?",
+    # torch's watchdog naming the work it timed out in (2.2+), without the operation
+    "PG status: last",
+    "Exception (either",
     # NCCL's intra-node channels (printed at communicator init): the ranks share a host
     "via P2P",
     "via SHM",
