@@ -236,3 +236,12 @@ def test_a_fabric_error_keeps_the_lead_over_ranks_implied_absent() -> None:
     d = diagnose_lines(lines)
     assert d.first is not None and d.first.id != "LOGS-NOT-IN-COLLECTIVE", d.first.id
     assert "LOGS-NOT-IN-COLLECTIVE" not in [f.id for f in d.findings]
+
+
+def test_nccls_system_error_with_ranks_connected_over_shm_is_dev_shm() -> None:
+    """Real lines put together: NCCL's SHM channels of vllm#9920, then DEKR#18's system
+    error (its two lines alone stay an honest unknown, above)."""
+    shm = [x for x in CORPUS["b-p2p-acs-iommu-vllm-9920"].lines if "via SHM" in x]
+    d = diagnose_lines([*shm, *CORPUS["c-docker-ipc-host-dekr-18"].lines])
+    assert d.first is not None and d.first.id == "SHM-SIZE"
+    assert "NCCL connects ranks over SHM" in d.first.summary

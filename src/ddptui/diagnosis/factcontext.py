@@ -122,7 +122,8 @@ def shm_context(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """A bus error (SIGBUS: a page of a /dev/shm file that cannot be backed) or NCCL's
     bare "unhandled system error", where the log shows where /dev/shm is small: a
     container (docker's container-id host name, docker or pod words), a /dev/shm path,
-    or every rank on one host (the only transport they use between them is SHM/P2P)."""
+    every rank on one host (the only transport they use between them is SHM/P2P), or
+    NCCL's own channel lines connecting ranks over SHM."""
     failure = ctx.hints.get("sigbus") or ctx.hints.get("system_error")
     if failure is None:
         return None
@@ -132,6 +133,9 @@ def shm_context(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         where, said = one, one
     if where is None and "sigbus" in ctx.hints and "nccl" in ctx.hints:
         where, said = ctx.hints["nccl"], "the bus error is in NCCL's code"
+    shm = [p for p in ctx.procs if "SHM" in p.transports]
+    if where is None and shm:
+        where, said = shm[0].ident, f"NCCL connects ranks over SHM ({shm[0].ident})"
     if where is None:
         return None
     kind = "a bus error (SIGBUS)" if "sigbus" in ctx.hints else "NCCL's unhandled system error"
