@@ -245,3 +245,11 @@ def test_nccls_system_error_with_ranks_connected_over_shm_is_dev_shm() -> None:
     d = diagnose_lines([*shm, *CORPUS["c-docker-ipc-host-dekr-18"].lines])
     assert d.first is not None and d.first.id == "SHM-SIZE"
     assert "NCCL connects ranks over SHM" in d.first.summary
+
+
+def test_the_store_port_in_use_when_a_terminal_wrapped_the_line() -> None:
+    """torch's EADDRINUSE message wrapped before "network address." (sglang#39611): its
+    tail ("port: N, useIpv6: ..., code: -98, name: EADDRINUSE") is torch's own format."""
+    d = excerpt("b-nccl-port-dropped-race-sglang-39611")
+    assert d.first is not None and d.first.id == "PORT-INUSE"
+    assert "45623" in d.first.fix
