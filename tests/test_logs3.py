@@ -253,3 +253,18 @@ def test_the_store_port_in_use_when_a_terminal_wrapped_the_line() -> None:
     d = excerpt("b-nccl-port-dropped-race-sglang-39611")
     assert d.first is not None and d.first.id == "PORT-INUSE"
     assert "45623" in d.first.fix
+
+
+def test_a_progress_bar_of_other_work_as_long_as_the_timeout() -> None:
+    """One rank's watchdog after a progress bar that had run 30:01 of a 30-minute timeout
+    (accelerate#314: one process indexed a 200 GB file): the rank printing the bar was
+    elsewhere.  A training loop's own bar says nothing of the kind."""
+    d = excerpt("timeout-accelerate-314")
+    assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE"
+    assert "rank 6 waits in ALLREDUCE; meanwhile a progress bar had run 30 min" in d.first.summary
+    assert "about the 30-minute timeout" in d.first.cause
+    bar, watchdog = CORPUS["timeout-accelerate-314"].lines[:2]
+    d = diagnose_lines([bar.replace(" 35%|", "Epoch 3:  35%|"), watchdog])
+    assert d.first is not None and d.first.id == "WATCHDOG"
+    short = bar.replace("[30:01<", "[03:01<")  # a bar much shorter than the timeout
+    assert diagnose_lines([short, watchdog]).first.id == "WATCHDOG"  # type: ignore[union-attr]

@@ -10,7 +10,7 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factrules import FactRule, FactRules
@@ -59,6 +59,8 @@ class Context:
     watchdog_lines: Mapping[int, str]  # rank -> that line ("where: text")
     ended: str | None = None  # a line saying the run ended, before any watchdog timeout
     named_ranks: frozenset[int] = frozenset()  # ranks another rank's line says it waits for
+    progress: tuple[int, str, str] | None = None  # last progress bar before a timeout: s, label, line
+    timeout_ms: int | None = None  # the collective timeout the watchdog lines state
     hints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name -> first line
     stopped: tuple[tuple[Stall, str], ...] = ()  # steps sources stopped in: (step, "where: text")
     # c10d: (name it was given, address it tried, port) -> the lines saying so
@@ -199,3 +201,26 @@ def name_elsewhere(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None
         return [], ev, said, {"name": name, "addr": addr, "port": port, "how": how}
     return None
 
+
+
+# A progress bar of the training loop itself runs while collectives complete; only a bar of
+# other work (tokenising, loading, evaluating, or no label at all) says a rank was elsewhere.
+_TRAINING: Final = re.compile(r"(?i)\b(?:epoch|train\w*|step|iter\w*|batch)")
+
+
+def busy_bar(ctx: Context) -> tuple[str, str, str] | None:
+    """A progress bar of other work that had run about as long as the collective timeout
+    when the watchdog fired: the rank printing it was doing that instead.  (who, what ran
+    how long, the line)."""
+    if ctx.progress is None or not ctx.timeout_ms:
+        return None
+    seconds, label, line = ctx.progress
+    if _TRAINING.search(label) or seconds < 0.8 * ctx.timeout_ms / 1000:
+        return None
+    ran = f"{seconds // 60} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+    what = f"{label!r}" if label else "a progress bar"
+    who = (
+        f"the rank printing {what} (it had run {ran} when the watchdog fired, about the "
+        f"{ctx.timeout_ms / 60000:g}-minute timeout)"
+    )
+    return who, f"{what} had run {ran}", line

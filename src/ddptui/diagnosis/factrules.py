@@ -18,6 +18,7 @@ from ddptui.diagnosis.factcontext import (
     Hit,
     Proc,
     Stall,
+    busy_bar,
     missing_nodes,
     name_elsewhere,
     ranks_said,
@@ -446,6 +447,12 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
             f"{ranks_said(absent)} never {'reports' if len(absent) == 1 else 'report'} it"
         )
         return absent, ev, said, {**fill, "absent": ranks_said(absent)}
+    busy = None if _specific_failure(ctx) else busy_bar(ctx)
+    if busy is not None:
+        who, ran, line = busy
+        verb = "waits" if len(waiting) == 1 else "wait"
+        said = f"{ranks_said(waiting)} {verb} in {op}; meanwhile {ran}"
+        return [], [line, *ev], said, {**fill, "absent": who}
     if ctx.ended is None:
         return None
     where, _, text = ctx.ended.partition(": ")

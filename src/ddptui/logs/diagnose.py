@@ -39,6 +39,12 @@ WATCHDOG_AT: Final = re.compile(
     r"Rank (?P<rank>\d+)\]\s+(?:failure|Exception \(either an error or timeout\)) detected by "
     r"watchdog at work(?: sequence id)?: (?P<seq>\d+)"
 )
+# a tqdm progress bar: its label, then "| 280000/2969526 [29:55<4:48:08"; the elapsed time
+# is before "<" ([MM:SS or [H:MM:SS)
+PROGRESS: Final = re.compile(
+    r"(?P<label>[^|\r\]]{0,80}?)\s*\d+%\|[^|\r]*\|\s*[\d.]+[kMGT]?/[\d.]+[kMGT]?\s*"
+    r"\[(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d\d)<"
+)
 UID_WAIT: Final = re.compile(
     r"\[(?P<rank>\d+)\] is setting up NCCL communicators? and retrieving ncclUniqueId from "
     r"\[(?P<root>\d+)\].*?(?:Socket Timeout|[Tt]imed out|timeout)"
@@ -151,6 +157,9 @@ class Diagnoser:
         self.watchdog_lines: dict[int, str] = {}
         self.ended: str | None = None  # a line saying the run ended, before any watchdog
         self.named_ranks: set[int] = set()  # ranks another rank's line says it waits for
+        # the last progress bar before any watchdog timeout: (elapsed s, label, line)
+        self.progress: tuple[int, str, str] | None = None
+        self.timeout_ms: int | None = None  # the shortest timeout a watchdog line states
         # rank -> (work, line) a watchdog stopped at: an error or a timeout; read as a
         # collective the rank waited in only when the log shows a timeout
         self.watchdog_at: dict[int, tuple[str, str]] = {}
@@ -188,13 +197,7 @@ class Diagnoser:
             self.unknown.add(key, self.order, cand.t, where, cand.text, sig.severity == "error")
             return
         if sig.id in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE"):
-            said = m.groups.get("rank")
-            who = int(said) if said is not None else rank
-            if who is not None and len(self.collective) < 4096:
-                op = m.groups.get("op", UNNAMED_OP)
-                seq = m.groups.get("seq")
-                self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
-                self.watchdog_lines.setdefault(who, f"{where}: {cand.text.strip()[:300]}")
+            self._watchdog(m.groups, rank, where, cand.text)
         if sig.id == "C10D-UIDGET":
             self._uid_wait(where, cand.text)
         hit = LogHit(
@@ -211,6 +214,19 @@ class Diagnoser:
         if not (sig.secondary and sig.severity == "info"):
             ev = TimelineEvent(cand.t, cand.source, cand.lineno, sig.severity, sig.title, sig.id)
             self._event(rank, local, head.pid, cand.source, ev)
+
+    def _watchdog(self, groups: dict[str, str], rank: int | None, where: str, text: str) -> None:
+        """The collective a rank's watchdog timed out in, and the timeout it states."""
+        said = groups.get("rank")
+        who = int(said) if said is not None else rank
+        tmo = groups.get("tmo")
+        if tmo is not None and tmo.isdigit():
+            self.timeout_ms = min(int(tmo), self.timeout_ms or int(tmo))
+        if who is not None and len(self.collective) < 4096:
+            op = groups.get("op", UNNAMED_OP)
+            seq = groups.get("seq")
+            self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
+            self.watchdog_lines.setdefault(who, f"{where}: {text.strip()[:300]}")
 
     def _uid_wait(self, where: str, text: str) -> None:
         """A rank whose wait for the root's ncclUniqueId timed out: it waits in the
@@ -240,6 +256,12 @@ class Diagnoser:
             self.ended = f"{where}: {cand.text.strip()[:300]}"
         if self._hints:
             self._hint(where, cand.text)
+        if not self.collective and "%|" in cand.text:
+            bars = list(PROGRESS.finditer(cand.text[-4000:]))
+            if bars:  # the last state of the bar (tqdm's carriage returns keep one line)
+                b = bars[-1]
+                seconds = int(b["h"] or 0) * 3600 + int(b["m"]) * 60 + int(b["s"])
+                self.progress = (seconds, b["label"].strip()[-60:], f"{where}: {b.group().strip()[:200]}")
 
     def _hint(self, where: str, text: str) -> None:
         for name, rx in self._hints:

@@ -73,6 +73,7 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "ProcessGroupNCCL init",
     "out-of-place",
     "[00:00<?",
+    "%|",  # a progress bar (tqdm): what one rank did while others waited
     # torch's watchdog naming the work it timed out in (2.2+), without the operation
     "PG status: last",
     "Exception (either",

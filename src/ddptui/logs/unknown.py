@@ -67,6 +67,10 @@ class Diagnoser(Protocol):
     @property
     def named_ranks(self) -> set[int]: ...
     @property
+    def progress(self) -> tuple[int, str, str] | None: ...
+    @property
+    def timeout_ms(self) -> int | None: ...
+    @property
     def hints(self) -> dict[str, str]: ...
     @property
     def stalls(self) -> StallWatch: ...
@@ -211,6 +215,8 @@ def conclude(
         watchdog_lines=d.watchdog_lines,
         ended=d.ended,
         named_ranks=frozenset(d.named_ranks),
+        progress=d.progress,
+        timeout_ms=d.timeout_ms,
         hints=d.hints,
         stopped=tuple((s.stall, s.where) for s in d.stalls.stopped),
         c10d_pairs=d.facts.c10d_pairs,
