@@ -385,6 +385,72 @@ def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:
     )
 
 
+def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
+    """`self.model = DDP(self.model)` in one method, `self.model.generate(...)` in
+    another: the wrapper has no `generate`."""
+    if not f.ddp_calls:
+        return
+    for cls in dict.fromkeys(n for n in s.nodes if isinstance(n, ast.ClassDef)):
+        reads = sorted(
+            (
+                n
+                for n in ast.walk(cls)
+                if isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Load)
+                and isinstance(n.value, ast.Attribute)
+                and isinstance(n.value.value, ast.Name)
+                and n.value.value.id == "self"
+                and not n.attr.startswith("_")
+                and n.attr not in _WRAPPER_API
+            ),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+        held: dict[str, bool] = {}
+        for n in reads:
+            assert isinstance(n.value, ast.Attribute)
+            attr = n.value.attr
+            if attr not in held:
+                values = [v for v, _ in s.self_attr_values(n.value, attr)]
+                held[attr] = any(isinstance(v, ast.Call) and v in f.ddp_calls for v in values)
+                held[attr] = held[attr] and not _class_tells_wrapper(cls, f"self.{attr}")
+            fn = s.scope_of(n)
+            if (
+                held[attr]
+                and isinstance(fn, ast.FunctionDef)
+                and fn.name != "__init__"
+                and not any(s.scope_of(c) is fn for c in f.ddp_calls)
+                and not _checks_wrapper(s, n)
+                and not _mode_branch(s, n)
+            ):
+                yield Hit.at(
+                    "DDP-WRAPPER-ATTR",
+                    n,
+                    (
+                        f"`{ast.unparse(n)}` reads `{n.attr}` from `self.{attr}`, which holds the "
+                        f"DDP wrapper: it has none (the model is `self.{attr}.module`)"
+                    ),
+                    model=f"self.{attr}",
+                    attr=n.attr,
+                )
+                break
+
+
+def _class_tells_wrapper(cls: ast.ClassDef, held: str) -> bool:
+    """The class unwraps it somewhere (`self.model.module`, `hasattr(self.model, ...)`,
+    a `model_without_ddp`): it knows what it holds."""
+    for n in ast.walk(cls):
+        if isinstance(n, ast.Attribute) and n.attr == "module" and ast.unparse(n.value) == held:
+            return True
+        if (
+            isinstance(n, ast.Call)
+            and ident(n.func) in ("hasattr", "isinstance", "getattr", "unwrap_model")
+            and n.args
+            and ast.unparse(n.args[0]) == held
+        ):
+            return True
+    return False
+
+
 def _tells_wrapper(fn: ast.FunctionDef, name: str) -> bool:
     """The function looks at the wrapper itself (`hasattr(model, "module")`,
     `isinstance(model, DDP)`, `model.module`): it knows what it holds."""
@@ -526,6 +592,7 @@ def _name_of(s: Script, node: ast.AST) -> str:
 RULES = (
     local_master_io,
     wrapper_attr_passed,
+    wrapper_attr_self,
     never_sets_device,
     distributed_loader,
 )
