@@ -475,6 +475,12 @@ def never_sets_device(s: Script, f: Flow) -> Iterator[Hit]:
     per-process device anywhere: every process of the node works on GPU 0."""
     if not f.inits_group or _picks_device(s, f):
         return
+    # it knows processes share a node (reads the local rank) yet never uses it for the
+    # GPU; without that, one GPU per process (Slurm --gpus-per-task=1) may be the setup
+    if not any(
+        isinstance(n, ast.Name | ast.Attribute | ast.Subscript) and is_local(s, n) for n in s.nodes
+    ):
+        return
     for c in s.calls:
         bare = (
             isinstance(c.func, ast.Attribute)
@@ -511,7 +517,10 @@ def _picks_device(s: Script, f: Flow) -> bool:  # noqa: PLR0911 - one case per w
             continue
         name = last(s.call_name(n))
         if name in ("set_device", "set_device_index", "device") and (
-            name != "device" or len(n.args) > 1 or any(k.arg == "index" for k in n.keywords)
+            name != "device"
+            or len(n.args) > 1
+            or any(k.arg == "index" for k in n.keywords)
+            or (n.args and not isinstance(n.args[0], ast.Constant))  # torch.cuda.device(i)
         ):
             return True
         a0 = n.args[0] if n.args else None
