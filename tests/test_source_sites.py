@@ -45,3 +45,35 @@ def test_recorded_mapping_is_todays(path: Path, capsys: pytest.CaptureFixture[st
     with capsys.disabled():
         print(f"\n{meta['project']} {meta['version']}: {covered}/{total} sites map to a specific entry")
     assert covered / total >= FLOORS[meta["project"]]
+
+
+def test_torch_cpp_sites_read_each_way_torch_builds_a_message() -> None:
+    """The C++ walker on a made-up transcription: a throw with fmt::format becomes the
+    Python exception line, a LOG stream joins its pieces, a TORCH_CHECK_WITH drops its
+    type and condition, values are named by their expression, and a site macro's own
+    definition is not a site."""
+    from source_sites import printed, torch_cpp_sites
+
+    text = "\n".join(
+        [
+            "//@ Store::waitAll",
+            '  C10_THROW_ERROR(DistStoreError, fmt::format("Waited {} seconds for {} peers", secs, numPeers));',
+            "//@ Watcher::loop",
+            '  LOG(ERROR) << logPrefix() << "Lost " << count << " peers of rank " << rank_;',
+            "//@ Comm::init",
+            '  TORCH_CHECK_WITH(DistBackendError, ok, "Comm init failed on rank ", rank_, ": ", reason);',
+            '#define C10D_WARNING(...) LOG(WARNING) << "[c10d] " << format(__VA_ARGS__)',
+        ]
+    )
+    sites = list(torch_cpp_sites("torch/csrc/x/Demo.cpp.sites", text))
+    assert [s.where for s in sites] == [
+        "torch/csrc/x/Demo.cpp:Store::waitAll",
+        "torch/csrc/x/Demo.cpp:Watcher::loop",
+        "torch/csrc/x/Demo.cpp:Comm::init",
+    ]
+    assert [s.fmt for s in sites] == [
+        "torch.distributed.DistStoreError: Waited {secs} seconds for {numPeers} peers",
+        "{logPrefix()}Lost {count} peers of rank {rank_}",
+        "torch.distributed.DistBackendError: Comm init failed on rank {rank_}: {reason}",
+    ]
+    assert printed("torch", sites[1].fmt) == "[PG ID 0 PG GUID 0 Rank 0] Lost 1 peers of rank 1"
