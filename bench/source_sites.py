@@ -218,7 +218,8 @@ def c_sites(path: str, text: str, call: re.Pattern[str]) -> Iterator[Site]:
 TORCH_CPP_CALLS = re.compile(
     r"\b(?P<name>TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT|TORCH_WARN\w*|C10_THROW_ERROR|"
     r"C10D_THROW_ERROR|C10D_CHECK_WITH|C10D_ERROR|C10D_WARNING|c10::str|fmt::format|"
-    r"recordError)\s*\(|\bLOG\((?P<level>ERROR|WARNING|FATAL)\)\s*(?=<<)|"
+    r"recordError|throw std::runtime_error)\s*\(|"
+    r"\bLOG\((?P<level>ERROR|WARNING|FATAL)\)\s*(?=<<)|\b(?P<stream>ss)\s*(?=<<)|"
     r"\b(?:std::string\s+)?(?P<var>err|msg|interpret|versionString)\s*\+?=\s*(?=\")"
 )
 _SITE_MACROS = frozenset({"C10D_ERROR", "C10D_WARNING", "C10D_INFO", "C10D_DEBUG", "C10D_TRACE",
@@ -325,11 +326,12 @@ def torch_cpp_sites(path: str, text: str) -> Iterator[Site]:
         inside = any(a <= m.start() < b for a, b in defined)
         if m.start() < end or inside or text[line_start : m.start()].lstrip().startswith("#define"):
             continue  # inside the previous site (a c10::str in a C10_THROW_ERROR), or a macro's definition
-        if m.group("level") or m.group("var"):
+        if m.group("level") or m.group("var") or m.group("stream"):
             stop = text.find(";", m.end())
             stop = len(text) if stop < 0 else stop
             body = text[m.end() : stop]
-            pieces = _split_top(body.lstrip().removeprefix("<<"), "<<") if m.group("level") else [body]
+            streamed = m.group("level") or m.group("stream")
+            pieces = _split_top(body.lstrip().removeprefix("<<"), "<<") if streamed else [body]
             fmt = "".join(_piece(p) for p in pieces)
             end = stop
         else:
@@ -390,11 +392,11 @@ _CPP_VALUES = (
     (re.compile(r"^\{\*(?:SocketImpl|Socket)\}$|^\{\*socket_?\}$"),
      "SocketImpl(fd=1, addr=[node0]:29500, remote=[node1]:29500)"),
     (re.compile(r"^\{\*?addr\}$"), "[node1]:29500"),
-    (re.compile(r"^\{host_\}$"), "node1"),
+    (re.compile(r"^\{(?:\S*\.)?host_?\}$"), "node1"),
     # gloo: a peer's or listener's address (Address::str(), "[ip]:port")
     (re.compile(r"^\{\S*(?:peer|self_|address|addr_|remote|local)\S*\.str\(\)\}$|^\{peer_?\}$"), "[10.0.0.2]:41234"),
     (re.compile(r"^\{data\.(?:local|remote)\}$"), "[10.0.0.2]:41234"),
-    (re.compile(r"strerror|what\(\)|gai_err"), "X"),  # an error's text: a word, not a number
+    (re.compile(r"strerror|what\(\)|gai_err|err_name"), "X"),  # an error's text: a word, not a number
     (re.compile(r"connect_timeout\(\)"), "15000ms"),  # a std::chrono duration: fmt prints its unit
 )
 
