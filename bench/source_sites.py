@@ -220,7 +220,7 @@ TORCH_CPP_CALLS = re.compile(
     r"C10D_THROW_ERROR|C10D_CHECK_WITH|C10D_ERROR|C10D_WARNING|c10::str|fmt::format|"
     r"recordError|throw std::runtime_error)\s*\(|"
     r"\bLOG\((?P<level>ERROR|WARNING|FATAL)\)\s*(?=<<)|\b(?P<stream>ss)\s*(?=<<)|"
-    r"\b(?:std::string\s+)?(?P<var>err|msg|interpret|versionString)\s*\+?=\s*(?=\")"
+    r"\b(?:std::string\s+)?(?P<var>err|msg|interpret|versionString|kBaseErrorMsg)\s*\+?=\s*(?=\")"
 )
 _SITE_MACROS = frozenset({"C10D_ERROR", "C10D_WARNING", "C10D_INFO", "C10D_DEBUG", "C10D_TRACE",
                           "C10D_THROW_ERROR", "C10D_CHECK_WITH"})
