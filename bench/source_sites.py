@@ -412,7 +412,7 @@ def _field_value(m: re.Match[str]) -> str:
 def printed(project: str, fmt: str) -> str:
     """The line a site prints, placeholders filled with neutral values."""
     s = fmt.replace("\\n", " ").replace('\\"', '"').replace("\\t", " ").replace("%%", "%")
-    s = s.replace("=%s", "=1")  # "rank=%s": a number in practice
+    s = re.sub(r"=%s(?!\()", "=1", s)  # "rank=%s": a number in practice ("status=%s(%d)": a name)
     s = PRINTF.sub(lambda m: "X" if m.group(1) in "sc" else "0x1" if m.group(1) == "p" else "1", s)
     s = PY_FIELD.sub(_field_value, s)
     s = s.strip()
