@@ -185,7 +185,7 @@ def gloo_sites(path: str, text: str) -> Iterator[Site]:
             fmt = f"[enforce fail at {path}:%d] {' '.join(cond.split())}. {_joined(msg)}"
         else:
             fmt = f"[{path}:%d] {_joined(args)}"
-        if len(re.sub(r"%\w|\W", "", fmt.split("] ", 1)[1])) < 6:
+        if len(re.sub(r"\{[^{}]*\}|%\w|\W", "", fmt.split("] ", 1)[1])) < 6:
             continue
         yield Site(f"{path}:{line}", fmt)
 
@@ -344,7 +344,7 @@ def torch_cpp_sites(path: str, text: str) -> Iterator[Site]:
             kind = args[0] if len(args) > 1 else ""
             if m.group("name") in _SKIP_ARGS and kind in _PY_EXCEPTIONS:
                 fmt = f"{_PY_EXCEPTIONS[kind]}: {fmt}"
-        if len(re.sub(r"\{\}|\\n|\W", "", fmt)) < 6:
+        if len(re.sub(r"\{[^{}]*\}|\\n|\W", "", fmt)) < 6:
             continue
         if transcribed:
             funcs = re.findall(r"^//@ (\S+)", text[: m.start()], re.MULTILINE)
