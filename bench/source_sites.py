@@ -298,7 +298,8 @@ def _field(expr: str) -> str:
 
 
 def _message(name: str, args: list[str]) -> str:
-    args = args[_SKIP_ARGS.get(name, 0) :]
+    skip = _SKIP_ARGS.get(name, 1 if name.startswith("TORCH_CHECK_") else 0)  # _VALUE, _INDEX, ...
+    args = args[skip:]
     if name in _FMT_STYLE:
         if not args:
             return ""
