@@ -218,7 +218,7 @@ def c_sites(path: str, text: str, call: re.Pattern[str]) -> Iterator[Site]:
 TORCH_CPP_CALLS = re.compile(
     r"\b(?P<name>TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT|TORCH_WARN\w*|C10_THROW_ERROR|"
     r"C10D_THROW_ERROR|C10D_CHECK_WITH|C10D_ERROR|C10D_WARNING|c10::str|fmt::format|"
-    r"recordError|throw std::runtime_error)\s*\(|"
+    r"recordError|invalidArgument|throw std::runtime_error)\s*\(|"
     r"\bLOG\((?P<level>ERROR|WARNING|FATAL)\)\s*(?=<<)|\b(?P<stream>ss)\s*(?=<<)|"
     r"\b(?:std::string\s+)?(?P<var>err|msg|interpret|versionString|kBaseErrorMsg)\s*\+?=\s*(?=\")"
 )
