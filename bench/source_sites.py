@@ -218,7 +218,7 @@ def c_sites(path: str, text: str, call: re.Pattern[str]) -> Iterator[Site]:
 TORCH_CPP_CALLS = re.compile(
     r"\b(?P<name>TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT|TORCH_WARN\w*|C10_THROW_ERROR|"
     r"C10D_THROW_ERROR|C10D_CHECK_WITH|C10D_ERROR|C10D_WARNING|c10::str|fmt::format|"
-    r"recordError|invalidArgument|throw std::runtime_error)\s*\(|"
+    r"recordError|invalidArgument|SYSASSERT|throw std::runtime_error)\s*\(|"
     r"\bLOG\((?P<level>ERROR|WARNING|FATAL)\)\s*(?=<<)|\b(?P<stream>ss)\s*(?=<<)|"
     r"\b(?:std::string\s+)?(?P<var>err|msg|interpret|versionString|kBaseErrorMsg)\s*\+?=\s*(?=\")"
 )
@@ -226,8 +226,17 @@ _SITE_MACROS = frozenset({"C10D_ERROR", "C10D_WARNING", "C10D_INFO", "C10D_DEBUG
                           "C10D_THROW_ERROR", "C10D_CHECK_WITH"})
 _FMT_STYLE = frozenset({"fmt::format", "C10D_ERROR", "C10D_WARNING", "recordError"})
 # Leading arguments that are not printed: a condition, an exception type, or both.
-_SKIP_ARGS = {"TORCH_CHECK": 1, "TORCH_INTERNAL_ASSERT": 1, "TORCH_CHECK_WITH": 2,
-              "C10_THROW_ERROR": 1, "C10D_THROW_ERROR": 1, "C10D_CHECK_WITH": 2}
+# SYSASSERT(rv, msg) throws std::system_error, whose text is "msg: strerror(errno)".
+_SYSTEM_ERROR = frozenset({"SYSASSERT"})
+_SKIP_ARGS = {
+    "SYSASSERT": 1,
+    "TORCH_CHECK": 1,
+    "TORCH_INTERNAL_ASSERT": 1,
+    "TORCH_CHECK_WITH": 2,
+    "C10_THROW_ERROR": 1,
+    "C10D_THROW_ERROR": 1,
+    "C10D_CHECK_WITH": 2,
+}
 # c10d's C++ exception types as Python names them (torch/csrc/distributed/c10d/exception.h:
 # SocketError and TimeoutError derive from DistNetworkError, which Python shows).
 _PY_EXCEPTIONS = {
@@ -305,7 +314,8 @@ def _message(name: str, args: list[str]) -> str:
             return ""
         values = iter(args[1:])
         return re.sub(r"\{\}", lambda _: _piece(next(values, "")), _piece(args[0]))
-    return "".join(_piece(a) for a in args)
+    text = "".join(_piece(a) for a in args)
+    return text + ": {strerror(errno)}" if name in _SYSTEM_ERROR else text
 
 
 def torch_cpp_sites(path: str, text: str) -> Iterator[Site]:
