@@ -414,6 +414,9 @@ _CPP_VALUES = (
 
 def _field_value(m: re.Match[str]) -> str:
     """A Python {field}: a number when its name says so (rank, size, port ...), else a word."""
+    if m.group().endswith("=}"):  # f"{x=}" prints "x=<value>"
+        name = m.group()[1:-2]
+        return f"{name}={'1' if _NUMERIC_FIELD.search(name) else 'X'}"
     for pattern, value in _CPP_VALUES:
         if pattern.search(m.group()):
             return value
