@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.callers import moved_with_owner
 from ddptui.lint.flow import Flow, ident
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
@@ -413,7 +414,7 @@ def loss_device(s: Script, f: Flow) -> Iterator[Hit]:
                 continue  # built inline at its use: nothing to move
         elif not (name in s.classes and _has_state(s.classes[name]) and "loss" in name.lower()):
             continue
-        if _criterion_moved(s, c):
+        if _criterion_moved(s, c) or moved_with_owner(s, c, lambda k: _criterion_moved(s, k)):
             continue
         told_plain = told_plain or plain
         yield Hit.at(

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.callers import dead_for_callers
 from ddptui.lint.flow import Flow, calls_in, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_data import _UNWRAP, is_loader, split_by_rank
@@ -329,7 +330,9 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Hit | None:
                 and any(_ddp_before(s, f, a) for a in s.param_args(fn, name))
                 and not _tells_wrapper(fn, name)
             )
-        if checked[name] and not _checks_wrapper(s, n) and not _mode_branch(s, n):
+        if checked[name] and not (
+            _checks_wrapper(s, n) or _mode_branch(s, n) or dead_for_callers(s, fn, n)
+        ):
             return Hit.at(
                 "DDP-WRAPPER-ATTR",
                 n,
