@@ -151,7 +151,8 @@ class Script:
         for value in self._assignments(mod.tree).get(attr, ()):
             if isinstance(value, ast.Name | ast.Attribute):
                 return self.qualname(value, depth + 1)
-        return None
+        # a package re-exporting a submodule's names (`from .core import *`)
+        return star(self, mod, attr, depth + 1) if depth < _MAX_DEPTH else None
 
     def _module_value(self, expr: ast.expr) -> Module | None:
         """The project module an expression names (`utils`, `utils.dist`), if any."""
