@@ -27,6 +27,7 @@ class Stall:
     start: re.Pattern[str]
     done: re.Pattern[str] | None  # the line that says it finished (None: any later output)
     first_step: bool  # the first collective or benchmark step, after init finished
+    header: int = 0  # lines the step's own header prints after its start; more: it went on
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,10 @@ def shm_context(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     shm = [p for p in ctx.procs if "SHM" in p.transports]
     if where is None and shm:
         where, said = shm[0].ident, f"NCCL connects ranks over SHM ({shm[0].ident})"
+    if where is None and "sigbus" in ctx.hints:
+        # a training process killed by SIGBUS and nothing else said: a page of a shared
+        # memory file (NCCL's segments, DataLoader's tensors) that /dev/shm cannot back
+        where, said = failure, "nothing else in the log explains a bus error in a training process"
     if where is None:
         return None
     kind = "a bus error (SIGBUS)" if "sigbus" in ctx.hints else "NCCL's unhandled system error"
