@@ -143,3 +143,26 @@ def test_ranking_lines_flag_is_checked() -> None:
     assert parse_ranking(good).precedence[0].lines is True
     with pytest.raises(RankingError, match="lines must be true or false"):
         parse_ranking(good.replace("lines: true", "lines: yes please"))
+
+
+# ------------------------------------------------- two hosts NCCL took for one
+
+
+def test_p2p_between_ranks_of_two_hosts_is_the_host_hash() -> None:
+    """nccl#187: "6[6] -> 10[2] via P2P/IPC": rank 10 on GPU 2 belongs to the host whose
+    first rank is 8, rank 6 to the one of rank 0; NCCL joined them over IPC because both
+    hosts hashed alike (host names sharing a prefix)."""
+    d = excerpt("a-hostname-prefix-collision-ipc-across-hosts-nccl-187")
+    assert d.first is not None and d.first.id == "NCCL-HOSTHASH"
+    assert "rank 6 (GPU 6" in d.first.summary and "rank 10 (GPU 2" in d.first.summary
+    err = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:260, unhandled cuda error"
+    # one GPU visible per process (every device 0), and a cyclic layout (ranks 0, 2 on
+    # one host): nothing says two hosts
+    for edges in (
+        ["h:1:2 [0] NCCL INFO Channel 00/0 : 1[0] -> 2[0] via P2P/IPC"],
+        ["h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 2[1] via P2P/IPC", "h:1:3 [1] NCCL INFO Channel 00/0 : 2[1] -> 0[0] via P2P/IPC"],
+    ):
+        d = diagnose_lines([*edges, err])
+        assert all(f.id != "NCCL-HOSTHASH" for f in d.findings), edges
+    # a healthy log with such an edge and no failure says nothing
+    assert diagnose_lines(["learngpu060:3728593:3730444 [6] INFO Ring 00 : 6[6] -> 10[2] via P2P/IPC"]).first is None

@@ -225,6 +225,7 @@ def conclude(
         hints=d.hints,
         stopped=tuple((s.stall, s.where) for s in d.stalls.stopped),
         c10d_pairs=d.facts.c10d_pairs,
+        local_edges=tuple(d.facts.local_edges),
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
