@@ -87,9 +87,17 @@ def test_deepspeed_killing_its_workers_is_never_clean() -> None:
 def test_launcher_command_not_found_on_the_node() -> None:
     d = excerpt("d-slurm-torchrun-missing-CSCfi-ddp-1")
     assert d.first is not None and d.first.id == "LAUNCH-CMD-NOTFOUND"
-    assert "torchrun" in d.first.cause
-    shell = diagnose_lines(["/var/spool/slurmd/job123/slurm_script: line 12: torchrun: command not found"])
-    assert shell.first is not None and shell.first.id == "LAUNCH-CMD-NOTFOUND"
+    assert "<" not in d.first.cause  # every placeholder filled
+    for line in (
+        "/var/spool/slurmd/job123/slurm_script: line 12: torchrun: command not found",
+        "sh: 1: deepspeed: not found",
+        "mpirun was unable to launch the specified application as it could not find an executable:",
+    ):
+        shell = diagnose_lines([line])
+        assert shell.first is not None and shell.first.id == "LAUNCH-CMD-NOTFOUND", line
+    # a module or file a script cannot find is no launcher's command
+    other = diagnose_lines(["FileNotFoundError: [Errno 2] No such file or directory: 'data/train.json'"])
+    assert other.first is None or other.first.id != "LAUNCH-CMD-NOTFOUND"
 
 
 def test_launcher_with_an_empty_master_address() -> None:
