@@ -69,6 +69,11 @@ def test_a_worker_killed_by_sigbus_is_dev_shm() -> None:
     d = excerpt("d-shm-k8s-sigbus-dlrover-1046")
     assert d.first is not None and d.first.id == "SHM-SIZE"
     assert "bus error" in d.first.summary
+    # torchrun's summary without the signal's name: exit code -7 is SIGBUS too
+    line = CORPUS["d-shm-k8s-sigbus-dlrover-1046"].lines[0].replace(", message='Signal 7 (SIGBUS) received by PID 54'", "")
+    assert "SIGBUS" not in line
+    assert diagnose_lines([line]).first.id == "SHM-SIZE"  # type: ignore[union-attr]
+    assert diagnose_lines(["    exitcode  : -7 (pid: 54)"]).first.id == "SHM-SIZE"  # type: ignore[union-attr]
     # other signals stay what they are
     assert first("r2c-crash-rlhfv-11") != "SHM-SIZE"
 
