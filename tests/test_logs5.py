@@ -50,6 +50,16 @@ def test_kubernetes_kills_lead() -> None:
     assert first("e-k8s-oomkilled-pai-5464") == "K8S-OOMKILLED"
     assert first("e-k8s-evicted-memory-kubeflow-1261") == "K8S-EVICTED"
     assert first("e-slurm-timelimit-debugq-desitarget-628") == "SLURM-TIMELIMIT"
+    # torchrun's SIGKILL first, then the pod's events (kubectl describe: OOMKilled, or
+    # the node's OOMKilling event): the kill explains the SIGKILL
+    sigkill = "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 4121) of binary"
+    for event in (
+        "  Warning  OOMKilling  2m  kernel-monitor, node-3  Memory cgroup out of memory: Killed process 4121 (python)",
+        *(x for x in CORPUS["e-k8s-oomkilled-pai-5464"].lines if "OOMKilled" in x),
+    ):
+        d = diagnose_lines([sigkill, event])
+        assert d.first is not None and d.first.id == "K8S-OOMKILLED", event
+        assert "C10D-CHILD-SIGKILL" in {f.id for f in d.findings}
 
 
 # ------------------------------------------------- /dev/shm in containers
