@@ -1,13 +1,25 @@
 """Spooled files the diagnosis reads while the nodes still send them: the reading thread
 writes each file's lines as they arrive, the diagnosis reads them as they grow, so the
-nodes' reading and the login node's classifying overlap.  Core layer, stdlib only."""
+nodes' reading and the login node's classifying overlap.  Core layer, stdlib only.
+
+A filtered read (the node sends only the blocks of lines the diagnosis looks at, see
+probes/_linescan.py) is spooled as records, one per line, each followed by its lines:
+    @FIRST COUNT    a block: COUNT lines, the first of them line FIRST + 1 of the file
+    +COUNT          COUNT more lines of the block before (a block sent in pieces)
+    =BYTES LINES    what the node read of the file, as the local reader counts it
+"""
 
 from __future__ import annotations
 
 import io
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO, cast
+
+from ddptui.logs.reader import ReadStats
+
+Block = tuple[int, list[bytes]]  # (lines above it in the file, its lines)
 
 
 class Pipe:
@@ -19,6 +31,7 @@ class Pipe:
         self._out: TextIO | None = None
         self.opened = False  # the node opened the file and sends it
         self.done = False  # nothing more will come
+        self._more = False  # the last segment continues in the next one
 
     def open(self) -> None:
         self._out = self.path.open("w", encoding="utf-8")
@@ -33,6 +46,17 @@ class Pipe:
         self._out.flush()
         with self._cond:
             self._cond.notify_all()
+
+    def segment(self, first: int, text: str, more_follows: bool) -> None:
+        """One `seg` record of the node: its lines, a block of their own unless the
+        record before said more would follow."""
+        count = text.count("\n") + 1
+        head = f"+{count}" if self._more else f"@{first} {count}"
+        self._more = more_follows
+        self.write(f"{head}\n{text}\n")
+
+    def counted(self, nbytes: int, lines: int) -> None:
+        self.write(f"={nbytes} {lines}\n")
 
     def close(self) -> None:
         if self._out is not None:
@@ -76,3 +100,29 @@ class _Growing(io.RawIOBase):
             self._fh.close()
             self._fh = None
         super().close()
+
+
+def spooled_blocks(stream: BinaryIO, stats: ReadStats) -> Iterator[Block]:
+    """The blocks of a filtered read's spool (blocking while it grows); `stats` gets the
+    node's count of the file's bytes and lines from its last record."""
+    block: Block | None = None
+    try:
+        while True:
+            head = stream.readline()
+            if not head:
+                break
+            tag, fields = head[:1], head[1:].split()
+            if tag == b"=":
+                stats.bytes_read, stats.lines = int(fields[0]), int(fields[1])
+                continue
+            lines = [stream.readline()[:-1] for _ in range(int(fields[-1]))]
+            if tag == b"+" and block is not None:
+                block[1].extend(lines)
+                continue
+            if block is not None:
+                yield block
+            block = (int(fields[0]), lines)
+        if block is not None:
+            yield block
+    finally:
+        stream.close()

@@ -1,6 +1,8 @@
 """`NODE:GLOB` inputs: the logread probe reads the files on the node (read-only, the last
-max_bytes of each, every line redacted there) and streams them back as records; they are
-spooled to a private temporary folder and diagnosed like local files.  Core layer: the
+max_bytes of each, every line redacted there), runs the diagnosis' own prefilter on them
+there and sends back only the blocks of lines the diagnosis looks at, with their line
+numbers and each file's counts (probes/_linescan.py); they are spooled to a private
+temporary folder and diagnosed as the whole files would be.  Core layer: the
 transport is ddptui's own (SSH or local), reached through its interface."""
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from ddptui.logs.inputs import Inputs
-from ddptui.logs.pipes import Pipe
+from ddptui.logs.pipes import Pipe, spooled_blocks
+from ddptui.logs.reader import ReadStats
+from ddptui.logs.scan import node_filter
 from ddptui.logs.sharedfs import Plan, SharedFile, Sighting, plan
 
 PROBE: Final = "logread"
@@ -91,6 +95,8 @@ def _take(
     pipe = pipes.get(path)
     if kind == "file" and pipe is not None:
         pipe.open()
+    elif kind == "seg" and pipe is not None and isinstance(rec.get("first"), int):
+        pipe.segment(rec["first"], str(rec.get("text", "")), bool(rec.get("more")))
     elif kind == "lines" and pipe is not None:
         pipe.write(str(rec.get("text", "")) + "\n")
     elif kind == "file_end":
@@ -102,6 +108,8 @@ def _take(
                 "read up to where it was when reading began, counted once"
             )
         if pipe is not None:
+            if isinstance(rec.get("bytes"), int) and isinstance(rec.get("lines"), int):
+                pipe.counted(rec["bytes"], rec["lines"])
             pipe.close()
     elif kind == "file_error":
         problems.append(f"{label}: {rec.get('error')}")
@@ -318,7 +326,7 @@ class _Reading:
         out, order = self.out, self.out.order
         chosen = [t for t in self.targets if t.name in self.per_node]
         transports = make_transports(self.config, chosen)
-        params = {"max_bytes": self.max_bytes, "salt": secrets.token_hex(8)}
+        params = {"max_bytes": self.max_bytes, "salt": secrets.token_hex(8), "filter": node_filter()}
         timeout = self.config.timeouts.step + SLACK_S
         loop = asyncio.get_running_loop()
         try:
@@ -371,7 +379,8 @@ def read_remote(
         if reading.error is not None:
             raise reading.error
         for label, pipe in reading.pipes.items():
-            inputs.add_stream(pipe.reader(), label)
+            stats = ReadStats(label)
+            inputs.add_blocks(spooled_blocks(pipe.reader(), stats), stats)
     except BaseException:
         reading.cancel()
         spool.cleanup()

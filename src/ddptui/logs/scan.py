@@ -21,6 +21,7 @@ from typing import Final
 from ddptui.diagnosis.signatures import MAX_LINE, Signature
 from ddptui.logs.lineinfo import LineHead, parse_head, parse_time, traceback_where
 from ddptui.logs.prefilter import Prefilter, default_prefilter
+from ddptui.logs.reader import CHUNK, SNIFF
 
 LAST_ERROR: Final = "Last error:"
 # A gloo enforce that a terminal or a paste wrapped after its "[enforce fail at F:L]".
@@ -133,6 +134,23 @@ def from_lines(
         yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
 
 
+def node_filter(pf: Prefilter | None = None) -> dict[str, object]:
+    """What the logread probe needs to send only the lines `from_blocks` looks at
+    (probes/_linescan.py): the prefilter's two patterns and the chunking's limits."""
+    pf = pf or default_prefilter()
+    exact, folded = pf.exact.scan, pf.folded.scan
+    return {
+        "exact": exact.pattern.decode("utf-8") if exact is not None else None,
+        "folded": folded.pattern.decode("utf-8") if folded is not None else None,
+        "all": bool(pf.unfiltered),  # a signature without a trigger sees every line
+        "max_line": MAX_LINE,
+        "long_line": LONG_LINE,
+        "lookback": LOOKBACK,
+        "sniff": SNIFF,
+        "chunk": CHUNK,
+    }
+
+
 def decode(raw: bytes, encoding: str) -> str:
     return raw.decode(encoding, errors="replace")
 
@@ -167,13 +185,32 @@ def from_chunks(
     chunks: Iterable[bytes], source: str, encoding: str = "utf-8", pf: Prefilter | None = None
 ) -> Iterator[Candidate]:
     """Candidates from a byte stream read in chunks (any boundaries)."""
+
+    def blocks() -> Iterator[tuple[int, list[bytes]]]:
+        before = 0
+        for lines in _chunk_lines(chunks):
+            yield before, lines
+            before += len(lines)
+
+    return from_blocks(blocks(), source, encoding, pf)
+
+
+def from_blocks(
+    blocks: Iterable[tuple[int, list[bytes]]], source: str, encoding: str = "utf-8",
+    pf: Prefilter | None = None,
+) -> Iterator[Candidate]:
+    """Candidates from blocks of consecutive lines, each with the number of lines above
+    it: every chunk's lines (a whole file), or the parts of the chunks a node sent after
+    filtering them with the same prefilter (probes/_linescan.py): a line's lookback stays
+    within its block, so a block that starts LOOKBACK lines above each admitted line (or
+    at its chunk's start) gives the candidates the whole chunk gives."""
     pf = pf or default_prefilter()
     scan = pf.hit
     cur = _Cursor(source)
     cache: dict[bytes, bool] = {}
-    lineno = 0
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
-    for lines in _chunk_lines(chunks):
+    for before, lines in blocks:
+        lineno = before
         for i, raw in enumerate(lines):
             lineno += 1
             if pending is not None:
@@ -195,7 +232,7 @@ def from_chunks(
                 continue
             sigs = _sigs_for(pf, text)
             if sigs is not None:
-                before = [decode(b, encoding) for b in reversed(lines[max(0, i - LOOKBACK) : i])]
-                yield cur.candidate(lineno, text, sigs, before)
+                before_lines = [decode(b, encoding) for b in reversed(lines[max(0, i - LOOKBACK) : i])]
+                yield cur.candidate(lineno, text, sigs, before_lines)
     if pending is not None:
         yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())

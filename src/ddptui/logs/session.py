@@ -82,7 +82,7 @@ def run_diagnosis(
             diag, extra = _attributed(diag, read)
         infos = [
             _info(s.label, s.bytes_read, s.lines, read)
-            for _, s in inputs.streams
+            for s in inputs.all_stats()
             if read is None or s.label not in read.files or s.label in read.opened
         ]
     finally:
