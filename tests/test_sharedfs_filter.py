@@ -137,10 +137,34 @@ def test_a_long_healthy_log_with_a_failure_inside_sends_a_few_kilobytes(tmp_path
     body = "\n".join(steady) + "\n"
     failing = (FIXTURES / "gpu-h100/nccl-env/async_err.log").read_text()
     log = tmp_path / "big.log"
-    log.write_text(body * (2_000_000 // len(body)) + failing + body * (2_000_000 // len(body)))
+    # torch's bare "Last error:" line takes the next line with it, whatever that says.
+    pair = "[rank3]: Last error:\n[rank3]: the frobnicator on port 4 is unavailable\n"
+    half = body * (1_000_000 // len(body))
+    log.write_text(half + pair + half + failing + half + half)
     recs = _probe([log], node_filter())
     sent = sum(len(r["text"]) for r in recs if r["kind"] == "seg")
     here, there = diagnose_paths([str(log)]), _spooled(recs, [log], tmp_path)
     assert _seen(there) == _seen(here)
     assert here.first is not None and here.lines_read > 30_000
     assert sent < len(failing) + 64 * 1024, sent
+
+
+def test_a_last_error_line_ending_a_chunk_takes_the_next_chunks_first_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's bare "Last error:" line and its cause, the cause ending a chunk and the
+    next chunk starting with a failure: the node sends the cause with the next chunk's
+    lines, so the login node joins the pair and still sees the failure."""
+    monkeypatch.setattr(reader, "CHUNK", 256)
+    monkeypatch.setattr(reader, "SNIFF", 64)
+    pair = b"[rank3]: Last error:\n[rank3]: the frobnicator on port 4 is unavailable\n"
+    filler = b"[rank3]: step 7 loss 0.25\n" * 8
+    pad = 64 + 256 - len(pair) - len(filler)
+    body = filler + b"[rank3]: " + b"x" * (pad - 10) + b"\n" + pair
+    assert len(body) == 64 + 256  # the cause's line end is the chunk's last byte
+    log = tmp_path / "r.log"
+    log.write_bytes(body + b"[rank3]: RuntimeError: No CUDA GPUs are available\n" + filler)
+    recs = _probe([log], {**node_filter(), "chunk": 256, "sniff": 64})
+    here, there = diagnose_paths([str(log)]), _spooled(recs, [log], tmp_path)
+    assert _seen(there) == _seen(here)
+    assert here.first is not None and here.first.id == "ENV-NOGPU-VISIBLE"
