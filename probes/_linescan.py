@@ -11,7 +11,8 @@
 # login node's diagnosis of these blocks is the diagnosis of the whole file.
 #
 # chunk_blocks() mirrors scan._chunk_lines exactly (tests/test_sharedfs_filter.py holds
-# the two side by side); hit_lines() is Prefilter.hit on every line of a block at once.
+# the two side by side); hit_lines() is Prefilter.hit on every line of a block, each
+# distinct line (digits made 0) searched once, all of a block's new ones in one pass.
 
 
 def chunk_blocks(chunks, long_line, max_line):
@@ -56,20 +57,44 @@ def _hits_of(pattern, text, max_line, found):
         pos = stop + 1
 
 
-def hit_lines(block, exact, folded, max_line):
+ZERO = bytes.maketrans(b"123456789", b"000000000")
+KEEP = 100000  # verdicts kept per kind; forgotten (and found again) beyond
+
+
+def hit_lines(block, exact, folded, max_line, seen=None):
     """[(index, start offset)] of the block's lines the prefilter admits, in order:
     `exact` matched as written, `folded` on the lowercased line (ASCII, as bytes.lower
-    does)."""
-    starts = set()
-    if exact is not None:
-        _hits_of(exact, block, max_line, starts)
-    if folded is not None:
-        _hits_of(folded, block.lower(), max_line, starts)
-    out, line, pos = [], 0, 0
-    for start in sorted(starts):
-        line += block.count(b"\n", pos, start)
-        pos = start
-        out.append((line, start))
+    does).  Like the login node's reader, a verdict is kept under the line with its
+    digits made 0 (the triggers hold no digit, so such lines share it): `seen` is
+    (admitted, passed) sets of those keys, kept from block to block; only lines not
+    seen before are searched, all of them in one pass."""
+    yes, no = seen if seen is not None else (set(), set())
+    keys = block.translate(ZERO).split(b"\n")
+    new = set(keys)
+    new -= yes
+    new -= no
+    if new:
+        if len(no) + len(new) > KEEP or len(yes) > KEEP:
+            yes.clear()
+            no.clear()
+        new = list(new)
+        joined = b"\n".join(new)
+        starts = set()
+        if exact is not None:
+            _hits_of(exact, joined, max_line, starts)
+        if folded is not None:
+            _hits_of(folded, joined.lower(), max_line, starts)
+        pos = 0
+        for key in new:
+            (yes if pos in starts else no).add(key)
+            pos += len(key) + 1
+    present = yes.intersection(keys)
+    out, pos = [], 0
+    if present:
+        for i, key in enumerate(keys):
+            if key in present:
+                out.append((i, pos))
+            pos += len(key) + 1
     return out
 
 

@@ -225,12 +225,13 @@ def send_filtered(path, max_bytes, known, salt, flt):
         exact = re.compile(flt["exact"].encode("utf-8")) if flt.get("exact") else None
         folded = re.compile(flt["folded"].encode("utf-8")) if flt.get("folded") else None
         max_line, lookback = int(flt["max_line"]), int(flt["lookback"])
-        lineno, spill = 0, False
+        lineno, spill, seen = 0, False, (set(), set())
         for block in chunk_blocks(chunks(), int(flt["long_line"]), max_line):
             if flt.get("all"):
                 ranges, after = [(0, 0, len(block))], False
             else:
-                ranges, after = wanted(block, hit_lines(block, exact, folded, max_line), lookback)
+                hits = hit_lines(block, exact, folded, max_line, seen)
+                ranges, after = wanted(block, hits, lookback)
             if spill and not (ranges and ranges[0][0] == 0):
                 end = block.find(b"\n")
                 ranges.insert(0, (0, 0, len(block) if end < 0 else end))

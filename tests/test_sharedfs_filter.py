@@ -126,10 +126,13 @@ def test_every_captured_log_diagnoses_the_same_filtered_on_a_node(
     assert _seen(_spooled(recs, logs, tmp_path)) == _seen(diagnose_paths([str(p) for p in logs]))
 
 
-def test_a_long_healthy_log_with_a_failure_inside_sends_a_few_kilobytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("every", [False, True], ids=["filtered", "every-line"])
+def test_a_long_healthy_log_with_a_failure_inside_sends_a_few_kilobytes(tmp_path: Path, every: bool) -> None:
     """4 MB of a healthy run's steady lines (the captured healthy loop's lines that hold
     no trigger, over and over) around a real failure: the node sends the failure's lines and the lines
-    above them, the diagnosis and the counts are the whole file's."""
+    above them, the diagnosis and the counts are the whole file's.  With a prefilter
+    that must see every line (a signature without a trigger), every line is sent, in
+    pieces of 256 KiB joined back into the reader's 1 MiB chunks: the same diagnosis."""
     from ddptui.logs.prefilter import default_prefilter
 
     lines = (FIXTURES / "gpu-h100/job-hang/healthy-loop.log").read_text().splitlines()
@@ -141,12 +144,16 @@ def test_a_long_healthy_log_with_a_failure_inside_sends_a_few_kilobytes(tmp_path
     pair = "[rank3]: Last error:\n[rank3]: the frobnicator on port 4 is unavailable\n"
     half = body * (1_000_000 // len(body))
     log.write_text(half + pair + half + failing + half + half)
-    recs = _probe([log], node_filter())
+    recs = _probe([log], {**node_filter(), "all": every})
     sent = sum(len(r["text"]) for r in recs if r["kind"] == "seg")
     here, there = diagnose_paths([str(log)]), _spooled(recs, [log], tmp_path)
     assert _seen(there) == _seen(here)
     assert here.first is not None and here.lines_read > 30_000
-    assert sent < len(failing) + 64 * 1024, sent
+    if every:
+        assert sent >= log.stat().st_size - here.lines_read
+        assert any(r.get("more") for r in recs)
+    else:
+        assert sent < len(failing) + 64 * 1024, sent
 
 
 def test_a_last_error_line_ending_a_chunk_takes_the_next_chunks_first_line(
@@ -168,3 +175,14 @@ def test_a_last_error_line_ending_a_chunk_takes_the_next_chunks_first_line(
     here, there = diagnose_paths([str(log)]), _spooled(recs, [log], tmp_path)
     assert _seen(there) == _seen(here)
     assert here.first is not None and here.first.id == "ENV-NOGPU-VISIBLE"
+
+
+def test_no_trigger_holds_a_digit_so_a_line_with_its_digits_made_0_has_its_verdict() -> None:
+    """The node (like the login node's reader) keeps one verdict per line with its
+    digits made 0: exact only while no trigger holds a digit."""
+    from ddptui.logs.prefilter import default_prefilter
+
+    pf = default_prefilter()
+    triggers = [*pf.exact.by_trigger, *pf.folded.by_trigger]
+    assert len(triggers) > 50
+    assert [t for t in triggers if any(c.isdigit() for c in t)] == []

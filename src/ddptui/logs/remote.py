@@ -80,6 +80,7 @@ class RemoteRead:
     files: dict[str, SharedFile] = field(default_factory=dict)  # label -> file
     node_bytes: dict[str, int] = field(default_factory=dict)  # bytes the probes read, per node
     node_cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds of each read
+    node_sent: dict[str, int] = field(default_factory=dict)  # bytes each read sent back
     opened: set[str] = field(default_factory=set)  # labels the nodes could open and send
     finish: Callable[[], None] = lambda: None  # wait for the reads (after the diagnosis)
     cancel: Callable[[], None] = lambda: None  # stop the reads (an error, Ctrl-C)
@@ -227,7 +228,7 @@ async def survey_all(
 async def _read_node(
     transport: Any, node: str, mine: list[SharedFile], params: dict[str, Any],
     pipes: Mapping[str, Pipe], problems: list[str], deadline: float, notes: list[str],
-    node_bytes: dict[str, int], node_cpu: dict[str, float],
+    node_bytes: dict[str, int], node_cpu: dict[str, float], node_sent: dict[str, int],
 ) -> None:
     paths = [f.on(node).path for f in mine]
     labels = {f.on(node).path: f.label for f in mine}
@@ -247,6 +248,7 @@ async def _read_node(
             await _finish(run, node, problems)
         finally:
             await run.stop()
+            node_sent[node] = node_sent.get(node, 0) + int(getattr(run, "stdout_bytes", 0))
     finally:
         for pipe in mypipes.values():  # after the node's last word: its problems are in
             pipe.close()
@@ -349,6 +351,7 @@ class _Reading:
                     _read_node(
                         transports[t.name], t.name, by_reader[t.name], params, self.pipes,
                         self.problems, deadline, out.notes, out.node_bytes, out.node_cpu,
+                        out.node_sent,
                     )
                     for t in chosen
                     if by_reader[t.name]

@@ -140,6 +140,7 @@ def _attributed(diag: LogDiagnosis, read: RemoteRead) -> tuple[LogDiagnosis, dic
         "bytes_planned": plan.bytes_planned,
         "node_read_bytes": dict(read.node_bytes),
         "node_read_cpu_s": dict(read.node_cpu),
+        "node_sent_bytes": dict(read.node_sent),
         "notes": list(diag.notes),
     }
     return diag, extra
