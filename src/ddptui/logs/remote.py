@@ -11,7 +11,7 @@ import asyncio
 import secrets
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -381,14 +381,29 @@ def read_remote(
             pass
         if reading.error is not None:
             raise reading.error
-        for label, pipe in reading.pipes.items():
+        for label in _in_order(reading.pipes, reading.out):
             stats = ReadStats(label)
-            inputs.add_blocks(spooled_blocks(pipe.reader(), stats), stats)
+            inputs.add_blocks(spooled_blocks(reading.pipes[label].reader(), stats), stats)
     except BaseException:
         reading.cancel()
         spool.cleanup()
         raise
     return reading.out
+
+
+def _in_order(labels: Iterable[str], out: RemoteRead) -> list[str]:
+    """The inputs by path, then by the config's order of the nodes that saw them: as a
+    sorted glob lists them, whichever node answered first (lines with one time stamp, or
+    none, keep this order in the diagnosis' merge)."""
+    rank = {n: i for i, n in enumerate(out.order)}
+
+    def key(label: str) -> tuple[str, int, str]:
+        f = out.files.get(label)
+        if f is None:
+            return (label, 0, label)
+        return (f.path, min((rank.get(n, len(rank)) for n in f.nodes), default=0), label)
+
+    return sorted(labels, key=key)
 
 
 def _finish_reading(reading: _Reading) -> None:
