@@ -67,7 +67,7 @@ class Pipe:
 
     def reader(self) -> BinaryIO:
         """A binary stream of the file that blocks while it may still grow."""
-        return cast(BinaryIO, io.BufferedReader(_Growing(self, self._cond), 1 << 20))
+        return cast(BinaryIO, io.BufferedReader(_Growing(self, self._cond), 64 * 1024))
 
 
 class _Growing(io.RawIOBase):

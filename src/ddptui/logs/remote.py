@@ -98,8 +98,6 @@ def _take(
         pipe.open()
     elif kind == "seg" and pipe is not None and isinstance(rec.get("first"), int):
         pipe.segment(rec["first"], str(rec.get("text", "")), bool(rec.get("more")))
-    elif kind == "lines" and pipe is not None:
-        pipe.write(str(rec.get("text", "")) + "\n")
     elif kind == "file_end":
         if rec.get("replaced"):
             notes.append(f"{label}: replaced between the look and the read (rotated?); read the new file")
