@@ -113,7 +113,10 @@ def test_every_captured_log_diagnoses_the_same_filtered_on_a_node(
     flt = {**node_filter(), "chunk": size, "sniff": sniff}
     gz = tmp_path / "watchdog.log.gz"  # a compressed log is read from its start, both ways
     gz.write_bytes(gzip.compress((FIXTURES / "job/watchdog-timeout.log").read_bytes()))
-    logs = [*LOGS, gz]
+    latin = tmp_path / "latin1.log"  # read as Latin-1 both ways (>2% of the head not UTF-8)
+    latin.write_bytes(b"".join(b"\xe9t\xe9 \xe0 \xe7a " + line for line in
+                               (FIXTURES / "logs/port_reject.log").read_bytes().splitlines(True)))
+    logs = [*LOGS, gz, latin]
     recs = _probe(logs, flt)
     by_path: dict[str, list[dict[str, Any]]] = {}
     for rec in recs:
