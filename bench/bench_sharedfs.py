@@ -13,7 +13,11 @@ at, filtered on the node), and what reading every node's sighting would have cos
 (`data.bytes_seen`).  Local and shared runs alternate, so the machine's load (other
 work on it) hits both alike; the load average after each pair is printed.
 
-    sudo .venv/bin/python bench/bench_sharedfs.py [--nodes 8] [--size-mb 100] [--repeat 3]
+    sudo .venv/bin/python bench/bench_sharedfs.py [--nodes 8] [--size-mb 100] [--repeat 3] [--slurm]
+
+--slurm reads through a real Slurm on the testbed (tests/slurmbed.py: slurmctld and one
+slurmd per node, a job holding every node): `diagnose --slurm JOB '*:DIR/*.log'`, the
+probes reaching the nodes with `srun --overlap`.
 """
 
 from __future__ import annotations
@@ -39,11 +43,14 @@ from bench_diagnose import write_log  # noqa: E402
 from testbed import start_testbed  # noqa: E402
 
 
-def _timed(cmd: list[str], report: Path) -> tuple[float, dict[str, Any], int, float]:
-    """(wall seconds, report, exit code, CPU seconds of the ddptui process)."""
+def _timed(
+    cmd: list[str], report: Path, env: dict[str, str] | None = None
+) -> tuple[float, dict[str, Any], int, float]:
+    """(wall seconds, report, exit code, CPU seconds of the ddptui process and its
+    children: with --slurm, the srun clients on the login node too)."""
     c0 = os.times()
     t0 = time.monotonic()
-    run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    run = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     took = time.monotonic() - t0
     c1 = os.times()
     cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
@@ -118,6 +125,8 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--size-mb", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--slurm", action="store_true",
+                    help="read through a real Slurm (srun --overlap into one job) instead of SSH")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ddptui-bench-sharedfs-"))
     logs = work / "logs"
@@ -130,25 +139,34 @@ def main() -> int:
     total = size * args.nodes
     print(f"wrote {args.nodes} x {size / 1e6:.0f} MB in {time.monotonic() - t0:.1f} s")
     tb = start_testbed(args.nodes, stem="sfsb", subnet_base="10.88", workdir=work / "tb")
+    slurm = None
     try:
         cfg = tb.write_config()
         files = [str(logs / f"rank{r}.log") for r in range(args.nodes)]
         py = [sys.executable, "-m", "ddptui", "diagnose"]
         local_cmd = [*py, *files, "--json", str(work / "local.json")]
+        where, env = ["--config", str(cfg)], None
+        if args.slurm:
+            from slurmbed import SlurmCluster
+
+            slurm = SlurmCluster(tb).start()
+            where, env = ["--slurm", slurm.allocate(args.nodes)], slurm.env
         shared_cmd = [
-            *py, "--config", str(cfg), f"*:{logs}/*.log", "--max-mb", str(args.size_mb + 16),
+            *py, *where, f"*:{logs}/*.log", "--max-mb", str(args.size_mb + 16),
             "--json", str(work / "shared.json"),
         ]
         runs = Runs()
         for _ in range(args.repeat):  # interleaved: the machine's load hits both alike
             runs.add_local(*_timed(local_cmd, work / "local.json"))
-            runs.add_shared(*_timed(shared_cmd, work / "shared.json"))
+            runs.add_shared(*_timed(shared_cmd, work / "shared.json", env))
             runs.loads.append(os.getloadavg()[0])
         first_l, first_s, data = runs.report(total)
         lm, sm = statistics.median(runs.local_t), statistics.median(runs.shared_t)
         ok = first_l == first_s and data["bytes"] <= total * 1.01 and sm <= 1.5 * lm
         return 0 if ok else 1
     finally:
+        if slurm is not None:
+            slurm.stop()
         tb.down()
         shutil.rmtree(work, ignore_errors=True)
 
