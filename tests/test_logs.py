@@ -214,7 +214,7 @@ def test_a_line_without_end_costs_bounded_memory() -> None:
     noise = b"x" * (1 << 20)
     chunks = [noise] * 40 + [b"\n" + (ORDINAL + "\n").encode()]  # a 40 MiB line, then a cause
     got = list(from_chunks(iter(chunks), "big"))
-    assert [c.lineno for c in got] == [2]
+    assert [(c.lineno, c.end) for c in got] == [(2, False), (2, True)]  # the line, then the end
     assert got[0].text == ORDINAL
 
 

@@ -8,11 +8,25 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from ddptui.diagnosis.factcontext import (
+    Context,
+    Hit,
+    Proc,
+    Stall,
+    busy_bar,
+    missing_nodes,
+    name_elsewhere,
+    ranks_said,
+    shm_context,
+    span,
+    stalled,
+    stalled_one_host,
+)
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -23,6 +37,7 @@ UNRECOGNIZED: Final = "LOGS-UNRECOGNIZED"
 NEEDS: Final = frozenset({"explains", "several_hosts", "failure", "itself"})
 ASPECTS: Final = frozenset({"family", "kind", "network"})
 FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"})
+HINTS: Final = frozenset({"sigbus", "system_error", "container", "shm", "nccl"})
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
@@ -64,6 +79,9 @@ class FactRules:
     not_clean: tuple[str, ...] = ()
     benign: re.Pattern[str] | None = None  # soft lines healthy runs print
     wrappers: frozenset[str] = frozenset()  # ids that only say a failure happened elsewhere
+    run_ended: re.Pattern[str] | None = None  # a line saying the training loop ended
+    hints: tuple[tuple[str, re.Pattern[str]], ...] = ()  # (name, pattern): facts.yaml hints
+    stalls: tuple[Stall, ...] = ()
 
     def iface_class(self, iface: str, addr: str) -> str | None:
         """The first class (in file order) the interface belongs to."""
@@ -144,12 +162,12 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
         doc = YAML(typ="safe").load(text)
     except YAMLError as exc:
         raise FactRuleError(f"not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict) or set(doc) != {
+    if not isinstance(doc, dict) or set(doc) - {"run_ended", "hints", "stalls"} != {
         "interfaces", "rules", "failure_lines", "not_clean", "wrappers"
     }:
         raise FactRuleError(
             "expected top-level 'interfaces:', 'rules:', 'failure_lines:', 'not_clean:' and "
-            "'wrappers:'"
+            "'wrappers:' (and 'run_ended:', 'hints:', 'stalls:')"
         )
     classes = []
     for name, entry in (doc["interfaces"] or {}).items():
@@ -174,11 +192,39 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
     for key, named in (("not_clean", not_clean), ("wrappers", wrappers)):
         if known is not None and set(named) - known:
             raise FactRuleError(f"{key}: {sorted(set(named) - known)} have no entry")
+    ended = [_compile("run_ended", p).pattern for p in doc.get("run_ended") or []]
+    hint_doc = doc.get("hints") or {}
+    if not isinstance(hint_doc, dict) or set(hint_doc) - HINTS:
+        raise FactRuleError(f"hints: expected a mapping with some of {sorted(HINTS)}")
+    hints = tuple(
+        (str(name), re.compile("|".join(f"(?:{_compile('hints.' + name, p).pattern})" for p in pats)))
+        for name, pats in hint_doc.items()
+        if _list(f"hints.{name}", hint_doc, name)
+    )
     return FactRules(
         tuple(classes), rules, hard, soft, tuple(not_clean),
         re.compile("|".join(f"(?:{b})" for b in benign)) if benign else None,
         frozenset(wrappers),
+        re.compile("|".join(f"(?:{e})" for e in ended)) if ended else None,
+        hints,
+        _stalls(doc.get("stalls") or []),
     )
+
+
+def _stalls(entries: object) -> tuple[Stall, ...]:
+    if not isinstance(entries, list):
+        raise FactRuleError("stalls: expected a list")
+    out = []
+    for i, e in enumerate(entries, 1):
+        keys = {"what", "start", "done", "first_step"}
+        if not isinstance(e, dict) or not {"what", "start"} <= set(e) <= keys:
+            raise FactRuleError(f"stalls[{i}]: keys must be what, start (and done, first_step)")
+        done = _compile(f"stalls[{i}].done", e["done"]) if e.get("done") else None
+        start = _compile(f"stalls[{i}].start", e["start"])
+        if start.groupindex:
+            raise FactRuleError(f"stalls[{i}].start: no named groups")
+        out.append(Stall(str(e["what"]), start, done, bool(e.get("first_step", False))))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=1)
@@ -205,41 +251,6 @@ def explained(fid: str, present: Iterable[str]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the facts
-
-
-@dataclass(frozen=True)
-class Proc:
-    """One process's facts as the rules see them (see logs/facts.py ProcFacts)."""
-
-    rank: int | None
-    host: str | None
-    world_size: int | None
-    nccl_version: str | None
-    network: str | None
-    interfaces: tuple[tuple[str, str, str], ...]  # (role, iface, addr)
-    evidence: Mapping[str, str]
-    ident: str  # host:pid, or the rank a launcher named
-    source: str = ""
-    collective: tuple[int, str] | None = None  # last (SequenceNumber, OpType) entered
-    node_rank: int | None = None  # torchrun's node (group) rank its agent waits as
-    net_plugin: str | None = None  # the NCCL net plugin loaded ("internal": none)
-    store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
-
-
-@dataclass(frozen=True)
-class Context:
-    procs: tuple[Proc, ...]
-    present: Mapping[str, str]  # finding id -> severity of the line findings
-    labelled: bool  # srun --label or several files: the log holds a whole job's output
-    collective: Mapping[int, str]  # rank -> the collective its watchdog timed out in
-    watchdog_lines: Mapping[int, str]  # rank -> that line ("where: text")
-
-    @property
-    def hosts(self) -> list[str]:
-        return sorted({p.host for p in self.procs if p.host})
-
-
-Hit = tuple[list[int], list[str], str, dict[str, str]]  # ranks, evidence, summary, placeholders
 
 
 def _who(p: Proc) -> str:
@@ -335,7 +346,7 @@ def _duplicate_node_rank(ctx: Context) -> Hit | None:
             said = f"node rank {r} is claimed by {', '.join(sorted(where)[:4])}"
             nodes = len({p.host or p.source for p in ctx.procs})
             missing = sorted(set(range(nodes)) - set(claims))
-            fill = {"dup": f"{r} (a node rank)", "world": f"{nodes} nodes", "missing": _span(missing) or "?"}
+            fill = {"dup": f"{r} (a node rank)", "world": f"{nodes} nodes", "missing": span(missing) or "?"}
             return [], ev, said, fill
     return None
 
@@ -354,13 +365,8 @@ def _duplicate_rank(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | Non
             r, c = next(iter(dups.items()))
             ev = [x.evidence.get("init") or x.evidence.get("world") or x.ident for x in c]
             said = f"rank {r} of {world} is claimed by {', '.join(x.ident for x in c[:4])}"
-            return [r], ev, said, {"dup": str(r), "world": str(world), "missing": _span(missing)}
+            return [r], ev, said, {"dup": str(r), "world": str(world), "missing": span(missing)}
     return None
-
-
-def _span(ranks: Sequence[int]) -> str:
-    shown = ", ".join(map(str, ranks[:12]))
-    return shown + (f" … ({len(ranks)} in all)" if len(ranks) > 12 else "")
 
 
 def _missing_ranks(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
@@ -375,8 +381,8 @@ def _missing_ranks(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None
     if not missing or len(seen) < 2:
         return None
     ev = [p.evidence.get("init") or p.evidence.get("world", "") for p in ps[:3]]
-    said = f"{len(seen)} of {world} ranks appear; never seen: {_span(missing)}"
-    return missing, [e for e in ev if e], said, {"missing": _span(missing), "world": str(world)}
+    said = f"{len(seen)} of {world} ranks appear; never seen: {span(missing)}"
+    return missing, [e for e in ev if e], said, {"missing": span(missing), "world": str(world)}
 
 
 def _fingerprints(ctx: Context) -> Hit | None:
@@ -396,24 +402,64 @@ def _fingerprints(ctx: Context) -> Hit | None:
         return None
     op = f"{last[1]} (SequenceNumber {last[0]})"
     ev = [entered[r].evidence.get("collective", "") for r in waiting[:3]]
-    said = f"ranks {_span(waiting)} entered {op}; ranks {_span(absent)} never did"
-    return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(waiting)}
+    said = f"ranks {span(waiting)} entered {op}; ranks {span(absent)} never did"
+    return absent, ev, said, {"op": op, "absent": span(absent), "waiting": span(waiting)}
+
+
+# Findings that name a failure of the fabric, the GPU or a rank itself: with one of them the
+# ranks that do not report a timeout may well be the broken ones, not ranks elsewhere.
+_SPECIFIC: Final = ("IB-", "NET-", "BOOT-", "NCCL-", "SHM-", "P2P-", "CUDA-", "RANK-", "GPU-", "ENV-", "GLOO-")
+
+
+def _specific_failure(ctx: Context) -> bool:
+    return any(i.startswith(_SPECIFIC) for i, sev in ctx.present.items() if sev == "error")
 
 
 def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Ranks whose watchdogs time out in one collective, and the ranks that never report
+    it: ranks the log knows otherwise, ranks below the highest waiting one when several
+    wait (ranks count from 0: "ranks 1, 2 time out" leaves rank 0 elsewhere), or, after
+    a line saying the run ended, the ranks that had finished."""
     if not ctx.collective:
         return _fingerprints(ctx)
     known = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.collective)
-    ops: dict[str, list[int]] = {}
-    for r, op in ctx.collective.items():
-        ops.setdefault(op, []).append(r)
-    op, waiting = max(ops.items(), key=lambda kv: len(kv[1]))
+    known |= ctx.named_ranks
+    # one group per sequence number (a line without the operation joins the one naming
+    # it at that number), else per operation
+    groups: dict[str, list[int]] = {}
+    names: dict[str, str] = {}
+    for r, said in ctx.collective.items():
+        name, _, seq = said.partition(" (SeqNum ")
+        key = seq or said
+        groups.setdefault(key, []).append(r)
+        if name != UNNAMED_OP or key not in names:
+            names[key] = said
+    key, waiting = max(groups.items(), key=lambda kv: (len(kv[1]), names[kv[0]] != UNNAMED_OP))
+    op, waiting = names[key], sorted(waiting)
+    if len(waiting) >= 2 and not _specific_failure(ctx):
+        known |= set(range(min(max(waiting), 4096)))
     absent = sorted(known - set(waiting))
-    if not absent:
+    ev = [ctx.watchdog_lines[r] for r in waiting[:3]]
+    fill = {"op": op, "waiting": ranks_said(waiting)}
+    if absent:
+        said = (
+            f"{ranks_said(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in {op}; "
+            f"{ranks_said(absent)} never {'reports' if len(absent) == 1 else 'report'} it"
+        )
+        return absent, ev, said, {**fill, "absent": ranks_said(absent)}
+    busy = None if _specific_failure(ctx) else busy_bar(ctx)
+    if busy is not None:
+        who, ran, line = busy
+        verb = "waits" if len(waiting) == 1 else "wait"
+        said = f"{ranks_said(waiting)} {verb} in {op}; meanwhile {ran}"
+        return [], [line, *ev], said, {**fill, "absent": who}
+    if ctx.ended is None:
         return None
-    ev = [ctx.watchdog_lines[r] for r in sorted(waiting)[:3]]
-    said = f"ranks {_span(sorted(waiting))} wait in {op}; ranks {_span(absent)} never report it"
-    return absent, ev, said, {"op": op, "absent": _span(absent), "waiting": _span(sorted(waiting))}
+    where, _, text = ctx.ended.partition(": ")
+    others = f"the other ranks, which had left the loop (the log says {text[:120]!r}, {where})"
+    verb = "waits" if len(waiting) == 1 else "wait"
+    said = f"{ranks_said(waiting)} {verb} in {op} after the run ended ({text[:80]!r})"
+    return [], [ctx.ended, *ev], said, {**fill, "absent": others}
 
 
 UNNAMED_OP: Final = "a collective"  # logs/diagnose.py's word for a watchdog line without OpType
@@ -431,7 +477,7 @@ def _op_mismatch(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         if len(ops) > 1:
             firsts = sorted(min(rs) for rs in ops.values())
             said = f"at SeqNum {seq}: " + "; ".join(
-                f"ranks {_span(sorted(rs))} in {op}" for op, rs in sorted(ops.items())
+                f"ranks {span(sorted(rs))} in {op}" for op, rs in sorted(ops.items())
             )
             ev = [ctx.watchdog_lines[r] for r in firsts[:3] if r in ctx.watchdog_lines]
             return firsts, ev, said, {"seq": seq}
@@ -458,6 +504,11 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "not_in_collective": _not_in_collective,
     "store_overcount": _store_overcount,
     "op_mismatch": _op_mismatch,
+    "shm_context": shm_context,
+    "missing_nodes": missing_nodes,
+    "stalled": stalled,
+    "stalled_one_host": stalled_one_host,
+    "name_elsewhere": name_elsewhere,
 }
 
 

@@ -167,7 +167,7 @@ def classify(lines: Iterable[str], source: str) -> tuple[Finding | None, tuple[F
     """The knowledge base's reading of these lines: (root cause, every finding)."""
     from ddptui.logs.diagnose import diagnose_lines  # the diagnose command's machinery
 
-    result = diagnose_lines(lines, source=source)
+    result = diagnose_lines(lines, source=source, stalls=False)  # the job may be running
     return result.first, tuple(result.findings)
 
 

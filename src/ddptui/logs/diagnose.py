@@ -8,24 +8,47 @@ the corpus); `diagnose_streams` merges the candidate streams of many files in ti
 from __future__ import annotations
 
 import heapq
+import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from ddptui.diagnosis.factrules import UNNAMED_OP, UNRECOGNIZED
+from ddptui.diagnosis.factrules import UNNAMED_OP, UNRECOGNIZED, load_factrules
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.lineinfo import ELASTIC_LOCAL, NCCL_INIT_RANK
 from ddptui.logs.scan import Candidate, from_lines
+from ddptui.logs.stalls import StallWatch
 from ddptui.logs.unknown import Unknowns, conclude
 
 EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
 TIMELINE_HEAD: Final = 12  # events kept per rank from the start ...
 TIMELINE_TAIL: Final = 8  # ... and from the end
 _SEVERITY_ORDER: Final = {"error": 0, "warning": 1, "info": 2}
+# torch's wait for the root's NCCL unique id, timed out: "[7] is setting up NCCL communicator
+# and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but
+# store->get('0') got error: Socket Timeout"
+# torch's watchdog, the work it timed out in without the operation (2.2+): "[PG ID 0 PG GUID
+# 0(default_pg) Rank 2]  failure detected by watchdog at work sequence id: 493 PG status: ...",
+# "[PG 0 (default_pg) Rank 3] Exception (either an error or timeout) detected by watchdog at
+# work: 3348, last enqueued NCCL work: 3348, ..."
+WATCHDOG_AT: Final = re.compile(
+    r"Rank (?P<rank>\d+)\]\s+(?:failure|Exception \(either an error or timeout\)) detected by "
+    r"watchdog at work(?: sequence id)?: (?P<seq>\d+)"
+)
+# a tqdm progress bar: its label, then "| 280000/2969526 [29:55<4:48:08"; the elapsed time
+# is before "<" ([MM:SS or [H:MM:SS)
+PROGRESS: Final = re.compile(
+    r"(?P<label>[^|\r\]]{0,80}?)\s*\d+%\|[^|\r]*\|\s*[\d.]+[kMGT]?/[\d.]+[kMGT]?\s*"
+    r"\[(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d\d)<"
+)
+UID_WAIT: Final = re.compile(
+    r"\[(?P<rank>\d+)\] is setting up NCCL communicators? and retrieving ncclUniqueId from "
+    r"\[(?P<root>\d+)\].*?(?:Socket Timeout|[Tt]imed out|timeout)"
+)
 
 
 @dataclass(frozen=True)
@@ -113,7 +136,7 @@ def _rank_key(rank: int | None, local: int | None, source: str, many: bool) -> s
 class Diagnoser:
     """Consumes candidates in time order; `result()` builds the LogDiagnosis."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, stalls: bool = True) -> None:
         self.source = source
         self.order = 0
         self.per_id: dict[str, list[LogHit]] = {}
@@ -132,8 +155,24 @@ class Diagnoser:
         self.prefix_ranks: set[int] = set()
         self.collective: dict[int, str] = {}  # rank -> collective its watchdog waited in
         self.watchdog_lines: dict[int, str] = {}
+        self.ended: str | None = None  # a line saying the run ended, before any watchdog
+        self.named_ranks: set[int] = set()  # ranks another rank's line says it waits for
+        # the last progress bar before any watchdog timeout: (elapsed s, label, line)
+        self.progress: tuple[int, str, str] | None = None
+        self.timeout_ms: int | None = None  # the shortest timeout a watchdog line states
+        # rank -> (work, line) a watchdog stopped at: an error or a timeout; read as a
+        # collective the rank waited in only when the log shows a timeout
+        self.watchdog_at: dict[int, tuple[str, str]] = {}
+        self._run_ended = load_factrules().run_ended
+        self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
+        self._hints = list(load_factrules().hints)
+        # a log that stops where a job waits (off for a live job's logs: they always stop)
+        self.stalls = StallWatch(load_factrules().stalls if stalls else ())
 
     def feed(self, cand: Candidate) -> None:
+        if cand.end:
+            self.stalls.end(cand.source, cand.lineno)
+            return
         self.order += 1
         self.sources.add(cand.source)
         head = cand.head
@@ -148,6 +187,7 @@ class Diagnoser:
             self.prefix_ranks.add(head.rank)
         where = f"{cand.source}:{cand.lineno}"
         self.facts.feed(cand.source, where, cand.text, head.host, head.pid, rank)
+        self._context(cand, where)
         m = classify_line(cand.text, cand.sigs) if cand.sigs else None
         if m is None:
             return
@@ -156,14 +196,10 @@ class Diagnoser:
             key = _rank_key(rank, local, cand.source, True)
             self.unknown.add(key, self.order, cand.t, where, cand.text, sig.severity == "error")
             return
-        if sig.id in ("WATCHDOG", "WATCHDOG-WORK"):
-            said = m.groups.get("rank")
-            who = int(said) if said is not None else rank
-            if who is not None and len(self.collective) < 4096:
-                op = m.groups.get("op", UNNAMED_OP)
-                seq = m.groups.get("seq")
-                self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
-                self.watchdog_lines.setdefault(who, f"{where}: {cand.text.strip()[:300]}")
+        if sig.id in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE"):
+            self._watchdog(m.groups, rank, where, cand.text)
+        if sig.id == "C10D-UIDGET":
+            self._uid_wait(where, cand.text)
         hit = LogHit(
             self.order, cand.t, cand.source, cand.lineno, rank, local, head.pid, cand.text, m,
             cand.where,
@@ -178,6 +214,60 @@ class Diagnoser:
         if not (sig.secondary and sig.severity == "info"):
             ev = TimelineEvent(cand.t, cand.source, cand.lineno, sig.severity, sig.title, sig.id)
             self._event(rank, local, head.pid, cand.source, ev)
+
+    def _watchdog(self, groups: dict[str, str], rank: int | None, where: str, text: str) -> None:
+        """The collective a rank's watchdog timed out in, and the timeout it states."""
+        said = groups.get("rank")
+        who = int(said) if said is not None else rank
+        tmo = groups.get("tmo")
+        if tmo is not None and tmo.isdigit():
+            self.timeout_ms = min(int(tmo), self.timeout_ms or int(tmo))
+        if who is not None and len(self.collective) < 4096:
+            op = groups.get("op", UNNAMED_OP)
+            seq = groups.get("seq")
+            self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
+            self.watchdog_lines.setdefault(who, f"{where}: {text.strip()[:300]}")
+
+    def _uid_wait(self, where: str, text: str) -> None:
+        """A rank whose wait for the root's ncclUniqueId timed out: it waits in the
+        communicator's setup, the root (which the line names) never arrived there."""
+        m = UID_WAIT.search(text)
+        if m is not None and len(self.collective) < 4096:
+            who, root = int(m["rank"]), int(m["root"])
+            self.collective.setdefault(who, f"NCCL's communicator setup (the ncclUniqueId rank {root} publishes)")
+            self.watchdog_lines.setdefault(who, f"{where}: {text.strip()[:300]}")
+            self.named_ranks.add(root)
+
+    def _context(self, cand: Candidate, where: str) -> None:
+        """What a line tells besides its signature: where a job waits (stalls), the work
+        a watchdog timed out in, the end of the run before any watchdog timeout, hints of
+        where the job ran."""
+        self.stalls.feed(cand.source, cand.lineno, cand.text)
+        if "detected by watchdog" in cand.text and (m := WATCHDOG_AT.search(cand.text)):
+            said = (f"{UNNAMED_OP} (SeqNum {m['seq']})", f"{where}: {cand.text.strip()[:300]}")
+            if len(self.watchdog_at) < 4096:
+                self.watchdog_at.setdefault(int(m["rank"]), said)
+        if (
+            self.ended is None
+            and not self.collective
+            and self._run_ended is not None
+            and self._run_ended.search(cand.text) is not None
+        ):
+            self.ended = f"{where}: {cand.text.strip()[:300]}"
+        if self._hints:
+            self._hint(where, cand.text)
+        if not self.collective and "%|" in cand.text:
+            bars = list(PROGRESS.finditer(cand.text[-4000:]))
+            if bars:  # the last state of the bar (tqdm's carriage returns keep one line)
+                b = bars[-1]
+                seconds = int(b["h"] or 0) * 3600 + int(b["m"]) * 60 + int(b["s"])
+                self.progress = (seconds, b["label"].strip()[-60:], f"{where}: {b.group().strip()[:200]}")
+
+    def _hint(self, where: str, text: str) -> None:
+        for name, rx in self._hints:
+            if rx.search(text) is not None:
+                self.hints[name] = f"{where}: {text.strip()[:300]}"
+        self._hints = [(n, rx) for n, rx in self._hints if n not in self.hints]
 
     def _learn_pids(self, cand: Candidate) -> None:
         text = cand.text
@@ -203,6 +293,10 @@ class Diagnoser:
             self.events.append((rank, local, pid, source, ev))
 
     def result(self) -> LogDiagnosis:
+        if any(t in self.per_id for t in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE")):
+            for who, (op, line) in self.watchdog_at.items():
+                self.collective.setdefault(who, op)
+                self.watchdog_lines.setdefault(who, line)
         firsts = [(hits[0].order, hits[0].source, hits[0].match) for hits in self.per_id.values()]
         root = root_cause(sorted(firsts, key=lambda x: x[0]))
         first_hits = {hits[0].match.signature.id: hits[0] for hits in self.per_id.values()}
@@ -308,17 +402,18 @@ def merged(streams: Iterable[Iterator[Candidate]]) -> Iterator[Candidate]:
         yield item[3]
 
 
-def diagnose_candidates(stream: Iterable[Candidate], source: str) -> Diagnoser:
-    d = Diagnoser(source)
+def diagnose_candidates(stream: Iterable[Candidate], source: str, stalls: bool = True) -> Diagnoser:
+    d = Diagnoser(source, stalls)
     for cand in stream:
         d.feed(cand)
     return d
 
 
-def diagnose_lines(lines: Iterable[str], source: str = "<lines>") -> LogDiagnosis:
-    """Classify lines held in memory (one source, in its order)."""
+def diagnose_lines(lines: Iterable[str], source: str = "<lines>", stalls: bool = True) -> LogDiagnosis:
+    """Classify lines held in memory (one source, in its order).  `stalls=False` for the
+    logs of a job still running: that they stop where it waits says nothing yet."""
     counted = _Counted(lines)
-    d = diagnose_candidates(from_lines(counted, source), source)
+    d = diagnose_candidates(from_lines(counted, source), source, stalls)
     d.lines_read, d.bytes_read = counted.lines, counted.chars
     return d.result()
 

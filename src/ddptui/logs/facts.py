@@ -44,7 +44,7 @@ PLUGIN_PATH: Final = re.compile(
 )
 PLUGIN_NONE: Final = re.compile(r"NET/Plugin ?: (?:Could not find: libnccl-net|No plugin found)")
 SET_BY_ENV: Final = re.compile(r"\b(?P<var>NCCL_\w+) set by environment to (?P<val>\S*)")
-VIA: Final = re.compile(r"Channel \d+/\d+ : .* via (?P<t>NET/\w+|P2P|SHM|CollNet)")
+VIA: Final = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : .* via (?P<t>NET/\w+|P2P|SHM|CollNet)")
 # torch's default process group (PG ID 0) states the world; subgroups state their own size.
 TORCH_OPTIONS: Final = re.compile(
     r"\[PG ID 0 [^\]]*\] ProcessGroupNCCL initialization options: size: (?P<size>\d+), "
@@ -67,6 +67,22 @@ ASSIGNED: Final = re.compile(r"/torchelastic/(?:assigned_ranks/(?P<node>\d+)\b|r
 # or a long-lived TCPStore reused), so the count can never equal the world again.
 STORE_BARRIER: Final = re.compile(
     r"store.based barrier\b.*\(world_size=(?P<world>\d+), worker_count=(?P<count>\d+)"
+)
+# nccl-tests / rccl-tests list the devices they run on: "#   Rank  0 Pid   1688 on fastmoe device  0"
+TESTS_DEVICE: Final = re.compile(
+    r"#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+device"
+)
+# torchrun's launch configuration, one line per key ("  max_nodes : 3"); under the static
+# rendezvous its node rank is in rdzv_configs ("{'timeout': '15', 'rank': 1}").
+AGENT_NODES: Final = re.compile(r"\b(?P<k>min_nodes|max_nodes)\s+: (?P<v>\d+)\s*$")
+AGENT_RANK: Final = re.compile(r"\brdzv_configs\s+: \{.*'rank': '?(?P<rank>\d+)")
+# c10d's client socket: the name it was given (one line per name and port) and each address
+# that name resolved to and failed (torch's socket.cpp format strings).
+C10D_NAME: Final = re.compile(
+    r"(?:any network address of|an IPv[46] address of) \((?P<name>[^,\s()]+), (?P<port>\d+)\)"
+)
+C10D_TRIED: Final = re.compile(
+    r"failed to connect to \[?(?P<addr>[^\s\[\]()]+?)\]?:(?P<port>\d+) \(errno"
 )
 KV: Final = re.compile(
     r"\b(?P<k>master_addr|master_port|group_world_size|dist_world_size|global_world_sizes|"
@@ -102,6 +118,7 @@ class ProcFacts:
     collective: tuple[int, str] | None = None  # the last (SequenceNumber, OpType) it entered
     node_rank: int | None = None  # torchrun's group rank (node rank) its agent waits as
     store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
+    nnodes: dict[str, int] = field(default_factory=dict)  # torchrun's min_nodes, max_nodes
     evidence: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -125,6 +142,9 @@ class FactCollector:
     def __init__(self) -> None:
         self.procs: dict[ProcKey, ProcFacts] = {}
         self.claims: dict[tuple[str, int], int] = {}  # (source, rank) -> launcher lines
+        # c10d: (name it was given, address it tried, port) -> the lines saying so
+        self.c10d_pairs: dict[tuple[str, str, str], list[str]] = {}
+        self._tried: list[tuple[str, str, str]] = []  # addresses failed, their name not yet said
 
     def _proc(self, source: str, host: str | None, pid: int | None, rank: int | None) -> ProcFacts:
         key = (source, host, pid, None if pid is not None else rank)
@@ -138,6 +158,8 @@ class FactCollector:
     def feed(
         self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None
     ) -> None:
+        if "connect to " in text:
+            self._c10d(where, text)
         if "NCCL" in text and pid is not None:
             self._nccl(self._proc(source, host, pid, rank), where, text)
         if "GLOBAL_RANK: " in text and (m := LIGHTNING.search(text)) is not None:
@@ -157,7 +179,9 @@ class FactCollector:
                 p.collective = (seq, m["op"])
                 p.evidence["collective"] = f"{where}: {text.strip()[:300]}"
             return
-        if self._store(source, where, text, host, pid, rank):
+        if self._store(source, where, text, host, pid, rank) or self._agent(
+            source, where, text, host, pid, rank
+        ):
             return
         if "initialization options" in text and (m := TORCH_OPTIONS.search(text)) is not None:
             r = int(m["rank"])
@@ -199,6 +223,48 @@ class FactCollector:
             if p.store_count is None or count > p.store_count[0]:
                 p.store_count = (count, world)
                 p.evidence["store_count"] = f"{where}: {text.strip()[:300]}"
+            return True
+        return False
+
+    def _c10d(self, where: str, text: str) -> None:
+        """Pair the name c10d was given with the addresses it tried for it: c10d prints
+        each address that failed, then the name ("any network address of (name, port)"),
+        or both in one exception message."""
+        said = f"{where}: {text.strip()[:300]}"
+        names = [(m["name"], m["port"]) for m in C10D_NAME.finditer(text)]
+        tried = [(m["addr"], m["port"], said) for m in C10D_TRIED.finditer(text)]
+        if names:
+            tried += self._tried
+            self._tried = []
+            for name, port in names:
+                for addr, p, ev in tried:
+                    if p == port and len(self.c10d_pairs) < 256:
+                        self.c10d_pairs.setdefault((name, addr, port), [ev, said] if ev != said else [said])
+        elif tried:
+            self._tried = (self._tried + tried)[-16:]
+
+    def _agent(
+        self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None
+    ) -> bool:
+        """torchrun's launch configuration: how many nodes, and (static rendezvous) which
+        node rank this agent is; nccl-tests' device list: the host of each rank."""
+        if "Pid " in text and (m := TESTS_DEVICE.search(text)) is not None:
+            p = self._proc(source, m["host"], None, int(m["rank"]))
+            p.rank = int(m["rank"])
+            p.evidence.setdefault("rank", f"{where}: {text.strip()}")
+            return True
+        if "_nodes " not in text and "_configs " not in text:
+            return False
+        if (m := AGENT_NODES.search(text)) is not None:
+            p = self._proc(source, host, pid, rank)
+            p.nnodes.setdefault(m["k"], int(m["v"]))
+            p.evidence.setdefault("nnodes", f"{where}: {text.strip()[:300]}")
+            return True
+        if (m := AGENT_RANK.search(text)) is not None:
+            p = self._proc(source, host, pid, rank)
+            if p.node_rank is None:
+                p.node_rank = int(m["rank"])
+                p.evidence["node_rank"] = f"{where}: {text.strip()[:300]}"
             return True
         return False
 
@@ -282,6 +348,8 @@ def _join(into: ProcFacts, p: ProcFacts) -> None:
                  "network", "oob_if", "oob_ip", "collective", "node_rank", "net_plugin", "store_count"):
         if getattr(into, name) is None:
             setattr(into, name, getattr(p, name))
+    for k, n in p.nnodes.items():
+        into.nnodes.setdefault(k, n)
     into.socket_devs = into.socket_devs or p.socket_devs
     into.ib_devs = into.ib_devs or p.ib_devs
     into.transports |= p.transports

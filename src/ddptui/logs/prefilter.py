@@ -54,6 +54,32 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "_count=",  # c10d's store barrier: "(world_size=6, worker_count=287"
     "Plugin Path : ",
     "NET/Plugin",
+    # the end of the training loop, in the frameworks' words (factrules.yaml run_ended)
+    "Trainer.fit",
+    "Stopping training",
+    "Training completed",
+    "Pid ",  # nccl-tests' device list: "#   Rank  0 Pid   1688 on host device  0"
+    "_nodes ",  # torchrun's launch configuration: "  max_nodes                : 3"
+    "_configs ",  # "  rdzv_configs             : {'timeout': '15', 'rank': 1}"
+    # where a job waits, and the lines that say it stopped waiting (factrules.yaml stalls)
+    "All distributed processes",
+    "Rendezvous'ing",
+    "Rendezvous complete",
+    "Attempting to join",
+    "Added self to waiting",
+    "Joined rendezvous",
+    "Creating new rendezvous",
+    "Completed store",
+    "ProcessGroupNCCL init",
+    "out-of-place",
+    "[00:00<?",
+    "%|",  # a progress bar (tqdm): what one rank did while others waited
+    # torch's watchdog naming the work it timed out in (2.2+), without the operation
+    "PG status: last",
+    "Exception (either",
+    # NCCL's intra-node channels (printed at communicator init): the ranks share a host
+    "via P2P",
+    "via SHM",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -53,6 +53,15 @@ class Candidate:
     t: float | None  # its own time, or the last one its source printed before it
     sigs: tuple[Signature, ...]  # the signatures it may match (empty: context only)
     where: str | None = None  # "train.py:88 in step": the user's frame of the traceback above
+    end: bool = False  # no line: its source ended at `lineno` (the last line's number)
+
+
+_END_HEAD: Final = LineHead(None, None, None, None, "")
+
+
+def end_of(source: str, lineno: int, t: float | None) -> Candidate:
+    """The marker a feed yields after its last line: where its source ended."""
+    return Candidate(source, lineno, "", _END_HEAD, t, (), None, True)
 
 
 def _this_year() -> int:
@@ -108,6 +117,7 @@ def from_lines(
     cur = _Cursor(source)
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
     recent: deque[str] = deque(maxlen=LOOKBACK)
+    lineno = 0
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r\n")
         above = recent.copy()
@@ -132,6 +142,7 @@ def from_lines(
         yield cur.candidate(lineno, line, sigs, above)
     if pending is not None:
         yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
+    yield end_of(source, lineno, cur.last_t)
 
 
 def node_filter(pf: Prefilter | None = None) -> dict[str, object]:
@@ -236,3 +247,4 @@ def from_blocks(
                 yield cur.candidate(lineno, text, sigs, before_lines)
     if pending is not None:
         yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
+    yield end_of(source, lineno, cur.last_t)

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Final, Protocol
 
+from ddptui.diagnosis.factcontext import Context, Proc
 from ddptui.diagnosis.factrules import (
     UNRECOGNIZED,
-    Context,
-    Proc,
     explained,
     fact_findings,
     load_factrules,
@@ -25,6 +24,7 @@ from ddptui.diagnosis.factrules import (
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.logs.facts import FactCollector
+from ddptui.logs.stalls import StallWatch
 
 
 class _Hit(Protocol):
@@ -62,6 +62,18 @@ class Diagnoser(Protocol):
     def collective(self) -> dict[int, str]: ...
     @property
     def watchdog_lines(self) -> dict[int, str]: ...
+    @property
+    def ended(self) -> str | None: ...
+    @property
+    def named_ranks(self) -> set[int]: ...
+    @property
+    def progress(self) -> tuple[int, str, str] | None: ...
+    @property
+    def timeout_ms(self) -> int | None: ...
+    @property
+    def hints(self) -> dict[str, str]: ...
+    @property
+    def stalls(self) -> StallWatch: ...
 
 MAX_KEYS: Final = 1024
 SHOWN: Final = 8
@@ -163,6 +175,8 @@ def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ..
                 p.rank, p.host, p.world_size, p.nccl_version, p.network, tuple(p.interfaces),
                 dict(p.evidence), ident, p.source, p.collective, p.node_rank, p.net_plugin,
                 p.store_count,
+                dict(p.nnodes),
+                frozenset(p.transports),
             )
         )
     return tuple(out)
@@ -199,6 +213,13 @@ def conclude(
         labelled=len(d.sources) > 1 or len(d.prefix_ranks) > 1,
         collective=d.collective,
         watchdog_lines=d.watchdog_lines,
+        ended=d.ended,
+        named_ranks=frozenset(d.named_ranks),
+        progress=d.progress,
+        timeout_ms=d.timeout_ms,
+        hints=d.hints,
+        stopped=tuple((s.stall, s.where) for s in d.stalls.stopped),
+        c10d_pairs=d.facts.c10d_pairs,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
@@ -208,6 +229,9 @@ def conclude(
     else:
         if lead is None:
             lead = next((f for f in facts if f.severity == "error"), None)
+        if lead is None:  # a log that stops where a job waits (the stall rules): say so
+            stall_ids = {r.id for r in load_factrules().rules if r.when.startswith("stalled")}
+            lead = next((f for f in facts if f.id in stall_ids and f.severity != "info"), None)
     if lead is None:  # an info line that must not be called clean leads as a warning
         keep = load_factrules().not_clean
         quiet = next((f for f in findings if f.id in keep), None)
