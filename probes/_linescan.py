@@ -61,38 +61,54 @@ ZERO = bytes.maketrans(b"123456789", b"000000000")
 KEEP = 100000  # verdicts kept per kind; forgotten (and found again) beyond
 
 
-def hit_lines(block, exact, folded, max_line, seen=None):
-    """[(index, start offset)] of the block's lines the prefilter admits, in order:
-    `exact` matched as written, `folded` on the lowercased line (ASCII, as bytes.lower
-    does).  Like the login node's reader, a verdict is kept under the line with its
-    digits made 0 (the triggers hold no digit, so such lines share it): `seen` is
-    (admitted, passed) sets of those keys, kept from block to block; only lines not
-    seen before are searched, all of them in one pass."""
-    yes, no = seen if seen is not None else (set(), set())
+def _line_hit(line, pats, max_line):
+    """Prefilter.hit: a trigger in the line's first max_line bytes."""
+    head = line[:max_line]
+    if pats["exact"] is not None and pats["exact"].search(head):
+        return True
+    return bool(pats["folded"] is not None and pats["folded"].search(head.lower()))
+
+
+def hit_lines(block, pats, max_line, seen=None):
+    """[(index, start offset)] of the block's lines the prefilter admits, in order.
+    Like the login node's reader (scan.from_blocks, prefilter.KeyScan), a verdict is
+    kept under the line with its digits made 0: the triggers without digits are in the
+    line exactly when they are in that key; a key that holds a trigger with digits made
+    0 ("[00:00<?", "via P0P") sends its lines to the full check.  `seen` is the
+    (admitted, passed, maybe) sets of keys, kept from block to block; the keys not seen
+    before are searched all at once, in one pass per pattern.  `pats`: the compiled
+    patterns of the probe's filter (exact, folded, plain_*, digits_*)."""
+    yes, no, maybe = seen if seen is not None else (set(), set(), set())
     keys = block.translate(ZERO).split(b"\n")
     new = set(keys)
     new -= yes
     new -= no
+    new -= maybe
     if new:
-        if len(no) + len(new) > KEEP or len(yes) > KEEP:
+        if len(no) + len(new) > KEEP or len(yes) + len(maybe) > KEEP:
             yes.clear()
             no.clear()
+            maybe.clear()
         new = list(new)
         joined = b"\n".join(new)
-        starts = set()
-        if exact is not None:
-            _hits_of(exact, joined, max_line, starts)
-        if folded is not None:
-            _hits_of(folded, joined.lower(), max_line, starts)
+        low = joined.lower()
+        plain, digits = set(), set()
+        for name, text, found in (("plain_exact", joined, plain), ("plain_folded", low, plain),
+                                  ("digits_exact", joined, digits), ("digits_folded", low, digits)):
+            if pats[name] is not None:
+                _hits_of(pats[name], text, max_line, found)
         pos = 0
         for key in new:
-            (yes if pos in starts else no).add(key)
+            (yes if pos in plain else maybe if pos in digits else no).add(key)
             pos += len(key) + 1
     present = yes.intersection(keys)
+    check = maybe.intersection(keys)
     out, pos = [], 0
-    if present:
+    if present or check:
         for i, key in enumerate(keys):
-            if key in present:
+            if key in present or (
+                key in check and _line_hit(block[pos : pos + len(key)], pats, max_line)
+            ):
                 out.append((i, pos))
             pos += len(key) + 1
     return out

@@ -14,11 +14,12 @@
 # Without a mode: expand the globs and read what they match (one pass).
 # params: {"globs": [str], "mode": "survey"|"read", "paths": [str], "expect": {path: ino},
 #          "max_bytes": int, "max_files": int, "salt": str, "deadline_s": float,
-#          "filter": {"exact": str|None, "folded": str|None, "all": bool, "max_line": int,
+#          "filter": {"exact": str|None, "folded": str|None, "plain_exact", "plain_folded",
+#                     "digits_exact", "digits_folded": str|None, "all": bool, "max_line": int,
 #                     "long_line": int, "lookback": int, "sniff": int, "chunk": int}}
 # records: host {hostname, boot}, done {files, read_bytes, cpu_s}, seen {path, <identity>}, file {path, size, offset,
 #          truncated, gzip}, lines {path, text}, seg {path, first, text, more},
-#          file_end {path, ino, size_now, grew, replaced, bytes, lines},
+#          file_end {path, ino, size_now, grew, replaced, bytes, lines, last},
 #          file_error {path, error}, nomatch {glob}, done {files}
 import errno
 import glob
@@ -222,15 +223,18 @@ def send_filtered(path, max_bytes, known, salt, flt):
                     return
                 left -= len(data)
 
-        exact = re.compile(flt["exact"].encode("utf-8")) if flt.get("exact") else None
-        folded = re.compile(flt["folded"].encode("utf-8")) if flt.get("folded") else None
+        pats = {
+            name: re.compile(flt[name].encode("utf-8")) if flt.get(name) else None
+            for name in ("exact", "folded", "plain_exact", "plain_folded", "digits_exact",
+                         "digits_folded")
+        }
         max_line, lookback = int(flt["max_line"]), int(flt["lookback"])
-        lineno, spill, seen = 0, False, (set(), set())
+        lineno, spill, seen = 0, False, (set(), set(), set())
         for block in chunk_blocks(chunks(), int(flt["long_line"]), max_line):
             if flt.get("all"):
                 ranges, after = [(0, 0, len(block))], False
             else:
-                hits = hit_lines(block, exact, folded, max_line, seen)
+                hits = hit_lines(block, pats, max_line, seen)
                 ranges, after = wanted(block, hits, lookback)
             if spill and not (ranges and ranges[0][0] == 0):
                 end = block.find(b"\n")
@@ -239,6 +243,7 @@ def send_filtered(path, max_bytes, known, salt, flt):
                 send_segment(path, lineno + first, block[begin:end], encoding, known, salt)
             spill = after
             lineno += block.count(b"\n") + 1
+    counted["last"] = lineno  # the file's lines as the reader splits them (its end marker)
     return counted
 
 

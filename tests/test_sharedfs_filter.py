@@ -99,7 +99,10 @@ def test_a_hit_beyond_the_first_max_line_bytes_of_its_line_is_no_hit() -> None:
     ns = _linescan()
     pat = re.compile(rb"NCCL WARN")
     block = b"ok\n" + b"x" * 20 + b"NCCL WARN\n" + b"x" * 2 + b"NCCL WARN\nNCCL WARN"
-    assert ns["hit_lines"](block, pat, None, 20) == [(2, block.index(b"\nxxNCCL") + 1), (3, len(block) - 9)]
+    pats = {"exact": pat, "folded": None, "plain_exact": pat, "plain_folded": None,
+            "digits_exact": None, "digits_folded": None}
+    got = ns["hit_lines"](block, pats, 20)
+    assert got == [(2, block.index(b"\nxxNCCL") + 1), (3, len(block) - 9)]
 
 
 @pytest.mark.parametrize("chunk", [(1 << 20, 64 * 1024), (1500, 700)], ids=["real", "tiny"])
@@ -180,12 +183,25 @@ def test_a_last_error_line_ending_a_chunk_takes_the_next_chunks_first_line(
     assert here.first is not None and here.first.id == "ENV-NOGPU-VISIBLE"
 
 
-def test_no_trigger_holds_a_digit_so_a_line_with_its_digits_made_0_has_its_verdict() -> None:
-    """The node (like the login node's reader) keeps one verdict per line with its
-    digits made 0: exact only while no trigger holds a digit."""
+def test_a_trigger_with_digits_is_found_in_each_line_whatever_came_before() -> None:
+    """Both readers keep one verdict per line with its digits made 0; a trigger that
+    holds digits (a progress bar's "[00:00<?", NCCL's "via P2P") is looked for in each
+    line whose key may hold it: "[00:05<?" first does not hide "[00:00<?" after it."""
+    import re
+
     from ddptui.logs.prefilter import default_prefilter
+    from ddptui.logs.scan import from_chunks
 
     pf = default_prefilter()
-    triggers = [*pf.exact.by_trigger, *pf.folded.by_trigger]
-    assert len(triggers) > 50
-    assert [t for t in triggers if any(c.isdigit() for c in t)] == []
+    assert [t for t in pf.exact.by_trigger if any(c.isdigit() for c in t)]  # there are some
+    lines = [b"epoch 3 [00:05<?, ?it/s]", b"epoch 3 [00:00<?, ?it/s]", b"epoch 3 [00:07<?, ?it/s]",
+             b"0: 1[0] via P3P/IPC", b"0: 1[0] via P2P/IPC", b"step 12 loss 3"]
+    want = [i + 1 for i, line in enumerate(lines) if pf.hit(line)]
+    assert want == [2, 5]
+    got = [c.lineno for c in from_chunks([b"\n".join(lines) + b"\n"], "s") if not c.end]
+    assert got == want
+    flt = node_filter()
+    pats = {k: re.compile(v.encode()) if isinstance(v, str) else None for k, v in flt.items()
+            if k in ("exact", "folded", "plain_exact", "plain_folded", "digits_exact", "digits_folded")}
+    hits = _linescan()["hit_lines"](b"\n".join(lines), pats, 8192)
+    assert [i + 1 for i, _ in hits] == want

@@ -6,7 +6,8 @@ A filtered read (the node sends only the blocks of lines the diagnosis looks at,
 probes/_linescan.py) is spooled as records, one per line, each followed by its lines:
     @FIRST COUNT    a block: COUNT lines, the first of them line FIRST + 1 of the file
     +COUNT          COUNT more lines of the block before (a block sent in pieces)
-    =BYTES LINES    what the node read of the file, as the local reader counts it
+    =BYTES LINES LAST  what the node read of the file, as the local reader counts it,
+                    and the number of its last line (where the file ends)
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class Pipe:
         self._more = more_follows
         self.write(f"{head}\n{text}\n")
 
-    def counted(self, nbytes: int, lines: int) -> None:
-        self.write(f"={nbytes} {lines}\n")
+    def counted(self, nbytes: int, lines: int, last: int) -> None:
+        self.write(f"={nbytes} {lines} {last}\n")
 
     def close(self) -> None:
         if self._out is not None:
@@ -103,9 +104,11 @@ class _Growing(io.RawIOBase):
 
 
 def spooled_blocks(stream: BinaryIO, stats: ReadStats) -> Iterator[Block]:
-    """The blocks of a filtered read's spool (blocking while it grows); `stats` gets the
-    node's count of the file's bytes and lines from its last record."""
+    """The blocks of a filtered read's spool (blocking while it grows), then an empty
+    block after the file's last line (where it ends); `stats` gets the node's count of
+    the file's bytes and lines from its last record."""
     block: Block | None = None
+    last: int | None = None
     try:
         while True:
             head = stream.readline()
@@ -113,7 +116,7 @@ def spooled_blocks(stream: BinaryIO, stats: ReadStats) -> Iterator[Block]:
                 break
             tag, fields = head[:1], head[1:].split()
             if tag == b"=":
-                stats.bytes_read, stats.lines = int(fields[0]), int(fields[1])
+                stats.bytes_read, stats.lines, last = (int(x) for x in fields[:3])
                 continue
             lines = [stream.readline()[:-1] for _ in range(int(fields[-1]))]
             if tag == b"+" and block is not None:
@@ -124,5 +127,7 @@ def spooled_blocks(stream: BinaryIO, stats: ReadStats) -> Iterator[Block]:
             block = (int(fields[0]), lines)
         if block is not None:
             yield block
+        if last is not None:
+            yield (last, [])
     finally:
         stream.close()

@@ -107,8 +107,9 @@ def _take(
                 "read up to where it was when reading began, counted once"
             )
         if pipe is not None:
-            if isinstance(rec.get("bytes"), int) and isinstance(rec.get("lines"), int):
-                pipe.counted(rec["bytes"], rec["lines"])
+            counts = [rec.get("bytes"), rec.get("lines"), rec.get("last")]
+            if all(isinstance(x, int) for x in counts):
+                pipe.counted(*(int(x) for x in counts if x is not None))
             pipe.close()
     elif kind == "file_error":
         problems.append(f"{label}: {rec.get('error')}")
