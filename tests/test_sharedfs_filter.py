@@ -205,3 +205,23 @@ def test_a_trigger_with_digits_is_found_in_each_line_whatever_came_before() -> N
             if k in ("exact", "folded", "plain_exact", "plain_folded", "digits_exact", "digits_folded")}
     hits = _linescan()["hit_lines"](b"\n".join(lines), pats, 8192)
     assert [i + 1 for i, _ in hits] == want
+
+
+def test_a_log_that_stops_in_a_rendezvous_after_a_long_run_says_so_both_ways(tmp_path: Path) -> None:
+    """A step started among a file's last 12 lines and never finished (the stall rules)
+    needs where the file ends: the node says its last line's number, though it sends
+    none of the lines after the start."""
+    from ddptui.logs.prefilter import default_prefilter
+
+    lines = (FIXTURES / "gpu-h100/job-hang/healthy-loop.log").read_text().splitlines()
+    steady = "\n".join(x for x in lines if x.strip() and not default_prefilter().hit(x.encode()))
+    start = ("[2026-11-25 10:00:00,000] torch.distributed.elastic.agent.server.api: [INFO] "
+             "[default] Rendezvous'ing worker group\n")
+    log = tmp_path / "r.log"
+    for after in (3, 30):  # within the last 12 lines, and not
+        log.write_text(steady + "\n" + start + "\n".join(["[rank0]: waiting"] * after) + "\n")
+        recs = _probe([log], node_filter())
+        here, there = diagnose_paths([str(log)]), _spooled(recs, [log], tmp_path)
+        assert _seen(there) == _seen(here)
+        stalled = [f.id for f in here.findings if "rendezvous" in f.summary.lower()]
+        assert bool(stalled) == (after == 3), (after, [(f.id, f.summary) for f in here.findings])
