@@ -13,11 +13,13 @@ at, filtered on the node), and what reading every node's sighting would have cos
 (`data.bytes_seen`).  Local and shared runs alternate, so the machine's load (other
 work on it) hits both alike; the load average after each pair is printed.
 
-    sudo .venv/bin/python bench/bench_sharedfs.py [--nodes 8] [--size-mb 100] [--repeat 3] [--slurm]
+    sudo .venv/bin/python bench/bench_sharedfs.py [--nodes 8] [--size-mb 100] [--repeat 3]
+        [--slurm] [--dense]
 
 --slurm reads through a real Slurm on the testbed (tests/slurmbed.py: slurmctld and one
 slurmd per node, a job holding every node): `diagnose --slurm JOB '*:DIR/*.log'`, the
-probes reaching the nodes with `srun --overlap`.
+probes reaching the nodes with `srun --overlap`.  --dense writes logs in which every
+line holds a prefilter trigger, the worst case for filtering on the node.
 """
 
 from __future__ import annotations
@@ -57,6 +59,23 @@ def _timed(
     if not report.exists():
         sys.exit(f"no report from {' '.join(cmd[:6])} ...: exit {run.returncode}\n{run.stderr[-2000:]}")
     return took, json.loads(report.read_text()), run.returncode, cpu
+
+
+def write_dense(path: Path, size_mb: int) -> int:
+    """The worst case for filtering on the node: every line holds a trigger (a warning
+    printed at every step), so every line is sent; nothing is wrong."""
+    line = ("[rank0]:[W1125 10:{m:02d}:{s:02d}.{us:06d} ProcessGroupNCCL.cpp:1016] Warning: "
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING is deprecated in favor of TORCH_NCCL_ERROR_HANDLING "
+            "(function operator()) step {n}\n")
+    with path.open("w") as fh:
+        n = written = 0
+        while written < size_mb << 20:
+            text = "".join(line.format(m=(k // 60) % 60, s=k % 60, us=k * 7 % 10**6, n=k)
+                           for k in range(n, n + 1000))
+            fh.write(text)
+            written += len(text)
+            n += 1000
+    return path.stat().st_size
 
 
 def _findings(doc: dict[str, Any]) -> list[tuple[str, list[str]]]:
@@ -125,6 +144,8 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--size-mb", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dense", action="store_true",
+                    help="logs in which every line holds a trigger (the worst case: all sent)")
     ap.add_argument("--slurm", action="store_true",
                     help="read through a real Slurm (srun --overlap into one job) instead of SSH")
     args = ap.parse_args()
@@ -133,7 +154,7 @@ def main() -> int:
     logs.mkdir()
     t0 = time.monotonic()
     first = logs / "rank0.log"
-    size = write_log(first, args.size_mb)
+    size = write_dense(first, args.size_mb) if args.dense else write_log(first, args.size_mb)
     for r in range(1, args.nodes):
         shutil.copyfile(first, logs / f"rank{r}.log")  # its own inode: a file of its own
     total = size * args.nodes
