@@ -10,6 +10,11 @@ tests/fixtures/source_sites/ (never the source files themselves):
     .venv/bin/python bench/source_sites.py extract nccl v2.21.5-1 --repo /path/to/nccl.git
     .venv/bin/python bench/source_sites.py extract gloo HEAD --repo /path/to/gloo.git
     .venv/bin/python bench/source_sites.py extract torch 2.13.0 --dir /path/to/c10d-files
+    # torch's C++ c10d: the wheel's include/torch/csrc/distributed/c10d/*.h* as they are,
+    # plus NAME.cpp.sites files: each .cpp's site statements transcribed verbatim (read
+    # through the code index; pytorch is too large to fetch whole), each under a
+    # "//@ Class::function" line that becomes the site's place
+    .venv/bin/python bench/source_sites.py extract torch 2.13.0-cpp --dir /path/to/cache --commit "..."
     .venv/bin/python bench/source_sites.py remap      # refresh the mapped column
     .venv/bin/python bench/source_sites.py report     # sites covered / total per file
 
@@ -147,11 +152,15 @@ _GLOO_OPS = {"EQ": "==", "NE": "!=", "LE": "<=", "LT": "<", "GE": ">=", "GT": ">
 
 
 def _joined(args: list[str]) -> str:
-    """MakeString(args...): literals as written, anything else as a %s."""
+    """MakeString(args...): literals as written, anything else as a {field} named by its
+    expression (printed() fills it as it fills torch's)."""
     out = []
     for a in args:
         lits = C_STRING.findall(a)
-        out.append("".join(lits) if lits and a.startswith('"') else "%s")
+        if lits and a.startswith('"'):
+            out.append("".join(lits))
+        else:  # a nested message call (GLOO_ERROR_MSG(...)) is its own site
+            out.append("%s" if lits else _field(a))
     return "".join(out)
 
 
@@ -176,7 +185,7 @@ def gloo_sites(path: str, text: str) -> Iterator[Site]:
             fmt = f"[enforce fail at {path}:%d] {' '.join(cond.split())}. {_joined(msg)}"
         else:
             fmt = f"[{path}:%d] {_joined(args)}"
-        if len(re.sub(r"%\w|\W", "", fmt.split("] ", 1)[1])) < 6:
+        if len(re.sub(r"\{[^{}]*\}|%\w|\W", "", fmt.split("] ", 1)[1])) < 6:
             continue
         yield Site(f"{path}:{line}", fmt)
 
@@ -202,6 +211,162 @@ def c_sites(path: str, text: str, call: re.Pattern[str]) -> Iterator[Site]:
         yield Site(f"{path}:{line}", fmt.replace("\t", " "))
 
 
+# torch's C++ c10d: the calls that print or throw a message, and how each builds it.
+# fmt-style calls take a format with {} fields; stream calls (LOG(X) << ...) and
+# concat-style ones (TORCH_CHECK, c10::str, a std::string built with +) join their
+# pieces: literals as written, anything else a {}.
+TORCH_CPP_CALLS = re.compile(
+    r"\b(?P<name>TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT|TORCH_WARN\w*|C10_THROW_ERROR|"
+    r"C10D_THROW_ERROR|C10D_CHECK_WITH|C10D_ERROR|C10D_WARNING|c10::str|fmt::format|"
+    r"recordError|invalidArgument|SYSASSERT|throw std::runtime_error)\s*\(|"
+    r"\bLOG\((?P<level>ERROR|WARNING|FATAL)\)\s*(?=<<)|\b(?P<stream>ss)\s*(?=<<)|"
+    r"\b(?:std::string\s+)?(?P<var>err|msg|interpret|versionString|kBaseErrorMsg)\s*\+?=\s*(?=\")"
+)
+_SITE_MACROS = frozenset({"C10D_ERROR", "C10D_WARNING", "C10D_INFO", "C10D_DEBUG", "C10D_TRACE",
+                          "C10D_THROW_ERROR", "C10D_CHECK_WITH"})
+_FMT_STYLE = frozenset({"fmt::format", "C10D_ERROR", "C10D_WARNING", "recordError"})
+# Leading arguments that are not printed: a condition, an exception type, or both.
+# SYSASSERT(rv, msg) throws std::system_error, whose text is "msg: strerror(errno)".
+_SYSTEM_ERROR = frozenset({"SYSASSERT"})
+_SKIP_ARGS = {
+    "SYSASSERT": 1,
+    "TORCH_CHECK": 1,
+    "TORCH_INTERNAL_ASSERT": 1,
+    "TORCH_CHECK_WITH": 2,
+    "C10_THROW_ERROR": 1,
+    "C10D_THROW_ERROR": 1,
+    "C10D_CHECK_WITH": 2,
+}
+# c10d's C++ exception types as Python names them (torch/csrc/distributed/c10d/exception.h:
+# SocketError and TimeoutError derive from DistNetworkError, which Python shows).
+_PY_EXCEPTIONS = {
+    "DistStoreError": "torch.distributed.DistStoreError",
+    "DistNetworkError": "torch.distributed.DistNetworkError",
+    "SocketError": "torch.distributed.DistNetworkError",
+    "TimeoutError": "torch.distributed.DistNetworkError",
+    "DistBackendError": "torch.distributed.DistBackendError",
+}
+_LITERALS = re.compile(r'^\s*(?:"(?:[^"\\\n]|\\.)*"\s*)+$')
+_NESTED = re.compile(r"^\s*(c10::str|fmt::format)\s*\((.*)\)\s*$", re.DOTALL)
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """`text` split at `sep` outside strings and brackets."""
+    out, depth, cur, i, in_str = [], 0, [], 0, False
+    while i < len(text):
+        c = text[i]
+        if in_str:
+            cur.append(c)
+            if c == "\\" and i + 1 < len(text):
+                cur.append(text[i + 1])
+                i += 1
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+            cur.append(c)
+        elif c in "([{":
+            depth += 1
+            cur.append(c)
+        elif c in ")]}":
+            depth -= 1
+            cur.append(c)
+        elif depth == 0 and text.startswith(sep, i):
+            out.append("".join(cur))
+            cur = []
+            i += len(sep) - 1
+        else:
+            cur.append(c)
+        i += 1
+    out.append("".join(cur))
+    return [a.strip() for a in out if a.strip()]
+
+
+def _piece(arg: str) -> str:
+    """One printed piece: literals as written, a nested c10::str/fmt::format expanded,
+    a sum of pieces joined, anything else a {}."""
+    if _LITERALS.match(arg):
+        return "".join(C_STRING.findall(arg))
+    lits = C_STRING.findall(arg)
+    if lits and "?" in arg and ":" in arg:
+        return str(lits[0])  # a ternary of literals: the first is taken (as _fill_strings does)
+    nested = _NESTED.match(arg)
+    if nested:
+        return _message(nested.group(1), _top_level_args(nested.group(2)))
+    parts = _split_top(arg, "+")
+    if len(parts) > 1:
+        return "".join(_piece(p) for p in parts)
+    return _field(arg)
+
+
+def _field(expr: str) -> str:
+    """A value printed into a message, named by its expression ({rank_}, {port_}) so
+    that printed() can choose a neutral value for it as for a Python {field}."""
+    expr = " ".join(expr.replace("{", "(").replace("}", ")").split())
+    return "{" + expr + "}"
+
+
+def _message(name: str, args: list[str]) -> str:
+    skip = _SKIP_ARGS.get(name, 1 if name.startswith("TORCH_CHECK_") else 0)  # _VALUE, _INDEX, ...
+    args = args[skip:]
+    if name in _FMT_STYLE:
+        if not args:
+            return ""
+        values = iter(args[1:])
+        return re.sub(r"\{\}", lambda _: _piece(next(values, "")), _piece(args[0]))
+    text = "".join(_piece(a) for a in args)
+    return text + ": {strerror(errno)}" if name in _SYSTEM_ERROR else text
+
+
+def torch_cpp_sites(path: str, text: str) -> Iterator[Site]:
+    """Sites of torch's C++ c10d.  `path` ending in .sites is a transcription of a
+    source file's site statements, each under a `//@ function` line: the site's place
+    is the source file and that function (line numbers were not transcribed)."""
+    transcribed = path.endswith(".sites")
+    source = path.removesuffix(".sites")
+    # The definitions of the site macros themselves are not sites.
+    defined = [
+        (d.start(), d.end())
+        for d in re.finditer(r"^[ \t]*#define[ \t]+(\w+)(?:[^\n]*\\\n)*[^\n]*", text, re.MULTILINE)
+        if d.group(1) in _SITE_MACROS
+    ]
+    text = re.sub(r"\\(?=[ \t]*\n)", " ", text)  # a macro's line continuations (places kept)
+    end = 0
+    for m in TORCH_CPP_CALLS.finditer(text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        inside = any(a <= m.start() < b for a, b in defined)
+        if m.start() < end or inside or text[line_start : m.start()].lstrip().startswith("#define"):
+            continue  # inside the previous site (a c10::str in a C10_THROW_ERROR), or a macro's definition
+        if m.group("level") or m.group("var") or m.group("stream"):
+            stop = text.find(";", m.end())
+            stop = len(text) if stop < 0 else stop
+            body = text[m.end() : stop]
+            streamed = m.group("level") or m.group("stream")
+            pieces = _split_top(body.lstrip().removeprefix("<<"), "<<") if streamed else [body]
+            fmt = "".join(_piece(p) for p in pieces)
+            end = stop
+        else:
+            body = _call_text(text, m.end() - 1)
+            end = m.start() + len(body) + (m.end() - 1 - m.start())
+            inner = body[1:-1] if body.endswith(")") else body[1:]
+            args = _top_level_args(inner)
+            fmt = _message(m.group("name"), args)
+            # A throw reaches the log as Python prints it: torch's exception class, then the message.
+            kind = args[0] if len(args) > 1 else ""
+            if m.group("name") in _SKIP_ARGS and kind in _PY_EXCEPTIONS:
+                fmt = f"{_PY_EXCEPTIONS[kind]}: {fmt}"
+        if len(re.sub(r"\{[^{}]*\}|\\n|\W", "", fmt)) < 6:
+            continue
+        if transcribed:
+            funcs = re.findall(r"^//@ (\S+)", text[: m.start()], re.MULTILINE)
+            where = f"{source}:{funcs[-1] if funcs else '?'}"
+            owner = funcs[-1].split("::")[-2] if funcs and "::" in funcs[-1] else ""
+            fmt = re.sub(r"\{\(?\*this\)?\}", "{*" + owner + "}", fmt) if owner else fmt
+        else:
+            where = f"{path}:{text.count(chr(10), 0, m.start()) + 1}"
+        yield Site(where, fmt.replace("\t", " "))
+
+
 def py_sites(path: str, text: str) -> Iterator[Site]:
     for m in PY_CALLS.finditer(text):
         body = text[m.end() : m.end() + 1500]
@@ -222,18 +387,46 @@ def py_sites(path: str, text: str) -> Iterator[Site]:
         yield Site(f"{path}:{line}", re.sub(r"\s+", " ", fmt))
 
 
-_NUMERIC_FIELD = re.compile(r"rank|size|port|count|world|num|timeout|len|code|seq|pid|nodes", re.I)
+_NUMERIC_FIELD = re.compile(
+    r"rank|size|port|count|world|num|timeout|len|code|seq|pid|nodes|elapsed|Millis|MilSec|InSec|"
+    r"\br\b|errno|retry",
+    re.I,
+)
+
+
+# What torch's C++ prints for some values (operator<< / fmt formatters in the same
+# sources): the log prefix, a WorkNCCL, a socket and a socket address.
+_CPP_VALUES = (
+    (re.compile(r"logPrefix\(\)"), "[PG ID 0 PG GUID 0 Rank 0] "),
+    (re.compile(r"^\{\*(?:WorkNCCL|ProcessGroupNCCL)\}$"),
+     "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000)"),
+    (re.compile(r"^\{\*(?:SocketImpl|Socket)\}$|^\{\*socket_?\}$"),
+     "SocketImpl(fd=1, addr=[node0]:29500, remote=[node1]:29500)"),
+    (re.compile(r"^\{\*?addr\}$"), "[node1]:29500"),
+    (re.compile(r"^\{(?:\S*\.)?host_?\}$"), "node1"),
+    # gloo: a peer's or listener's address (Address::str(), "[ip]:port")
+    (re.compile(r"^\{\S*(?:peer|self_|address|addr_|remote|local)\S*\.str\(\)\}$|^\{peer_?\}$"), "[10.0.0.2]:41234"),
+    (re.compile(r"^\{data\.(?:local|remote)\}$"), "[10.0.0.2]:41234"),
+    (re.compile(r"strerror|what\(\)|gai_err|err_name"), "X"),  # an error's text: a word, not a number
+    (re.compile(r"connect_timeout\(\)"), "15000ms"),  # a std::chrono duration: fmt prints its unit
+)
 
 
 def _field_value(m: re.Match[str]) -> str:
     """A Python {field}: a number when its name says so (rank, size, port ...), else a word."""
+    if m.group().endswith("=}"):  # f"{x=}" prints "x=<value>"
+        name = m.group()[1:-2]
+        return f"{name}={'1' if _NUMERIC_FIELD.search(name) else 'X'}"
+    for pattern, value in _CPP_VALUES:
+        if pattern.search(m.group()):
+            return value
     return "1" if _NUMERIC_FIELD.search(m.group()) else "X"
 
 
 def printed(project: str, fmt: str) -> str:
     """The line a site prints, placeholders filled with neutral values."""
     s = fmt.replace("\\n", " ").replace('\\"', '"').replace("\\t", " ").replace("%%", "%")
-    s = s.replace("=%s", "=1")  # "rank=%s": a number in practice
+    s = re.sub(r"=%s(?!\()", "=1", s)  # "rank=%s": a number in practice ("status=%s(%d)": a name)
     s = PRINTF.sub(lambda m: "X" if m.group(1) in "sc" else "0x1" if m.group(1) == "p" else "1", s)
     s = PY_FIELD.sub(_field_value, s)
     s = s.strip()
@@ -277,7 +470,7 @@ def sources_from_git(repo: str, rev: str, under: Iterable[str]) -> Iterator[tupl
 def sources_from_dir(directory: str) -> Iterator[tuple[str, str]]:
     base = Path(directory)
     for p in sorted(base.rglob("*")):
-        if p.suffix in (".cc", ".cpp", ".hpp", ".h", ".py") and p.is_file():
+        if p.suffix in (".cc", ".cpp", ".hpp", ".h", ".py", ".sites") and p.is_file():
             yield p.relative_to(base).as_posix(), p.read_text(encoding="utf-8", errors="replace")
 
 
@@ -288,6 +481,8 @@ def extract(project: str, files: Iterable[tuple[str, str]]) -> list[Site]:
             continue
         if path.endswith(".py"):
             found = py_sites(path, text)
+        elif project == "torch":
+            found = torch_cpp_sites(path, text)
         elif project == "gloo":
             found = gloo_sites(path, text)
         else:

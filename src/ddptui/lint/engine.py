@@ -9,7 +9,17 @@ from pathlib import Path
 from typing import Final
 
 from ddptui.diagnosis.kb import kb_entry, kb_finding
-from ddptui.lint import rules_data, rules_io, rules_model, rules_project, rules_sync
+from ddptui.lint import (
+    rules_accum,
+    rules_data,
+    rules_io,
+    rules_model,
+    rules_project,
+    rules_reach,
+    rules_seed,
+    rules_setup,
+    rules_sync,
+)
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
 from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
@@ -24,6 +34,10 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_sync.RULES,
     *rules_io.RULES,
     *rules_project.RULES,
+    *rules_reach.RULES,
+    *rules_accum.RULES,
+    *rules_setup.RULES,
+    *rules_seed.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
@@ -49,6 +63,9 @@ RULE_IDS: Final = (
     "DDP-AUTOCAST-SCALER",
     "DDP-SHARDED-WORLD",
     "DDP-WRAPPER-ATTR",
+    "DDP-INIT-BEFORE-SET-DEVICE",
+    "DDP-WORLD-FROM-DEVICE-COUNT",
+    "DDP-SAMPLER-SEED",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")

@@ -344,7 +344,7 @@ class Flow:
     def is_rank_test(self, test: ast.expr, depth: int = 0) -> bool:  # noqa: PLR0911 - one case per node kind
         """`rank == 0`, `dist.get_rank() != 0`, `is_main_process()`, `args.local_rank in
         [-1, 0]`, `self.is_master`... but not `local_rank != -1` (distributed or not)."""
-        if depth > 4:
+        if depth > 7:
             return False
         if isinstance(test, ast.BoolOp):
             return any(self.is_rank_test(v, depth + 1) for v in test.values)
@@ -362,9 +362,16 @@ class Flow:
             if _MAIN_FLAG.match(name.lower()):
                 return True
             if isinstance(test, ast.Name):
+                scope = self.s.scope_of(test)
+                values = self.s.assigned(scope, test.id, module_too=True)
+                if not values and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+                    values = self.s.param_args(scope, test.id)  # a flag the caller computed
+                return any(self.is_rank_test(v, depth + 1) for v in values)
+            if isinstance(test.value, ast.Name) and test.value.id == "self":
+                # `self.save_to_disk`, given `save_to_disk = local_rank == 0` by the caller
                 return any(
                     self.is_rank_test(v, depth + 1)
-                    for v in self.s.assigned(self.s.scope_of(test), test.id, module_too=True)
+                    for v, _ in self.s.self_attr_values(test, test.attr)
                 )
             return False
         if isinstance(test, ast.Call):

@@ -241,7 +241,9 @@ class Project:
         target = self._find(name, here, node.level)
         for a in node.names:
             bound = a.asname or a.name
-            if a.name == "*":
+            if a.name == "*":  # `from utils.misc import *`: followed, names looked up there
+                if target is not None:
+                    mod.local[f"*{target}"] = (target, None)
                 continue
             sub = self._find(f"{name}.{a.name}" if name else a.name, here, node.level)
             if sub is not None:  # `from pkg import submodule`

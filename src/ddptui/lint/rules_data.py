@@ -17,7 +17,7 @@ _STREAMING: Final = re.compile(r"Iterable|Stream|Shard|WebDataset|IterDataPipe",
 _EVAL_NAME: Final = re.compile(r"val|test|eval|dev_", re.I)
 _SHARDERS: Final = frozenset({"split_dataset_by_node", "shard", "split_by_node"})
 _EPOCH: Final = re.compile(r"epoch", re.I)
-_LOCAL_SAMPLERS: Final = frozenset({"RandomSampler", "SequentialSampler"})
+_LOCAL_SAMPLERS: Final = frozenset({"RandomSampler", "SequentialSampler", "WeightedRandomSampler"})
 _SPLITTERS: Final = frozenset({"array_split", "chunk", "tensor_split", "split"})
 
 
@@ -248,6 +248,8 @@ def set_epoch(s: Script, f: Flow) -> Iterator[Hit]:
         if (isinstance(n, ast.For) and _EPOCH.search(ast.unparse(n.target) + ast.unparse(n.iter)))
         or (isinstance(n, ast.While) and _EPOCH.search(ast.unparse(n.test)))
     ]
+    # `while True: for batch in loader: yield batch`: each pass over the loader is an epoch
+    epoch_loops += _reiterated(s)
     for loop in epoch_loops[:1]:
         where = (
             f"line {samplers[0].lineno}"
@@ -264,6 +266,28 @@ def set_epoch(s: Script, f: Flow) -> Iterator[Hit]:
             sampler=_assigned_name(s, samplers[0]) or "sampler",
             epoch=ast.unparse(loop.target) if isinstance(loop, ast.For) else "epoch",
         )
+
+
+def _reiterated(s: Script) -> list[ast.For]:
+    """Loops over a DataLoader (names and parameters followed) inside another loop of
+    the same function: the loader starts a new epoch each time round."""
+    out: list[ast.For] = []
+    for n in s.nodes:
+        if not isinstance(n, ast.For) or not any(
+            isinstance(a, ast.For | ast.While) for a in _enclosing(s, n)
+        ):
+            continue
+        it = _iterated(s, n)
+        if it is not None and any(is_loader(s, o) for o in s.origins(it)):
+            out.append(n)
+    return out
+
+
+def _enclosing(s: Script, node: ast.AST) -> Iterator[ast.AST]:
+    for a in s.ancestors(node):
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
+            return
+        yield a
 
 
 def _calls_training_loop(s: Script, f: Flow, root: ast.AST, seen: set[ast.AST]) -> bool:
@@ -395,4 +419,34 @@ def _uneven(s: Script, at: ast.AST, shard: ast.AST, data: str | None) -> Hit:
     )
 
 
-RULES = (sampler, set_epoch, shuffle_sampler, uneven_batch, strided_sampler)
+def sampler_seed(s: Script, f: Flow) -> Iterator[Hit]:
+    """`DistributedSampler(data, seed=base * rank)` (or from the clock): each rank
+    shuffles the dataset its own way and takes its slice of a different permutation, so
+    the slices overlap and some samples are never seen."""
+    for c in s.calls:
+        if "DistributedSampler" not in {last(n) for n in s.call_names(c)}:
+            continue
+        seed = kwarg(c, "seed", 4)
+        if seed is None:
+            continue
+        timed = any(
+            isinstance(o, ast.Call) and s.call_name(o) in ("time.time", "time.time_ns")
+            for n in ast.walk(seed)
+            if isinstance(n, ast.expr)
+            for o in [n, *s.origins(n)]
+        )
+        if f.is_rank_expr(seed) or timed:
+            yield Hit.at(
+                "DDP-SAMPLER-SEED",
+                c,
+                (
+                    f"`seed={ast.unparse(seed)}` differs per rank"
+                    + (" (the clock)" if timed else "")
+                    + ": each rank slices a different permutation, so ranks see overlapping "
+                    "samples and skip others"
+                ),
+                seed=ast.unparse(seed),
+            )
+
+
+RULES = (sampler, set_epoch, shuffle_sampler, uneven_batch, strided_sampler, sampler_seed)

@@ -87,13 +87,14 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             and f.is_ddp_value(c.func.value)
             and not _unwrapped(s, c.func.value)
             and not _before_wrapping(s, f, c)
+            and not _prefix_juggling(s, c)
         ):
             return
     for c in s.calls:
         if not _torch(s, c, "save") or not c.args:
             continue
         for recv in _state_dict_receivers(s, c.args[0]):
-            if f.is_ddp_value(recv) and not _unwrapped(s, recv):
+            if f.is_ddp_value(recv) and not _unwrapped(s, recv) and not _other_branch(s, recv):
                 # in another function than the save: said at the `.state_dict()` call,
                 # where `.module` belongs
                 call = s.parents.get(recv, c)
@@ -108,6 +109,37 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                     model=ast.unparse(recv),
                 )
                 break
+
+
+def _prefix_juggling(s: Script, load: ast.Call) -> bool:
+    """The loading function adds or strips the `module.` prefix itself (pycls: "Either
+    the checkpoint or the current model uses DistributedDataParallel"): the saved keys
+    are a known nuisance, not a convention kept on both sides."""
+    return any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("module")
+        for n in ast.walk(s.scope_of(load))
+    )
+
+
+def _other_branch(s: Script, node: ast.AST) -> bool:
+    """On the plain branch of `m.module.state_dict() if ddp else m.state_dict()` (or of
+    an `if`/`else` of statements): the other branch takes `.module`."""
+    child = node
+    for a in s.ancestors(node):
+        if isinstance(a, ast.IfExp | ast.If):
+            body = [a.body] if isinstance(a, ast.IfExp) else a.body
+            other = a.orelse if any(child is b for b in body) else a.body
+            others = other if isinstance(other, list) else [other]
+            if any(
+                isinstance(n, ast.Attribute) and n.attr == "module"
+                for o in others
+                for n in ast.walk(o)
+            ):
+                return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+        child = a
+    return False
 
 
 def _before_wrapping(s: Script, f: Flow, call: ast.Call) -> bool:

@@ -61,6 +61,8 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
         if name in ("int", "str") and expr.args:
             return rank_kind(s, expr.args[0], depth + 1)
         return None
+    if isinstance(expr, ast.Subscript) and _visible_devices(s, expr.value):
+        return "physical"  # `[int(i) for i in os.environ["CUDA_VISIBLE_DEVICES"].split(",")][r]`
     if isinstance(expr, ast.BinOp):
         if isinstance(expr.op, ast.Mod):
             return "local"
@@ -80,12 +82,24 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
             if k is None and isinstance(o, ast.Name | ast.Attribute) and o is not expr:
                 continue
             kinds.add(k or "unknown")
+        if "physical" in kinds:
+            return "physical"
         if kinds == {"global"}:
             return "global"
         if "local" in kinds:
             return "local"
         return None
     return None
+
+
+def _visible_devices(s: Script, expr: ast.expr) -> bool:
+    """The list of physical GPU numbers read from CUDA_VISIBLE_DEVICES (a name given it)."""
+    for o in [expr, *s.origins(expr)]:
+        if any(
+            isinstance(n, ast.Constant) and n.value == "CUDA_VISIBLE_DEVICES" for n in ast.walk(o)
+        ):
+            return True
+    return False
 
 
 def _attr_values(s: Script, text: str) -> list[ast.expr]:
@@ -128,9 +142,22 @@ def global_rank_device(s: Script, f: Flow) -> Iterator[Hit]:
         call = at if isinstance(at, ast.Call) else s.parents.get(s.parents.get(at, at), at)
         if isinstance(at, ast.List | ast.Tuple):
             call = s.parents.get(s.parents.get(at, at), at)  # list -> keyword -> call
-        if rank_kind(s, value) != "global" or call in seen:
+        kind = rank_kind(s, value)
+        if kind not in ("global", "physical") or call in seen:
             continue
         seen.add(call)
+        if kind == "physical":
+            yield Hit.at(
+                "DDP-HARDCODED-DEVICE",
+                at,
+                (
+                    f"{what} is given `{ast.unparse(value)}`, a physical GPU number taken from "
+                    "CUDA_VISIBLE_DEVICES: inside the process the visible GPUs are renumbered "
+                    "0..n-1, so this names another GPU or none"
+                ),
+                seen=f"{what} with a GPU number from CUDA_VISIBLE_DEVICES",
+            )
+            continue
         yield Hit.at(
             "DDP-HARDCODED-DEVICE",
             at,

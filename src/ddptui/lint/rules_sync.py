@@ -12,21 +12,11 @@ from typing import Final
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.taint import depends, rank_tainted
 
 _NO_GRAD: Final = ("no_grad", "inference_mode")
 _BN: Final = re.compile(r"^(Lazy)?BatchNorm[123]d$")
-_CLOCKS: Final = frozenset({"time", "monotonic", "perf_counter", "time_ns", "process_time"})
 _EXITS: Final = (ast.Break, ast.Continue, ast.Return)
-_EQUALISERS: Final = frozenset(
-    {
-        "all_reduce",
-        "broadcast",
-        "broadcast_object_list",
-        "all_gather",
-        "all_gather_object",
-        "all_gather_into_tensor",
-    }
-)
 
 
 def under_no_grad(s: Script, node: ast.AST) -> bool:
@@ -189,57 +179,6 @@ def _paired(
     )
 
 
-def _tainted(s: Script, f: Flow, loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
-    """Names whose value differs between ranks inside the loop: the batch (not the
-    enumerate index), and what is computed from it, the model or the clock."""
-    names: set[str] = set()
-    if isinstance(loop, ast.For | ast.AsyncFor):
-        target = loop.target
-        it = loop.iter
-        if (
-            isinstance(it, ast.Call)
-            and last(s.call_name(it)) == "enumerate"
-            and isinstance(target, ast.Tuple)
-            and target.elts
-        ):
-            target = ast.Tuple(elts=target.elts[1:], ctx=ast.Store())
-            it = it.args[0] if it.args else it
-        if not (isinstance(it, ast.Call) and last(s.call_name(it)) == "range"):
-            names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-    # what an all_reduce or broadcast has made equal on every rank is not rank-dependent
-    synced = {
-        c.args[0].id
-        for c in own_nodes(loop)
-        if isinstance(c, ast.Call)
-        and c.args
-        and isinstance(c.args[0], ast.Name)
-        and (f.collective(c) or "").rsplit(".", 1)[-1] in _EQUALISERS
-    }
-    assigns = [
-        n for n in own_nodes(loop) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
-    ]
-    for _ in range(4):
-        for a in assigns:
-            if a.value is not None and _depends(s, f, a.value, names):
-                targets = a.targets if isinstance(a, ast.Assign) else [a.target]
-                names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        names -= synced
-    return names
-
-
-def _depends(s: Script, f: Flow, expr: ast.AST, names: set[str]) -> bool:
-    for n in [expr, *ast.walk(expr)]:
-        if isinstance(n, ast.Name) and n.id in names:
-            return True
-        if isinstance(n, ast.Call) and (
-            last(s.call_name(n)) in _CLOCKS and "time" in s.call_name(n)
-        ):
-            return True
-        if isinstance(n, ast.Call) and f.wrapper_calls and f.is_wrapped_value(n.func):
-            return True
-    return False
-
-
 def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
     for loop in [n for n in s.nodes if isinstance(n, ast.For | ast.AsyncFor | ast.While)]:
         if not f.stmts_sync(loop.body):
@@ -265,8 +204,8 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     continue  # a loop over a dict or a list: the same on every rank
                 else:
                     if tainted is None:
-                        tainted = _tainted(s, f, loop)
-                    if not _depends(s, f, node.test, tainted):
+                        tainted = rank_tainted(s, f, loop)
+                    if not depends(s, f, node.test, tainted):
                         continue
                     why = "a condition on this rank's own data, loss or clock"
                 kind = type(exit_).__name__.lower()
@@ -291,7 +230,7 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
 def _varies(s: Script, f: Flow, test: ast.expr, loop: ast.For | ast.AsyncFor | ast.While) -> bool:
     """The test differs between ranks: on the rank, or on this rank's data, loss or clock."""
     return f.is_rank_test(test) or (
-        _over_data(s, f, loop) and _depends(s, f, test, _tainted(s, f, loop))
+        _over_data(s, f, loop) and depends(s, f, test, rank_tainted(s, f, loop))
     )
 
 
@@ -574,7 +513,8 @@ def _unguarded_backward(s: Script, f: Flow, loop: ast.AST) -> ast.Call | None:
 def _first_backward(s: Script, f: Flow, fn: ast.AST, seen: set[ast.AST]) -> ast.Call | None:
     for n in own_nodes(fn):
         if not isinstance(n, ast.Call) or any(
-            isinstance(a, ast.If | ast.For | ast.While) for a in _between(s, n, fn)
+            isinstance(a, ast.For | ast.While) or (isinstance(a, ast.If) and not _both(f, a))
+            for a in _between(s, n, fn)
         ):
             continue
         if f.is_backward(n):
@@ -586,6 +526,15 @@ def _first_backward(s: Script, f: Flow, fn: ast.AST, seen: set[ast.AST]) -> ast.
                 if found is not None:
                     return found
     return None
+
+
+def _both(f: Flow, node: ast.If) -> bool:
+    """Both branches of the `if` run a backward (`if fp16: scaled.backward() else:
+    loss.backward()`): it runs either way."""
+    return all(
+        any(isinstance(n, ast.Call) and f.is_backward(n) for st in part for n in ast.walk(st))
+        for part in (node.body, node.orelse)
+    )
 
 
 def _between(s: Script, node: ast.AST, top: ast.AST) -> list[ast.AST]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddptui.lint.project import Module, Project, Shared
+from ddptui.lint.reach import partial_target, reached, star
 
 Scope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Module
 FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -33,7 +34,6 @@ SELF_RETURNING = frozenset(
 )
 _MAX_DEPTH = 8
 _MAX_CHAIN = 40  # assignments, returns and parameters followed from one value
-_MAX_DEFS = 3000  # definitions of followed modules taken in per entry script
 Resolved = FuncNode | ast.ClassDef | Module | str | None
 
 
@@ -75,7 +75,7 @@ class Script:
             s._by_tree[m.tree] = m
             s._by_key[m.key] = m
             s.classes.update(m.classes)
-        s.nodes = [*entry.nodes, *s._reached()]
+        s.nodes = [*entry.nodes, *reached(s)]
         order = {m.tree: i for i, m in enumerate(s.modules)}
         s.calls = [n for n in s.nodes if isinstance(n, ast.Call)]
         s.calls.sort(key=lambda c: (order.get(s.module_of(c).tree, 0), c.lineno, c.col_offset))
@@ -120,59 +120,6 @@ class Script:
                 return found
         return node
 
-    def _reached(self) -> list[ast.AST]:
-        """Nodes of the followed modules that run: their top-level statements (outside
-        `if __name__ == "__main__":`) and the functions and classes named by code that
-        runs, transitively; at most _MAX_DEFS definitions."""
-        out: list[ast.AST] = []
-        roots: list[ast.AST] = [self.entry.tree]
-        for m in self.modules[1:]:
-            for st in m.tree.body:
-                if not (isinstance(st, FuncNode | ast.ClassDef) or _is_main_block(st)):
-                    out += self._walked(st)
-                    roots.append(st)
-        done: set[ast.AST] = set()
-        while roots and len(done) < _MAX_DEFS:
-            for target in self._refs(roots.pop()):
-                if target not in done and self.module_of(target) is not self.entry:
-                    done.add(target)
-                    out += self._walked(target)
-                    roots.append(target)
-        return out
-
-    def _walked(self, node: ast.AST) -> list[ast.AST]:
-        found = self.shared.walks.get(node)
-        if found is None:
-            found = self.shared.walks[node] = list(ast.walk(node))
-        return found
-
-    def _refs(self, root: ast.AST) -> list[FuncNode | ast.ClassDef]:
-        """The project functions and classes the code under `root` names (once per run)."""
-        found = self.shared.refs.get(root)
-        if found is not None:
-            return found
-        out: dict[FuncNode | ast.ClassDef, None] = {}
-        for node in self._walked(root):
-            target = None
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                mod = self.module_of(node)
-                if node.id in mod.local:
-                    target = self.resolve(mod, node.id)
-                elif node.id in mod.functions or node.id in mod.classes:
-                    target = self.resolve_in(mod, node.id)  # the same file's own
-            elif (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in self.module_of(node).local
-            ):
-                base = self.resolve(self.module_of(node), node.value.id)
-                if isinstance(base, Module):
-                    target = self.resolve_in(base, node.attr)
-            if isinstance(target, FuncNode | ast.ClassDef):
-                out[target] = None
-        self.shared.refs[root] = list(out)
-        return self.shared.refs[root]
-
     # --- names across modules -------------------------------------------------------
 
     def resolve(self, mod: Module, name: str, depth: int = 0) -> Resolved:
@@ -180,8 +127,10 @@ class Script:
         module, a dotted name it re-exports (`torch.nn.parallel.DistributedDataParallel`),
         or None (not a local import, or not found)."""
         ref = mod.local.get(name)
-        if ref is None or depth > _MAX_DEPTH:
+        if depth > _MAX_DEPTH:
             return None
+        if ref is None:
+            return star(self, mod, name, depth) if not name.startswith("*") else None
         target = self._by_key.get(ref[0])
         if target is None:
             return None
@@ -532,6 +481,9 @@ class Script:
                 return (found,)
             if f.id in mod.aliases or f.id in mod.local:
                 return ()
+            bound = partial_target(self, call, f.id)
+            if bound:
+                return bound
             return tuple(
                 fn
                 for fn in mod.functions.get(f.id, ())
@@ -541,6 +493,19 @@ class Script:
             if isinstance(f.value, ast.Name) and f.value.id == "self":
                 own = self.class_of(call)
                 return tuple(self._methods(own, f.attr)) if own else ()
+            if (
+                isinstance(f.value, ast.Call)
+                and isinstance(f.value.func, ast.Name)
+                and f.value.func.id == "super"
+            ):  # `super().__init__(...)`: the base class's method
+                own = self.class_of(call)
+                bases = [self.class_named(b) for b in own.bases] if own else []
+                return tuple(
+                    m
+                    for b in bases
+                    if b is not None and b is not own
+                    for m in self._methods(b, f.attr)
+                )
             module = self._module_value(f.value)
             if module is not None:
                 target = self.resolve_in(module, f.attr)
@@ -581,10 +546,6 @@ def _alternatives(expr: ast.expr, depth: int = 0) -> list[ast.expr]:
     if depth < 4 and isinstance(expr, ast.BoolOp):
         return [a for v in expr.values for a in _alternatives(v, depth + 1)]
     return [expr]
-
-
-def _is_main_block(st: ast.stmt) -> bool:
-    return isinstance(st, ast.If) and "__main__" in ast.unparse(st.test)
 
 
 def _bind(table: dict[str, list[ast.expr]], target: ast.expr, value: ast.expr) -> None:

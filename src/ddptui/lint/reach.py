@@ -1,0 +1,117 @@
+"""How the entry reaches the code of the project modules it imports: which of their
+definitions run (named by code that runs, transitively), names brought in by a star
+import, and the function a `functools.partial` binds. Functions of a Script (kept out
+of script.py, which holds the per-name facts)."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from ddptui.lint.project import Module
+
+if TYPE_CHECKING:
+    from ddptui.lint.script import FuncNode, Resolved, Script
+
+_MAX_DEFS = 3000  # definitions of followed modules taken in per entry script
+_FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def reached(self: Script) -> list[ast.AST]:
+    """Nodes of the followed modules that run: their top-level statements (outside
+    `if __name__ == "__main__":`) and the functions and classes named by code that
+    runs, transitively; at most _MAX_DEFS definitions."""
+    out: list[ast.AST] = []
+    roots: list[ast.AST] = [self.entry.tree]
+    for m in self.modules[1:]:
+        for st in m.tree.body:
+            if not (isinstance(st, (*_FUNC, ast.ClassDef)) or _is_main_block(st)):
+                out += walked(self, st)
+                roots.append(st)
+    done: set[ast.AST] = set()
+    while roots and len(done) < _MAX_DEFS:
+        for target in refs(self, roots.pop()):
+            if target not in done and self.module_of(target) is not self.entry:
+                done.add(target)
+                out += walked(self, target)
+                roots.append(target)
+    return out
+
+
+def walked(self: Script, node: ast.AST) -> list[ast.AST]:
+    found = self.shared.walks.get(node)
+    if found is None:
+        found = self.shared.walks[node] = list(ast.walk(node))
+    return found
+
+
+def refs(self: Script, root: ast.AST) -> list[FuncNode | ast.ClassDef]:
+    """The project functions and classes the code under `root` names (once per run)."""
+    found = self.shared.refs.get(root)
+    if found is not None:
+        return found
+    out: dict[FuncNode | ast.ClassDef, None] = {}
+    for node in walked(self, root):
+        target = None
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            mod = self.module_of(node)
+            if node.id in mod.local:
+                target = self.resolve(mod, node.id)
+            elif node.id in mod.functions or node.id in mod.classes:
+                target = self.resolve_in(mod, node.id)  # the same file's own
+            elif any(k.startswith("*") for k in mod.local):
+                target = star(self, mod, node.id, 0)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in self.module_of(node).local
+        ):
+            base = self.resolve(self.module_of(node), node.value.id)
+            if isinstance(base, Module):
+                target = self.resolve_in(base, node.attr)
+        if isinstance(target, (*_FUNC, ast.ClassDef)):
+            out[target] = None
+    self.shared.refs[root] = list(out)
+    return self.shared.refs[root]
+
+
+def star(self: Script, mod: Module, name: str, depth: int) -> Resolved:
+    """A name a `from m import *` of a project module brings in."""
+    for k, (path, _) in mod.local.items():
+        target = self._by_key.get(path) if k.startswith("*") else None
+        if target is not None and target is not mod:
+            found = self.resolve_in(target, name, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def partial_target(self: Script, call: ast.Call, name: str) -> tuple[FuncNode, ...]:
+    """`backwards = partial(loss_backwards, fp16)`, then `backwards(loss)`: the
+    project function the partial binds."""
+    for v in self.assigned(self.scope_of(call), name, module_too=True):
+        if not (isinstance(v, ast.Call) and v.args and ident_of(v.func) == "partial"):
+            continue
+        target = v.args[0]
+        if isinstance(target, ast.Name):
+            mod = self.module_of(v)
+            found = self.resolve(mod, target.id)
+            if isinstance(found, _FUNC):
+                return (found,)
+            return tuple(fn for fn in mod.functions.get(target.id, ()) if self.class_of(fn) is None)
+        if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
+            own = self.class_of(v)
+            return tuple(self._methods(own, target.attr)) if own else ()
+    return ()
+
+
+def ident_of(expr: ast.expr) -> str | None:
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return None
+
+
+def _is_main_block(st: ast.stmt) -> bool:
+    return isinstance(st, ast.If) and "__main__" in ast.unparse(st.test)

@@ -1,0 +1,109 @@
+"""The same random stream on every rank, through the project's helpers: a seeding
+helper called alike on every rank, DataLoader generators seeded alike."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow, calls_in
+from ddptui.lint.model import Hit
+from ddptui.lint.rules_data import is_loader
+from ddptui.lint.script import Script, kwarg, last
+
+_STARTS: Final = frozenset(
+    {"init_dist", "init_distributed", "init_distributed_mode", "Accelerator", "init_process_group"}
+)
+_GLOBAL_SEEDS: Final = frozenset(
+    {"torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "random.seed",
+     "numpy.random.seed", "np.random.seed"}
+)  # fmt: skip
+_DRAWS: Final = re.compile(
+    r"^torch\.(randn|rand|randint|randperm|randn_like|rand_like|randint_like|bernoulli"
+    r"|multinomial|normal|poisson)$|^(numpy|np)\.random\.(?!seed)\w+$|^random\.(?!seed)\w+$"
+)
+_SEED_NAME: Final = re.compile(r"seed", re.I)
+
+
+def _multi_process(s: Script, f: Flow) -> bool:
+    return f.distributed or any(last(s.call_name(c)) in _STARTS for c in s.calls)
+
+
+def _seeding(s: Script, c: ast.Call, depth: int = 0) -> bool:
+    """A call that seeds the global generators: torch/numpy/random directly, or a
+    project helper that does (`set_random_seed(seed)`)."""
+    qn = s.call_name(c)
+    if qn in _GLOBAL_SEEDS:
+        return True
+    if depth > 1 or not _SEED_NAME.search(last(qn)):
+        return False
+    return any(_seeding(s, inner, depth + 1) for fn in s.callees(c) for inner in calls_in(fn.body))
+
+
+def _old_rule_fires(s: Script, f: Flow) -> bool:
+    from ddptui.lint.rules_model import _random_op, _seed_calls
+
+    seeds = _seed_calls(s)
+    return (
+        f.distributed
+        and bool(seeds)
+        and not any(f.is_rank_expr(c) for c in seeds)
+        and not f.uses("worker_init_fn")
+        and any(_random_op(s.call_name(c)) for c in s.calls)
+    )
+
+
+def rank_seed_helpers(s: Script, f: Flow) -> Iterator[Hit]:
+    """`set_random_seed(seed)` (a project helper, or torch/numpy/random directly) with
+    the same value on every rank, in a project that draws random numbers (noise, masks,
+    crops): said at the entry's call, where `+ rank` belongs."""
+    if not _multi_process(s, f) or _old_rule_fires(s, f) or f.uses("LightningModule"):
+        return
+    # a project helper (`set_random_seed`): a direct `torch.manual_seed(0)` before the
+    # model is built is the advice for equal initial weights (DDP-SEED), left alone
+    seeds = [c for c in s.calls if s.callees(c) and _seeding(s, c)]
+    if not seeds or not any(_DRAWS.match(s.call_name(c)) for c in s.calls):
+        return
+    for c in seeds:
+        inner = [n for fn in s.callees(c) for n in ast.walk(fn)]
+        if f.is_rank_expr(c) or any(
+            isinstance(n, ast.Name | ast.Attribute | ast.Call) and f.rank_valued(n) for n in inner
+        ):
+            return  # one of them adds the rank
+    at = s.entry_anchor(seeds[0])
+    yield Hit.at(
+        "DDP-RANK-SEED",
+        at,
+        (
+            f"`{ast.unparse(at)[:60]}` seeds every rank alike and the project draws random "
+            "numbers (noise, masks, crops): every GPU draws the same ones"
+        ),
+        seed=ast.unparse(seeds[0].args[0]) if seeds[0].args else "seed",
+    )
+
+
+def loader_generator_seed(s: Script, f: Flow) -> Iterator[Hit]:
+    """`DataLoader(..., generator=get_generator(seed))` with one seed for every rank: the
+    workers' random streams (augmentation, noise) coincide across GPUs."""
+    if not _multi_process(s, f):
+        return
+    for c in s.calls:
+        gen = kwarg(c, "generator") if is_loader(s, c) else None
+        if gen is None or f.is_rank_expr(gen):
+            continue
+        if not _SEED_NAME.search(ast.unparse(gen)):
+            continue
+        yield Hit.at(
+            "DDP-RANK-SEED",
+            gen,
+            (
+                f"`generator={ast.unparse(gen)}` seeds this DataLoader alike on every rank: "
+                "its workers draw the same augmentations and noise on every GPU"
+            ),
+            seed=ast.unparse(gen),
+        )
+
+
+RULES = (rank_seed_helpers, loader_generator_seed)
