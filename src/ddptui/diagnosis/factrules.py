@@ -19,6 +19,7 @@ from ddptui.diagnosis.factcontext import (
     Proc,
     Stall,
     busy_bar,
+    local_across_hosts,
     missing_nodes,
     name_elsewhere,
     ranks_said,
@@ -216,14 +217,19 @@ def _stalls(entries: object) -> tuple[Stall, ...]:
         raise FactRuleError("stalls: expected a list")
     out = []
     for i, e in enumerate(entries, 1):
-        keys = {"what", "start", "done", "first_step"}
+        keys = {"what", "start", "done", "first_step", "header"}
         if not isinstance(e, dict) or not {"what", "start"} <= set(e) <= keys:
-            raise FactRuleError(f"stalls[{i}]: keys must be what, start (and done, first_step)")
+            raise FactRuleError(
+                f"stalls[{i}]: keys must be what, start (and done, first_step, header)"
+            )
         done = _compile(f"stalls[{i}].done", e["done"]) if e.get("done") else None
         start = _compile(f"stalls[{i}].start", e["start"])
         if start.groupindex:
             raise FactRuleError(f"stalls[{i}].start: no named groups")
-        out.append(Stall(str(e["what"]), start, done, bool(e.get("first_step", False))))
+        header = e.get("header", 0)
+        if not isinstance(header, int) or isinstance(header, bool) or header < 0:
+            raise FactRuleError(f"stalls[{i}].header: expected a count of lines (0 or more)")
+        out.append(Stall(str(e["what"]), start, done, bool(e.get("first_step", False)), header))
     return tuple(out)
 
 
@@ -248,6 +254,14 @@ def explained(fid: str, present: Iterable[str]) -> list[str]:
         if rule.is_cause(fid):
             out += [p for p in present if rule.is_consequence(p) and p not in out]
     return out
+
+
+def outranks_line(fid: str, lead: str) -> bool:
+    """Whether `fid` outranks `lead` by a ranking.yaml precedence rule marked `lines`
+    (one that holds between line signatures too, not only for the facts' findings)."""
+    return any(
+        r.lines and r.is_cause(fid) and r.is_consequence(lead) for r in load_ranking().precedence
+    )
 
 
 # --------------------------------------------------------------------------- the facts
@@ -505,6 +519,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "store_overcount": _store_overcount,
     "op_mismatch": _op_mismatch,
     "shm_context": shm_context,
+    "local_across_hosts": local_across_hosts,
     "missing_nodes": missing_nodes,
     "stalled": stalled,
     "stalled_one_host": stalled_one_host,
