@@ -13,21 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from ddptui.diagnosis.factrules import FactRule, FactRules
+    from ddptui.diagnosis.factmodel import FactRule, FactRules, Stall
 
 Hit = tuple[list[int], list[str], str, dict[str, str]]  # ranks, evidence, summary, placeholders
-
-
-@dataclass(frozen=True)
-class Stall:
-    """A step whose start, among the last lines of a log with no line saying it finished,
-    means the job stopped there (factrules.yaml `stalls`; logs/stalls.py watches)."""
-
-    what: str  # "Lightning's process registration"
-    start: re.Pattern[str]
-    done: re.Pattern[str] | None  # the line that says it finished (None: any later output)
-    first_step: bool  # the first collective or benchmark step, after init finished
-    header: int = 0  # lines the step's own header prints after its start; more: it went on
 
 
 @dataclass(frozen=True)

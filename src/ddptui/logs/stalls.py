@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ddptui.diagnosis.factcontext import Stall
+from ddptui.diagnosis.factmodel import Stall
 
 TAIL: Final = 12  # a step started within this many lines of the end of its file
 

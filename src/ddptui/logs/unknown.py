@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from typing import Final, Protocol
 
 from ddptui.diagnosis.factcontext import Context, Proc
+from ddptui.diagnosis.factmodel import UNRECOGNIZED
 from ddptui.diagnosis.factrules import (
-    UNRECOGNIZED,
     explained,
     fact_findings,
     load_factrules,
