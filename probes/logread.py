@@ -7,13 +7,20 @@
 # Two modes, so that a file every node sees (a shared filesystem) is read once:
 #   "survey": say what each glob matches and what identifies each file (_fileid.py),
 #             read nothing else;
-#   "read":   read exactly `paths` (the files the login node assigned to this node).
+#   "read":   read exactly `paths` (the files the login node assigned to this node);
+#             with a "filter" (the login node's prefilter, _linescan.py) only the blocks
+#             of lines its diagnosis looks at are sent (`seg` records), and each file's
+#             bytes and lines are counted here (file_end).
 # Without a mode: expand the globs and read what they match (one pass).
 # params: {"globs": [str], "mode": "survey"|"read", "paths": [str], "expect": {path: ino},
-#          "max_bytes": int, "max_files": int, "salt": str, "deadline_s": float}
+#          "max_bytes": int, "max_files": int, "salt": str, "deadline_s": float,
+#          "filter": {"exact": str|None, "folded": str|None, "plain_exact", "plain_folded",
+#                     "digits_exact", "digits_folded": str|None, "all": bool, "max_line": int,
+#                     "long_line": int, "lookback": int, "sniff": int, "chunk": int}}
 # records: host {hostname, boot}, done {files, read_bytes, cpu_s}, seen {path, <identity>}, file {path, size, offset,
-#          truncated, gzip}, lines {path, text}, file_end {path, ino, size_now, grew,
-#          replaced}, file_error {path, error}, nomatch {glob}, done {files}
+#          truncated, gzip}, lines {path, text}, seg {path, first, text, more},
+#          file_end {path, ino, size_now, grew, replaced, bytes, lines, last},
+#          file_error {path, error}, nomatch {glob}, done {files}
 import errno
 import glob
 import gzip
@@ -63,9 +70,11 @@ def binary_head(head):
 
 
 def encoding_of(head):
+    """The login side's rule (ddptui/logs/reader.py sniff): Latin-1 when more than 2% of
+    the head's characters are bytes UTF-8 cannot decode."""
     text = head.decode("utf-8", "replace")
-    bad = text.count("\ufffd")
-    return "latin-1" if bad and bad > len(text) // 50 else "utf-8"
+    bad = text.count("\ufffd") - head.decode("utf-8", "ignore").count("\ufffd")
+    return "latin-1" if bad and bad / max(len(text), 1) > 0.02 else "utf-8"
 
 
 def open_bounded(path, max_bytes):
@@ -152,6 +161,92 @@ def send_file(path, max_bytes, known, salt):
     return True
 
 
+SEG_CHARS = 256 * 1024  # a block longer than this goes in several `seg` records
+
+
+def send_segment(path, first, raw, encoding, known, salt):
+    """Lines of one block (raw bytes, no final newline) as `seg` records from line
+    `first`: redacted, cut into pieces of about SEG_CHARS at line ends; every piece but
+    the last says more=True (the login node joins them back into one block)."""
+    text = raw.decode(encoding, "replace")
+    redacted = redact_text(text, known, salt)
+    if redacted.count("\n") != text.count("\n"):  # never seen: then line by line
+        redacted = "\n".join(redact_text(x, known, salt) for x in text.split("\n"))
+    start = 0
+    while True:
+        end = redacted.find("\n", start + SEG_CHARS) if len(redacted) - start > SEG_CHARS else -1
+        piece = redacted[start:] if end < 0 else redacted[start:end]
+        emit("seg", path=path, first=first, text=piece, more=end >= 0)
+        if end < 0:
+            return
+        first += piece.count("\n") + 1
+        start = end + 1
+
+
+def send_filtered(path, max_bytes, known, salt, flt):
+    """The file read in the login node's chunks (SNIFF, then 1 MiB), only the blocks of
+    lines its diagnosis looks at sent (_linescan.py), and what it read counted: the
+    file_end record carries bytes and lines as the login node would have counted them."""
+    try:
+        fh, info = open_bounded(path, max_bytes)
+    except OSError as exc:
+        emit("file_error", path=path, error=exc.strerror or str(exc))
+        return None
+    size = int(flt.get("chunk", 1 << 20))
+    with fh:
+        try:
+            head = fh.read(int(flt.get("sniff", SNIFF)))
+        except (OSError, EOFError) as exc:
+            emit("file_error", path=path, error=str(exc))
+            return None
+        if binary_head(head):
+            emit("file_error", path=path, error="binary data, not a text log")
+            return None
+        encoding = encoding_of(head)
+        left = max_bytes - len(head) if info["gzip"] else info["size"] - info["offset"] - len(head)
+        emit("file", path=path, truncated=bool(info["offset"]), **info)
+        counted = {"bytes": 0, "lines": 0}
+
+        def chunks():
+            nonlocal left
+            data = head
+            while data:
+                counted["bytes"] += len(data)
+                counted["lines"] += data.count(b"\n")
+                yield data
+                if left <= 0:
+                    return
+                try:
+                    data = fh.read(min(size, left))
+                except (OSError, EOFError) as exc:
+                    emit("file_error", path=path, error="read stopped: %s" % exc)
+                    return
+                left -= len(data)
+
+        pats = {
+            name: re.compile(flt[name].encode("utf-8")) if flt.get(name) else None
+            for name in ("exact", "folded", "plain_exact", "plain_folded", "digits_exact",
+                         "digits_folded")
+        }
+        max_line, lookback = int(flt["max_line"]), int(flt["lookback"])
+        lineno, spill, seen = 0, False, (set(), set(), set())
+        for block in chunk_blocks(chunks(), int(flt["long_line"]), max_line):
+            if flt.get("all"):
+                ranges, after = [(0, 0, len(block))], False
+            else:
+                hits = hit_lines(block, pats, max_line, seen)
+                ranges, after = wanted(block, hits, lookback)
+            if spill and not (ranges and ranges[0][0] == 0):
+                end = block.find(b"\n")
+                ranges.insert(0, (0, 0, len(block) if end < 0 else end))
+            for first, begin, end in ranges:
+                send_segment(path, lineno + first, block[begin:end], encoding, known, salt)
+            spill = after
+            lineno += block.count(b"\n") + 1
+    counted["last"] = lineno  # the file's lines as the reader splits them (its end marker)
+    return counted
+
+
 def matched(globs, max_files):
     """The files the globs match, each once, at most max_files (one note for the rest)."""
     out, seen, extra = [], set(), 0
@@ -195,7 +290,7 @@ def survey(paths, deadline):
             emit("file_error", path=path, error=why or str(exc))
 
 
-def read_assigned(paths, expect, max_bytes, known, salt):
+def read_assigned(paths, expect, max_bytes, known, salt, flt=None):
     sent = 0
     for path in paths:
         try:
@@ -203,7 +298,13 @@ def read_assigned(paths, expect, max_bytes, known, salt):
         except OSError as exc:
             emit("file_error", path=path, error="gone before it was read: %s" % (exc.strerror or exc))
             continue
-        if send_file(path, max_bytes, known, salt):
+        counted = None
+        if flt is not None:
+            counted = send_filtered(path, max_bytes, known, salt, flt)
+            done = counted is not None
+        else:
+            done = send_file(path, max_bytes, known, salt)
+        if done:
             sent += 1
             try:
                 after = os.stat(path)
@@ -218,6 +319,7 @@ def read_assigned(paths, expect, max_bytes, known, salt):
                 grew=after.st_size - before.st_size,
                 replaced=bool(want is not None and int(want) != before.st_ino)
                 or after.st_ino != before.st_ino,
+                **(counted or {}),
             )
     return sent
 
@@ -246,7 +348,9 @@ def main():
     known = secret_values(dict(os.environ))
     if mode == "read":
         paths = [str(p) for p in PARAMS.get("paths") or []][:max_files]
-        sent = read_assigned(paths, dict(PARAMS.get("expect") or {}), max_bytes, known, salt)
+        sent = read_assigned(
+            paths, dict(PARAMS.get("expect") or {}), max_bytes, known, salt, PARAMS.get("filter")
+        )
         t = os.times()
         emit("done", files=sent, read_bytes=read_bytes(), cpu_s=round(t[0] + t[1], 3))
         return

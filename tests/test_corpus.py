@@ -38,8 +38,17 @@ CORPUS = load_corpus()
 # LOGS-NOT-IN-COLLECTIVE, two [NEW] ones became LOGS-NAME-ELSEWHERE, where the thread
 # established exactly that cause (with the labels as they were: 150 right, 18 wrong).
 # Round 4 D and D2 (34 failing, scored blind at 68f000e, 12 of their causes [NEW]) brought
-# it to 77 % (170 right, 20 wrong, 15 unrecognized, 16 called clean of 221).
-RIGHT_CAUSE_FLOOR = 0.76
+# it to 77 % (170 right, 20 wrong, 15 unrecognized, 16 called clean of 221).  Round logs5
+# (general mechanisms for their kinds: a scheduler's kill leads the launcher's SIGKILL, a
+# worker's SIGBUS or a segment NCCL could not create -> /dev/shm, DeepSpeed killing its
+# workers is a failure, new ids for a launcher command not found, an empty master address
+# and the open-files limit, P2P between two hosts NCCL took for one): 173 right (78 %), 21
+# wrong, 14 unrecognized, 13 called clean.  Three
+# of the 21 wrong are [NEW] labels now named by a logs5 id (labels unchanged this round).
+# Round 4 E (12 failing, scored blind at a32de33: 8 right, 0 wrong, 3 unrecognized, 1
+# called clean) and one round 2 label that now accepts SLURM-OOM: 182 right of 233 (78 %),
+# 20 wrong, 17 unrecognized, 14 called clean.
+RIGHT_CAUSE_FLOOR = 0.77
 WRONG_CAUSE_CEILING = 0.10
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
@@ -52,8 +61,9 @@ WRONG_CAUSE_CEILING = 0.10
 # hang (one line), a gloo hang with INFO lines only, an etcd rendezvous race.  Round logs3:
 # a log that stops in a step it started (NCCL init, Lightning's registration, torchrun's
 # rendezvous, a benchmark's first size, a progress bar at 0) is no longer clean (5 fewer).
-# Round 4 D and D2 (not tuned on) added 8 called clean.
-CALLED_CLEAN_CEILING = 16
+# Round 4 D and D2 (not tuned on) added 8 called clean; round logs5 took 3 of them back;
+# round 4 E added 1 (nccl-tests#287: its lines stop before the failure).
+CALLED_CLEAN_CEILING = 14
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"

@@ -297,22 +297,32 @@ def test_a_live_log_is_read_up_to_its_size_at_open_and_said_to_grow(tmp_path: Pa
 
     t = threading.Thread(target=append)
     t.start()
+    from ddptui.logs.scan import node_filter
+
+    outs = []
     try:
-        params = {"mode": "read", "paths": [str(log)], "max_bytes": 1 << 30, "salt": "s"}
-        code = f"PARAMS = {params!r}\n" + probe_source("logread")
-        t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=60, check=True)
-        took = time.monotonic() - t0
+        for flt in (None, node_filter()):  # every line sent, or filtered there (counted)
+            params = {"mode": "read", "paths": [str(log)], "max_bytes": 1 << 30, "salt": "s",
+                      "filter": flt}
+            code = f"PARAMS = {params!r}\n" + probe_source("logread")
+            t0 = time.monotonic()
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 timeout=60, check=True)
+            outs.append((out, time.monotonic() - t0))
     finally:
         stop.set()
         t.join()
-    recs = [json.loads(line) for line in out.stdout.splitlines()]
-    sent = sum(r["text"].count("\n") + 1 for r in recs if r["kind"] == "lines")
-    (end,) = [r for r in recs if r["kind"] == "file_end"]
-    (opened,) = [r for r in recs if r["kind"] == "file"]
-    assert start_lines <= sent <= opened["size"] // len("[rank0]: step 0\n") + 1
-    assert end["grew"] > 0 and took < 30
+    for out, took in outs:
+        recs = [json.loads(line) for line in out.stdout.splitlines()]
+        (end,) = [r for r in recs if r["kind"] == "file_end"]
+        (opened,) = [r for r in recs if r["kind"] == "file"]
+        sent = sum(r["text"].count("\n") + 1 for r in recs if r["kind"] == "lines")
+        if "lines" in end:  # filtered: nothing here to send, every line counted
+            assert not [r for r in recs if r["kind"] in ("lines", "seg")]
+            sent = end["lines"]
+            assert end["bytes"] <= opened["size"]
+        assert start_lines <= sent <= opened["size"] // len("[rank0]: step 0\n") + 1
+        assert end["grew"] > 0 and took < 30
 
 
 def test_a_shared_file_some_asked_nodes_do_not_see_is_said_once() -> None:

@@ -140,3 +140,49 @@ def test_job_reads_each_ranks_dump_in_a_shared_fr_trace_once(make_testbed, tmp_p
     assert "ranks with the entry: 0, 2" in " ".join(fr[0]["evidence"]), fr[0]["evidence"]
     for i in range(3):
         assert tb.pids(i) == [], tb.pids(i)
+
+
+def test_captured_logs_diagnosed_on_the_nodes_equal_their_local_diagnosis(make_testbed) -> None:  # type: ignore[no-untyped-def]
+    """The nodes filter the logs with the diagnosis' prefilter and send only the lines
+    it looks at: the real captured logs in a shared folder, diagnosed on 2 nodes over
+    SSH, give the findings, evidence lines, timelines and counts of a local diagnosis."""
+    import shutil
+
+    tb = make_testbed(2, stem="sfs", subnet_base="10.87")
+    cfg = tb.write_config()
+    logs = tb.workdir / "captured"
+    logs.mkdir()
+    captured = [
+        *sorted((GPU / "nccl-env").glob("*.log"))[:6],
+        GPU / "job-hang/watchdog-timeout.log", GPU / "raw-torchrun/nproc2-on-1gpu.log",
+        GPU.parent / "logs/rank_skips_collective.log", GPU.parent / "logs/gloo_ifname_eth9.log",
+    ]
+    for i, src in enumerate(captured):
+        shutil.copyfile(src, logs / f"{i:02d}-{src.name}")
+    files = sorted(str(p) for p in logs.glob("*.log"))
+
+    def run(args: list[str]) -> dict[str, object]:
+        result = CliRunner().invoke(main, ["diagnose", *args, "--json", "-"])
+        assert result.exit_code in (0, 1), result.output
+        return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+    here = run(files)
+    there = run(["--config", str(cfg), f"*:{logs}/*.log"])
+
+    def seen(doc: dict[str, object]) -> dict[str, object]:
+        step = doc["steps"][0]  # type: ignore[index]
+        return {
+            "first": (doc["first_failure"] or {}).get("finding"),  # type: ignore[union-attr]
+            "findings": [(f["id"], f["severity"], f.get("rank"), f["evidence"], f.get("lines"))
+                         for f in step["findings"]],
+            "timelines": step["data"]["timelines"],
+            "lines": step["data"]["lines"],
+            "bytes": step["data"]["bytes"],
+        }
+
+    assert seen(there) == seen(here)
+    assert len(seen(here)["findings"]) >= 5  # type: ignore[arg-type]
+    data = there["steps"][0]["data"]  # type: ignore[index]
+    assert sorted(f["label"] for f in data["files"]) == files  # each read once, named by path
+    for i in range(2):
+        assert tb.pids(i) == [], tb.pids(i)

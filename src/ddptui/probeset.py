@@ -17,7 +17,7 @@ PROBE_LIBS: dict[str, tuple[str, ...]] = {
     "job": ("_redact.py", "_proc.py", "_inspector.py", "_fileid.py"),
     "allreduce": ("_redact.py",),
     "fabric": ("_redact.py",),
-    "logread": ("_redact.py", "_fileid.py"),
+    "logread": ("_redact.py", "_fileid.py", "_linescan.py"),
 }
 
 

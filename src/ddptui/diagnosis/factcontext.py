@@ -13,20 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from ddptui.diagnosis.factrules import FactRule, FactRules
+    from ddptui.diagnosis.factmodel import FactRule, FactRules, Stall
 
 Hit = tuple[list[int], list[str], str, dict[str, str]]  # ranks, evidence, summary, placeholders
-
-
-@dataclass(frozen=True)
-class Stall:
-    """A step whose start, among the last lines of a log with no line saying it finished,
-    means the job stopped there (factrules.yaml `stalls`; logs/stalls.py watches)."""
-
-    what: str  # "Lightning's process registration"
-    start: re.Pattern[str]
-    done: re.Pattern[str] | None  # the line that says it finished (None: any later output)
-    first_step: bool  # the first collective or benchmark step, after init finished
 
 
 @dataclass(frozen=True)
@@ -65,6 +54,8 @@ class Context:
     stopped: tuple[tuple[Stall, str], ...] = ()  # steps sources stopped in: (step, "where: text")
     # c10d: (name it was given, address it tried, port) -> the lines saying so
     c10d_pairs: Mapping[tuple[str, str, str], list[str]] = dataclasses.field(default_factory=dict)
+    # NCCL's intra-node edges (P2P, SHM): (rank, device, peer rank, device, "where: line")
+    local_edges: tuple[tuple[int, int, int, int, str], ...] = ()
 
     @property
     def hosts(self) -> list[str]:
@@ -138,6 +129,10 @@ def shm_context(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     shm = [p for p in ctx.procs if "SHM" in p.transports]
     if where is None and shm:
         where, said = shm[0].ident, f"NCCL connects ranks over SHM ({shm[0].ident})"
+    if where is None and "sigbus" in ctx.hints:
+        # a training process killed by SIGBUS and nothing else said: a page of a shared
+        # memory file (NCCL's segments, DataLoader's tensors) that /dev/shm cannot back
+        where, said = failure, "nothing else in the log explains a bus error in a training process"
     if where is None:
         return None
     kind = "a bus error (SIGBUS)" if "sigbus" in ctx.hints else "NCCL's unhandled system error"
@@ -224,3 +219,25 @@ def busy_bar(ctx: Context) -> tuple[str, str, str] | None:
         f"{ctx.timeout_ms / 60000:g}-minute timeout)"
     )
     return who, f"{what} had run {ran}", line
+
+
+def local_across_hosts(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """NCCL connects two ranks over an intra-node transport (P2P/IPC, SHM) that its own
+    numbering puts on different hosts: ranks are laid out in blocks of one host's GPUs
+    (rank = first rank of its host + its device), so rank r on device d belongs to the
+    host whose first rank is r - d; two such hosts, each a multiple of the GPUs per host
+    the log shows, joined by P2P or SHM, are two machines NCCL took for one."""
+    edges = ctx.local_edges
+    if not edges:
+        return None
+    per_host = 1 + max(max(d1, d2) for _, d1, _, d2, _ in edges)
+    for r1, d1, r2, d2, line in edges:
+        a, b = r1 - d1, r2 - d2
+        if d1 == d2 or a == b or min(a, b) < 0 or a % per_host or b % per_host:
+            continue
+        said = (
+            f"NCCL joins rank {r1} (GPU {d1}, on the host of ranks {a}-{a + per_host - 1}) and "
+            f"rank {r2} (GPU {d2}, ranks {b}-{b + per_host - 1}) over an intra-node transport"
+        )
+        return [r1, r2], [line], said, {}
+    return None

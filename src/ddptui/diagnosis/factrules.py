@@ -9,7 +9,6 @@ import functools
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -17,8 +16,8 @@ from ddptui.diagnosis.factcontext import (
     Context,
     Hit,
     Proc,
-    Stall,
     busy_bar,
+    local_across_hosts,
     missing_nodes,
     name_elsewhere,
     ranks_said,
@@ -27,13 +26,18 @@ from ddptui.diagnosis.factcontext import (
     stalled,
     stalled_one_host,
 )
+from ddptui.diagnosis.factmodel import (
+    FactRule,
+    FactRules,
+    IfaceClass,
+    Stall,
+    ip_of,
+)
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
-from ddptui.diagnosis.signatures import Signature
 
 FACTRULES_FILE: Final = Path(__file__).with_name("factrules.yaml")
-UNRECOGNIZED: Final = "LOGS-UNRECOGNIZED"
 NEEDS: Final = frozenset({"explains", "several_hosts", "failure", "itself"})
 ASPECTS: Final = frozenset({"family", "kind", "network"})
 FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"})
@@ -41,76 +45,10 @@ HINTS: Final = frozenset({"sigbus", "system_error", "container", "shm", "nccl"})
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
-Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class FactRuleError(ValueError):
     """factrules.yaml is malformed; the message names the rule and the problem."""
-
-
-@dataclass(frozen=True)
-class IfaceClass:
-    name: str
-    prefixes: tuple[str, ...]
-    networks: tuple[Net, ...]
-
-    def holds(self, iface: str, addr: str) -> bool:
-        if any(iface.startswith(p) for p in self.prefixes):
-            return True
-        ip = _ip(addr)
-        return ip is not None and any(ip.version == n.version and ip in n for n in self.networks)
-
-
-@dataclass(frozen=True)
-class FactRule:
-    id: str
-    when: str
-    param: str | None  # class, aspect or fact
-    needs: tuple[str, ...]
-    severity: Severity
-
-
-@dataclass(frozen=True)
-class FactRules:
-    classes: tuple[IfaceClass, ...]
-    rules: tuple[FactRule, ...]
-    hard: tuple[re.Pattern[str], ...]
-    soft: tuple[re.Pattern[str], ...]
-    not_clean: tuple[str, ...] = ()
-    benign: re.Pattern[str] | None = None  # soft lines healthy runs print
-    wrappers: frozenset[str] = frozenset()  # ids that only say a failure happened elsewhere
-    run_ended: re.Pattern[str] | None = None  # a line saying the training loop ended
-    hints: tuple[tuple[str, re.Pattern[str]], ...] = ()  # (name, pattern): facts.yaml hints
-    stalls: tuple[Stall, ...] = ()
-
-    def iface_class(self, iface: str, addr: str) -> str | None:
-        """The first class (in file order) the interface belongs to."""
-        return next((c.name for c in self.classes if c.holds(iface, addr)), None)
-
-    def is_of(self, name: str, iface: str, addr: str) -> bool:
-        return any(c.name == name and c.holds(iface, addr) for c in self.classes)
-
-    def failure_signatures(self) -> tuple[Signature, ...]:
-        """The failure lines as signatures of the lowest specificity (any real signature
-        on the same line wins), so the prefilter derives their triggers like any other."""
-        out = []
-        for kind, pats in (("hard", self.hard), ("soft", self.soft)):
-            for i, rx in enumerate(pats):
-                out.append(
-                    Signature(
-                        f"{UNRECOGNIZED}#{kind}{i}", "unrecognized failure line", "env", "launch",
-                        "error" if kind == "hard" else "warning", rx, 0, True,
-                        "-", "-", "-", "field", self.benign if kind == "soft" else None,
-                    )
-                )
-        return tuple(out)
-
-
-def _ip(addr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(addr.split("%", 1)[0].strip("[]"))
-    except ValueError:
-        return None
 
 
 def _list(rid: str, entry: Mapping[str, Any], key: str) -> list[str]:
@@ -216,14 +154,19 @@ def _stalls(entries: object) -> tuple[Stall, ...]:
         raise FactRuleError("stalls: expected a list")
     out = []
     for i, e in enumerate(entries, 1):
-        keys = {"what", "start", "done", "first_step"}
+        keys = {"what", "start", "done", "first_step", "header"}
         if not isinstance(e, dict) or not {"what", "start"} <= set(e) <= keys:
-            raise FactRuleError(f"stalls[{i}]: keys must be what, start (and done, first_step)")
+            raise FactRuleError(
+                f"stalls[{i}]: keys must be what, start (and done, first_step, header)"
+            )
         done = _compile(f"stalls[{i}].done", e["done"]) if e.get("done") else None
         start = _compile(f"stalls[{i}].start", e["start"])
         if start.groupindex:
             raise FactRuleError(f"stalls[{i}].start: no named groups")
-        out.append(Stall(str(e["what"]), start, done, bool(e.get("first_step", False))))
+        header = e.get("header", 0)
+        if not isinstance(header, int) or isinstance(header, bool) or header < 0:
+            raise FactRuleError(f"stalls[{i}].header: expected a count of lines (0 or more)")
+        out.append(Stall(str(e["what"]), start, done, bool(e.get("first_step", False)), header))
     return tuple(out)
 
 
@@ -248,6 +191,14 @@ def explained(fid: str, present: Iterable[str]) -> list[str]:
         if rule.is_cause(fid):
             out += [p for p in present if rule.is_consequence(p) and p not in out]
     return out
+
+
+def outranks_line(fid: str, lead: str) -> bool:
+    """Whether `fid` outranks `lead` by a ranking.yaml precedence rule marked `lines`
+    (one that holds between line signatures too, not only for the facts' findings)."""
+    return any(
+        r.lines and r.is_cause(fid) and r.is_consequence(lead) for r in load_ranking().precedence
+    )
 
 
 # --------------------------------------------------------------------------- the facts
@@ -275,7 +226,7 @@ def _iface_class(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
 
 
 def _aspect(rules: FactRules, aspect: str, iface: str, addr: str) -> str | None:
-    ip = _ip(addr)
+    ip = ip_of(addr)
     if aspect == "family":
         return None if ip is None else f"IPv{ip.version}"
     if aspect == "kind":
@@ -505,6 +456,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "store_overcount": _store_overcount,
     "op_mismatch": _op_mismatch,
     "shm_context": shm_context,
+    "local_across_hosts": local_across_hosts,
     "missing_nodes": missing_nodes,
     "stalled": stalled,
     "stalled_one_host": stalled_one_host,

@@ -101,6 +101,7 @@ class PrecedenceRule:
     why: str
     causes: tuple[str, ...]
     before: tuple[str, ...]
+    lines: bool = False  # also among line signatures: the cause leads a log's diagnosis
 
     def is_cause(self, fid: str) -> bool:
         return _matcher(self.causes)(fid)
@@ -176,13 +177,18 @@ def parse_ranking(text: str, known_ids: Iterable[str] | None = None) -> Ranking:
             )
         )
     for i, e in enumerate(doc.get("precedence") or []):
-        rid, entry = _entry(e, "precedence", i, {"id", "why", "causes", "before"})
+        optional = {"lines"} & set(e) if isinstance(e, dict) else set()
+        rid, entry = _entry(e, "precedence", i, {"id", "why", "causes", "before", *optional})
+        lines = entry.get("lines", False)
+        if not isinstance(lines, bool):
+            raise RankingError(f"{rid}: lines must be true or false")
         prec.append(
             PrecedenceRule(
                 str(entry["id"]),
                 _text(rid, entry, "why"),
                 _strings(rid, entry, "causes"),
                 _strings(rid, entry, "before"),
+                lines,
             )
         )
     if known_ids is not None:

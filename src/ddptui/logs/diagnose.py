@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from ddptui.diagnosis.factrules import UNNAMED_OP, UNRECOGNIZED, load_factrules
+from ddptui.diagnosis.factmodel import UNRECOGNIZED
+from ddptui.diagnosis.factrules import UNNAMED_OP, load_factrules
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause

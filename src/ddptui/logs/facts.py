@@ -45,6 +45,8 @@ PLUGIN_PATH: Final = re.compile(
 PLUGIN_NONE: Final = re.compile(r"NET/Plugin ?: (?:Could not find: libnccl-net|No plugin found)")
 SET_BY_ENV: Final = re.compile(r"\b(?P<var>NCCL_\w+) set by environment to (?P<val>\S*)")
 VIA: Final = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : .* via (?P<t>NET/\w+|P2P|SHM|CollNet)")
+# one edge of a ring or channel: rank[its CUDA device] -> rank[device] over a transport
+EDGE: Final = re.compile(r"\b(?P<r1>\d+)\[(?P<d1>\d+)\] -> (?P<r2>\d+)\[(?P<d2>\d+)\]")
 # torch's default process group (PG ID 0) states the world; subgroups state their own size.
 TORCH_OPTIONS: Final = re.compile(
     r"\[PG ID 0 [^\]]*\] ProcessGroupNCCL initialization options: size: (?P<size>\d+), "
@@ -145,6 +147,8 @@ class FactCollector:
         # c10d: (name it was given, address it tried, port) -> the lines saying so
         self.c10d_pairs: dict[tuple[str, str, str], list[str]] = {}
         self._tried: list[tuple[str, str, str]] = []  # addresses failed, their name not yet said
+        # NCCL's intra-node edges (P2P, SHM): (rank, device, peer rank, device, "where: line")
+        self.local_edges: list[tuple[int, int, int, int, str]] = []
 
     def _proc(self, source: str, host: str | None, pid: int | None, rank: int | None) -> ProcFacts:
         key = (source, host, pid, None if pid is not None else rank)
@@ -158,8 +162,7 @@ class FactCollector:
     def feed(
         self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None
     ) -> None:
-        if "connect to " in text:
-            self._c10d(where, text)
+        self._unowned(where, text)
         if "NCCL" in text and pid is not None:
             self._nccl(self._proc(source, host, pid, rank), where, text)
         if "GLOBAL_RANK: " in text and (m := LIGHTNING.search(text)) is not None:
@@ -307,6 +310,22 @@ class FactCollector:
             p.nccl_env.setdefault(m["var"], m["val"])
         elif " via " in text and (m := VIA.search(text)):
             p.transports.add(m["t"])
+
+    def _unowned(self, where: str, text: str) -> None:
+        """Facts that belong to no one process: c10d's name and address pairs, and the
+        intra-node edges of NCCL's rings (any version; "INFO Ring" before 2.5)."""
+        if "connect to " in text:
+            self._c10d(where, text)
+        if " via " in text and "] -> " in text:
+            self._edge(where, text)
+
+    def _edge(self, where: str, text: str) -> None:
+        """An intra-node edge of a ring or channel (P2P or SHM) and its ranks' devices."""
+        m = VIA.search(text)
+        e = EDGE.search(text) if m is not None and m["t"] in ("P2P", "SHM") else None
+        if e is not None and len(self.local_edges) < 256:
+            r1, d1, r2, d2 = (int(e[k]) for k in ("r1", "d1", "r2", "d2"))
+            self.local_edges.append((r1, d1, r2, d2, f"{where}: {text.strip()[:300]}"))
 
     def processes(self, pid_rank: dict[tuple[str, int], int]) -> list[ProcFacts]:
         """Every process, its rank filled from what the whole log told about its pid; what

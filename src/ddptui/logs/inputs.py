@@ -9,7 +9,7 @@ from typing import BinaryIO, Final
 
 from ddptui.logs.diagnose import Diagnoser, LogDiagnosis, merged
 from ddptui.logs.reader import InputError, ReadStats, open_path, open_stream
-from ddptui.logs.scan import from_chunks
+from ddptui.logs.scan import from_blocks, from_chunks
 
 MAX_INPUTS: Final = 1024  # open files at once during the merge
 STDIN: Final = "-"
@@ -20,7 +20,17 @@ class Inputs:
 
     def __init__(self) -> None:
         self.streams: list[tuple[Iterator[bytes], ReadStats]] = []
+        # Lines a node filtered (logs/pipes.py): (lines above, lines) blocks, UTF-8.
+        self.blocks: list[tuple[Iterator[tuple[int, list[bytes]]], ReadStats]] = []
         self.problems: list[str] = []
+
+    def all_stats(self) -> list[ReadStats]:
+        return [s for _, s in self.streams] + [s for _, s in self.blocks]
+
+    def add_blocks(self, blocks: Iterator[tuple[int, list[bytes]]], stats: ReadStats) -> None:
+        """A file a node read and filtered: the blocks of lines the diagnosis looks at;
+        `stats` is filled with the node's count of the whole file by the last block."""
+        self.blocks.append((blocks, stats))
 
     def add_path(self, path: str, stdin: BinaryIO | None = None) -> None:
         try:
@@ -59,17 +69,20 @@ class Inputs:
 
 def diagnose_inputs(inputs: Inputs, label: str) -> LogDiagnosis:
     """Merge and classify every opened input."""
-    if len(inputs.streams) > MAX_INPUTS:
+    count = len(inputs.streams) + len(inputs.blocks)
+    if count > MAX_INPUTS:
         raise InputError(
-            f"{len(inputs.streams)} inputs: at most {MAX_INPUTS} at once; diagnose fewer files"
+            f"{count} inputs: at most {MAX_INPUTS} at once; diagnose fewer files"
         )
     d = Diagnoser(label)
     streams = [from_chunks(chunks, stats.label, stats.encoding) for chunks, stats in inputs.streams]
+    streams += [from_blocks(blocks, stats.label, "utf-8") for blocks, stats in inputs.blocks]
     for cand in merged(streams):
         d.feed(cand)
-    d.bytes_read = sum(stats.bytes_read for _, stats in inputs.streams)
-    d.lines_read = sum(stats.lines for _, stats in inputs.streams)
-    d.problems = [*inputs.problems, *(p for _, s in inputs.streams for p in s.problems)]
+    every = inputs.all_stats()
+    d.bytes_read = sum(stats.bytes_read for stats in every)
+    d.lines_read = sum(stats.lines for stats in every)
+    d.problems = [*inputs.problems, *(p for s in every for p in s.problems)]
     return d.result()
 
 

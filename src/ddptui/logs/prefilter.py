@@ -237,6 +237,65 @@ def _side(by_trigger: dict[str, list[Signature]], sigs: Sequence[Signature]) -> 
     return _Side(re.compile(pattern.encode("utf-8")), re.compile(f"(?=({pattern}))"), merged)
 
 
+DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _trie_bytes(words: Iterable[str]) -> re.Pattern[bytes] | None:
+    words = list(words)
+    return re.compile(_trie_pattern(words).encode("utf-8")) if words else None
+
+
+@dataclass(frozen=True)
+class KeyScan:
+    """Verdicts for a line's key (the line with its digits made 0), which many lines
+    share (time stamps, pids and counters differ, the words do not): `plain` holds the
+    triggers without a digit, exact on the key; `digits` the other triggers with their
+    digits made 0, which a key holds whenever its line holds the trigger (a progress
+    bar's "[00:00<?", NCCL's "via P2P"): the line itself must then be looked at."""
+
+    plain_exact: re.Pattern[bytes] | None
+    plain_folded: re.Pattern[bytes] | None
+    digits_exact: re.Pattern[bytes] | None
+    digits_folded: re.Pattern[bytes] | None
+
+    @classmethod
+    def of(cls, exact: Iterable[str], folded: Iterable[str]) -> KeyScan:
+        def split(words: Iterable[str]) -> tuple[list[str], list[str]]:
+            plain = [w for w in words if not any(c.isdigit() for c in w)]
+            zeroed = {w.encode("utf-8").translate(DIGITS_TO_ZERO).decode("utf-8")
+                      for w in words if w not in plain}
+            return plain, sorted(zeroed)
+
+        pe, de = split(list(exact))
+        pf, df = split(list(folded))
+        return cls(_trie_bytes(pe), _trie_bytes(pf), _trie_bytes(de), _trie_bytes(df))
+
+    def verdict(self, key: bytes) -> bool | None:
+        """True: every line with this key holds a trigger; False: none does; None: a
+        line with this key may hold a trigger with digits (look at the line)."""
+        head = key[:MAX_LINE]
+        low = head.lower() if self.plain_folded is not None or self.digits_folded is not None else b""
+        if self.plain_exact is not None and self.plain_exact.search(head) is not None:
+            return True
+        if self.plain_folded is not None and self.plain_folded.search(low) is not None:
+            return True
+        if self.digits_exact is not None and self.digits_exact.search(head) is not None:
+            return None
+        if self.digits_folded is not None and self.digits_folded.search(low) is not None:
+            return None
+        return False
+
+    def patterns(self) -> dict[str, str | None]:
+        """The four patterns' sources (for the logread probe)."""
+        return {
+            name: pat.pattern.decode("utf-8") if pat is not None else None
+            for name, pat in (
+                ("plain_exact", self.plain_exact), ("plain_folded", self.plain_folded),
+                ("digits_exact", self.digits_exact), ("digits_folded", self.digits_folded),
+            )
+        }
+
+
 @dataclass(frozen=True)
 class Prefilter:
     """The scan regexes and, per trigger, the signatures a line holding it may match."""
@@ -245,6 +304,7 @@ class Prefilter:
     folded: _Side
     unfiltered: tuple[Signature, ...]  # signatures with no usable needle: every line
     signatures: tuple[Signature, ...]
+    keys: KeyScan  # verdicts per line key, for the readers' caches
 
     def hit(self, raw: bytes) -> bool:
         """Whether the raw line holds any trigger (it may match a signature)."""
@@ -301,7 +361,10 @@ def build_prefilter(sigs: Sequence[Signature], sample: str | None = None) -> Pre
             bucket = folded.setdefault(w, []) if ci else exact.setdefault(w, [])
             if sig not in bucket:
                 bucket.append(sig)
-    return Prefilter(_side(exact, sigs), _side(folded, sigs), tuple(unfiltered), tuple(sigs))
+    return Prefilter(
+        _side(exact, sigs), _side(folded, sigs), tuple(unfiltered), tuple(sigs),
+        KeyScan.of(exact, folded),
+    )
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,6 +1,8 @@
 """`NODE:GLOB` inputs: the logread probe reads the files on the node (read-only, the last
-max_bytes of each, every line redacted there) and streams them back as records; they are
-spooled to a private temporary folder and diagnosed like local files.  Core layer: the
+max_bytes of each, every line redacted there), runs the diagnosis' own prefilter on them
+there and sends back only the blocks of lines the diagnosis looks at, with their line
+numbers and each file's counts (probes/_linescan.py); they are spooled to a private
+temporary folder and diagnosed as the whole files would be.  Core layer: the
 transport is ddptui's own (SSH or local), reached through its interface."""
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ import asyncio
 import secrets
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from ddptui.logs.inputs import Inputs
-from ddptui.logs.pipes import Pipe
+from ddptui.logs.pipes import Pipe, spooled_blocks
+from ddptui.logs.reader import ReadStats
+from ddptui.logs.scan import node_filter
 from ddptui.logs.sharedfs import Plan, SharedFile, Sighting, plan
 
 PROBE: Final = "logread"
@@ -76,6 +80,7 @@ class RemoteRead:
     files: dict[str, SharedFile] = field(default_factory=dict)  # label -> file
     node_bytes: dict[str, int] = field(default_factory=dict)  # bytes the probes read, per node
     node_cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds of each read
+    node_sent: dict[str, int] = field(default_factory=dict)  # bytes each read sent back
     opened: set[str] = field(default_factory=set)  # labels the nodes could open and send
     finish: Callable[[], None] = lambda: None  # wait for the reads (after the diagnosis)
     cancel: Callable[[], None] = lambda: None  # stop the reads (an error, Ctrl-C)
@@ -91,8 +96,8 @@ def _take(
     pipe = pipes.get(path)
     if kind == "file" and pipe is not None:
         pipe.open()
-    elif kind == "lines" and pipe is not None:
-        pipe.write(str(rec.get("text", "")) + "\n")
+    elif kind == "seg" and pipe is not None and isinstance(rec.get("first"), int):
+        pipe.segment(rec["first"], str(rec.get("text", "")), bool(rec.get("more")))
     elif kind == "file_end":
         if rec.get("replaced"):
             notes.append(f"{label}: replaced between the look and the read (rotated?); read the new file")
@@ -102,6 +107,9 @@ def _take(
                 "read up to where it was when reading began, counted once"
             )
         if pipe is not None:
+            counts = [rec.get("bytes"), rec.get("lines"), rec.get("last")]
+            if all(isinstance(x, int) for x in counts):
+                pipe.counted(*(int(x) for x in counts if x is not None))
             pipe.close()
     elif kind == "file_error":
         problems.append(f"{label}: {rec.get('error')}")
@@ -219,7 +227,7 @@ async def survey_all(
 async def _read_node(
     transport: Any, node: str, mine: list[SharedFile], params: dict[str, Any],
     pipes: Mapping[str, Pipe], problems: list[str], deadline: float, notes: list[str],
-    node_bytes: dict[str, int], node_cpu: dict[str, float],
+    node_bytes: dict[str, int], node_cpu: dict[str, float], node_sent: dict[str, int],
 ) -> None:
     paths = [f.on(node).path for f in mine]
     labels = {f.on(node).path: f.label for f in mine}
@@ -239,6 +247,7 @@ async def _read_node(
             await _finish(run, node, problems)
         finally:
             await run.stop()
+            node_sent[node] = node_sent.get(node, 0) + int(getattr(run, "stdout_bytes", 0))
     finally:
         for pipe in mypipes.values():  # after the node's last word: its problems are in
             pipe.close()
@@ -318,7 +327,7 @@ class _Reading:
         out, order = self.out, self.out.order
         chosen = [t for t in self.targets if t.name in self.per_node]
         transports = make_transports(self.config, chosen)
-        params = {"max_bytes": self.max_bytes, "salt": secrets.token_hex(8)}
+        params = {"max_bytes": self.max_bytes, "salt": secrets.token_hex(8), "filter": node_filter()}
         timeout = self.config.timeouts.step + SLACK_S
         loop = asyncio.get_running_loop()
         try:
@@ -341,6 +350,7 @@ class _Reading:
                     _read_node(
                         transports[t.name], t.name, by_reader[t.name], params, self.pipes,
                         self.problems, deadline, out.notes, out.node_bytes, out.node_cpu,
+                        out.node_sent,
                     )
                     for t in chosen
                     if by_reader[t.name]
@@ -370,13 +380,29 @@ def read_remote(
             pass
         if reading.error is not None:
             raise reading.error
-        for label, pipe in reading.pipes.items():
-            inputs.add_stream(pipe.reader(), label)
+        for label in _in_order(reading.pipes, reading.out):
+            stats = ReadStats(label)
+            inputs.add_blocks(spooled_blocks(reading.pipes[label].reader(), stats), stats)
     except BaseException:
         reading.cancel()
         spool.cleanup()
         raise
     return reading.out
+
+
+def _in_order(labels: Iterable[str], out: RemoteRead) -> list[str]:
+    """The inputs by path, then by the config's order of the nodes that saw them: as a
+    sorted glob lists them, whichever node answered first (lines with one time stamp, or
+    none, keep this order in the diagnosis' merge)."""
+    rank = {n: i for i, n in enumerate(out.order)}
+
+    def key(label: str) -> tuple[str, int, str]:
+        f = out.files.get(label)
+        if f is None:
+            return (label, 0, label)
+        return (f.path, min((rank.get(n, len(rank)) for n in f.nodes), default=0), label)
+
+    return sorted(labels, key=key)
 
 
 def _finish_reading(reading: _Reading) -> None:

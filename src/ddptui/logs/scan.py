@@ -5,8 +5,10 @@ Two feeds share the logic: `from_lines` (an iterable of str, used by callers tha
 few thousand lines) and `from_chunks` (bytes read in megabyte chunks from a file, the
 path a 1 GB log takes).  The chunk feed skips a line that cannot match with one
 dictionary look-up: its verdict is cached under the line with every digit replaced by 0
-(timestamps, pids and step counters differ, the words do not), and triggers hold no
-digits, so two lines with one key have one verdict.
+(timestamps, pids and step counters differ, the words do not); a trigger without digits
+is in the line exactly when it is in that key, and a key that may hold one of the few
+triggers with digits (a progress bar's "[00:00<?") sends its line to the full check
+(prefilter.KeyScan), so every line gets its own exact verdict.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Final
 
 from ddptui.diagnosis.signatures import MAX_LINE, Signature
 from ddptui.logs.lineinfo import LineHead, parse_head, parse_time, traceback_where
-from ddptui.logs.prefilter import Prefilter, default_prefilter
+from ddptui.logs.prefilter import DIGITS_TO_ZERO, Prefilter, default_prefilter
+from ddptui.logs.reader import CHUNK, SNIFF
 
 LAST_ERROR: Final = "Last error:"
 # A gloo enforce that a terminal or a paste wrapped after its "[enforce fail at F:L]".
@@ -34,7 +37,8 @@ def joins_next(text: str) -> bool:
     return stripped.endswith(LAST_ERROR) or (
         stripped.endswith("]") and _ENFORCE_HEAD.search(stripped[-300:]) is not None
     )
-_DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+_DIGITS_TO_ZERO: Final = DIGITS_TO_ZERO
+_UNSEEN: Final = object()
 CACHE_LIMIT: Final = 50_000  # verdicts kept (~8 MB); cleared when full
 LONG_LINE: Final = 1 << 20
 LOOKBACK: Final = 40  # lines searched upwards for the time of a line without one
@@ -144,6 +148,24 @@ def from_lines(
     yield end_of(source, lineno, cur.last_t)
 
 
+def node_filter(pf: Prefilter | None = None) -> dict[str, object]:
+    """What the logread probe needs to send only the lines `from_blocks` looks at
+    (probes/_linescan.py): the prefilter's two patterns and the chunking's limits."""
+    pf = pf or default_prefilter()
+    exact, folded = pf.exact.scan, pf.folded.scan
+    return {
+        "exact": exact.pattern.decode("utf-8") if exact is not None else None,
+        "folded": folded.pattern.decode("utf-8") if folded is not None else None,
+        "all": bool(pf.unfiltered),  # a signature without a trigger sees every line
+        **pf.keys.patterns(),  # verdicts per line with its digits made 0 (prefilter.KeyScan)
+        "max_line": MAX_LINE,
+        "long_line": LONG_LINE,
+        "lookback": LOOKBACK,
+        "sniff": SNIFF,
+        "chunk": CHUNK,
+    }
+
+
 def decode(raw: bytes, encoding: str) -> str:
     return raw.decode(encoding, errors="replace")
 
@@ -178,13 +200,35 @@ def from_chunks(
     chunks: Iterable[bytes], source: str, encoding: str = "utf-8", pf: Prefilter | None = None
 ) -> Iterator[Candidate]:
     """Candidates from a byte stream read in chunks (any boundaries)."""
+
+    def blocks() -> Iterator[tuple[int, list[bytes]]]:
+        before = 0
+        for lines in _chunk_lines(chunks):
+            yield before, lines
+            before += len(lines)
+
+    return from_blocks(blocks(), source, encoding, pf)
+
+
+def from_blocks(
+    blocks: Iterable[tuple[int, list[bytes]]], source: str, encoding: str = "utf-8",
+    pf: Prefilter | None = None,
+) -> Iterator[Candidate]:
+    """Candidates from blocks of consecutive lines, each with the number of lines above
+    it: every chunk's lines (a whole file), or the parts of the chunks a node sent after
+    filtering them with the same prefilter (probes/_linescan.py): a line's lookback stays
+    within its block, so a block that starts LOOKBACK lines above each admitted line (or
+    at its chunk's start) gives the candidates the whole chunk gives.  The end marker
+    takes the line number after the last block: a node's read ends with an empty block
+    after the file's last line."""
     pf = pf or default_prefilter()
-    scan = pf.hit
+    scan, verdict = pf.hit, pf.keys.verdict
     cur = _Cursor(source)
-    cache: dict[bytes, bool] = {}
-    lineno = 0
+    cache: dict[bytes, bool | None] = {}
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
-    for lines in _chunk_lines(chunks):
+    lineno = 0
+    for before, lines in blocks:
+        lineno = before
         for i, raw in enumerate(lines):
             lineno += 1
             if pending is not None:
@@ -193,11 +237,13 @@ def from_chunks(
                 pending = None
                 continue
             key = raw.translate(_DIGITS_TO_ZERO)
-            hit = cache.get(key)
-            if hit is None:
+            hit = cache.get(key, _UNSEEN)
+            if hit is _UNSEEN:
                 if len(cache) >= CACHE_LIMIT:
                     cache.clear()
-                hit = cache[key] = scan(raw)
+                hit = cache[key] = verdict(key)
+            if hit is None:  # a trigger with digits may be in it: the line decides
+                hit = scan(raw)
             if not hit:
                 continue
             text = decode(raw, encoding).rstrip("\r")
@@ -206,8 +252,8 @@ def from_chunks(
                 continue
             sigs = _sigs_for(pf, text)
             if sigs is not None:
-                before = [decode(b, encoding) for b in reversed(lines[max(0, i - LOOKBACK) : i])]
-                yield cur.candidate(lineno, text, sigs, before)
+                before_lines = [decode(b, encoding) for b in reversed(lines[max(0, i - LOOKBACK) : i])]
+                yield cur.candidate(lineno, text, sigs, before_lines)
     if pending is not None:
         yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
     yield end_of(source, lineno, cur.last_t)

@@ -82,7 +82,7 @@ def run_diagnosis(
             diag, extra = _attributed(diag, read)
         infos = [
             _info(s.label, s.bytes_read, s.lines, read)
-            for _, s in inputs.streams
+            for s in inputs.all_stats()
             if read is None or s.label not in read.files or s.label in read.opened
         ]
     finally:
@@ -140,6 +140,7 @@ def _attributed(diag: LogDiagnosis, read: RemoteRead) -> tuple[LogDiagnosis, dic
         "bytes_planned": plan.bytes_planned,
         "node_read_bytes": dict(read.node_bytes),
         "node_read_cpu_s": dict(read.node_cpu),
+        "node_sent_bytes": dict(read.node_sent),
         "notes": list(diag.notes),
     }
     return diag, extra

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ddptui.diagnosis.factcontext import Stall
+from ddptui.diagnosis.factmodel import Stall
 
 TAIL: Final = 12  # a step started within this many lines of the end of its file
 
@@ -54,5 +54,8 @@ class StallWatch:
 
     def end(self, source: str, lineno: int) -> None:
         now = self.open.pop(source, None)
-        if now is not None and lineno - now[1] < TAIL and len(self.stopped) < 64:
+        # a step with a header of its own (nccl-tests' three table lines) went on when
+        # the file holds more lines after its start than that header
+        went_on = now is not None and now[0].done is None and 0 < now[0].header < lineno - now[1]
+        if now is not None and not went_on and lineno - now[1] < TAIL and len(self.stopped) < 64:
             self.stopped.append(Stopped(now[0], source, now[1], now[2]))

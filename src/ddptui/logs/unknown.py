@@ -15,11 +15,12 @@ from datetime import datetime, timezone
 from typing import Final, Protocol
 
 from ddptui.diagnosis.factcontext import Context, Proc
+from ddptui.diagnosis.factmodel import UNRECOGNIZED
 from ddptui.diagnosis.factrules import (
-    UNRECOGNIZED,
     explained,
     fact_findings,
     load_factrules,
+    outranks_line,
 )
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
@@ -204,6 +205,10 @@ def conclude(
     elif soft and not hard and first is None:
         unknown = unrecognized(soft, d.unknown.count, False)
     lead = unknown or first
+    if lead is not None:  # a cause the log states leads what it explains (ranking.yaml)
+        lead = next(
+            (f for f in findings if f.severity == "error" and outranks_line(f.id, lead.id)), lead
+        )
     present = {f.id: f.severity for f in findings}
     if unknown is not None:
         present[unknown.id] = unknown.severity
@@ -220,6 +225,7 @@ def conclude(
         hints=d.hints,
         stopped=tuple((s.stall, s.where) for s in d.stalls.stopped),
         c10d_pairs=d.facts.c10d_pairs,
+        local_edges=tuple(d.facts.local_edges),
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:

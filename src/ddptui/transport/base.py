@@ -160,6 +160,7 @@ class ProbeRun:
     _pumps: list[asyncio.Task[None]] = field(default_factory=list)
     _timed_out: bool = False
     remote_pid: int | None = None
+    stdout_bytes: int = 0  # what the node sent, as it came over the wire
     _result: ProbeOutput | None = None
 
     def start_pumps(self) -> None:
@@ -174,6 +175,7 @@ class ProbeRun:
                 line = await self.stdout.readline()
                 if not line:
                     break
+                self.stdout_bytes += len(line)
                 text = line.decode("utf-8", "replace").strip()
                 if not text:
                     continue
