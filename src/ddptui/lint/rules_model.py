@@ -52,6 +52,9 @@ NCCL_TUNING: Final = frozenset(
     }
 )
 _SEEDS: Final = frozenset({"manual_seed", "manual_seed_all", "seed_everything", "set_seed", "seed"})
+# a re-seed per epoch or step (`torch.manual_seed(epoch)` for a permutation every rank
+# shares) is not the run's seed: it comes after the model is built
+_STEP_SEED: Final = re.compile(r"^(\w+\.)?(epoch|cur_epoch|ep|step|global_step|it|iter|iteration|i)$")
 _AUGMENT: Final = re.compile(
     r"^(Random\w+|RandAugment|AutoAugment|TrivialAugmentWide|AugMix"
     r"|Dropout\d?d?|dropout\d?d?)$"
@@ -483,6 +486,7 @@ def _seed_calls(s: Script) -> list[ast.Call]:
         for c in s.calls
         if last(s.call_name(c)) in _SEEDS
         and (last(s.call_name(c)) != "seed" or "random" in s.call_name(c))
+        and not (c.args and _STEP_SEED.match(ast.unparse(c.args[0])))
     ]
 
 
