@@ -10,6 +10,7 @@ import ast
 from collections.abc import Callable
 from typing import Final
 
+from ddptui.lint.flow import calls_in, own_nodes
 from ddptui.lint.script import FuncNode, Script
 
 _MAX_DEPTH: Final = 3
@@ -97,3 +98,27 @@ def moved_with_owner(s: Script, c: ast.Call, moved: Callable[[ast.Call], bool]) 
         return False
     built = [k for k in s.calls if s.class_named(k.func) is cls]
     return not built or any(moved(k) for k in built)
+
+
+def local_predicate(
+    s: Script, test: ast.expr, rank_test: Callable[[Script, ast.AST], ast.expr | None]
+) -> tuple[ast.AST, ast.expr] | None:
+    """`if if_main_process():` (or `not ...`) where the project helper answers True from
+    a rank test (`if int(os.environ["LOCAL_RANK"]) == 0: return True`, `return
+    local_rank == 0`): (the helper's test, its rank side)."""
+    for c in calls_in([test]):
+        for fn in s.callees(c):
+            for n in own_nodes(fn):
+                if isinstance(n, ast.If) and any(
+                    isinstance(r, ast.Return) and isinstance(r.value, ast.Constant)
+                    and r.value.value is True
+                    for r in n.body
+                ):
+                    side = rank_test(s, n.test)
+                    if side is not None:
+                        return n.test, side
+                if isinstance(n, ast.Return) and n.value is not None:
+                    side = rank_test(s, n.value)
+                    if side is not None and isinstance(n.value, ast.Compare):
+                        return n.value, side
+    return None
