@@ -12,6 +12,7 @@ from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.lint import (
     rules_accum,
     rules_data,
+    rules_flag,
     rules_io,
     rules_model,
     rules_project,
@@ -38,6 +39,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_accum.RULES,
     *rules_setup.RULES,
     *rules_seed.RULES,
+    *rules_flag.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

@@ -223,6 +223,7 @@ class Project:
                         mod.local[a.name] = (target, None)
                     elif target is not None:
                         mod.dotted[a.name] = target
+                        self._bind_package(mod, a.name, here)
                     if a.asname:
                         mod.aliases[a.asname] = a.name
                     else:  # `import torch.nn` binds `torch`
@@ -235,6 +236,13 @@ class Project:
             elif isinstance(node, ast.ClassDef):
                 mod.classes.setdefault(node.name, node)
         return mod
+
+    def _bind_package(self, mod: Module, dotted: str, here: Path) -> None:
+        """`import onmt.utils` binds the package `onmt` too (`onmt.Trainer`)."""
+        root = dotted.split(".", maxsplit=1)[0]
+        top = self._find(root, here, 0)
+        if top is not None and top.endswith("__init__.py"):
+            mod.local.setdefault(root, (top, None))
 
     def _index_from(self, mod: Module, node: ast.ImportFrom, here: Path) -> None:
         name = node.module or ""

@@ -61,13 +61,11 @@ def refs(self: Script, root: ast.AST) -> list[FuncNode | ast.ClassDef]:
                 target = self.resolve_in(mod, node.id)  # the same file's own
             elif any(k.startswith("*") for k in mod.local):
                 target = star(self, mod, node.id, 0)
-        elif (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id in self.module_of(node).local
-        ):
-            base = self.resolve(self.module_of(node), node.value.id)
-            if isinstance(base, Module):
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            # `utils.helper`, and dotted module paths (`onmt.utils.distributed.helper`,
+            # `onmt.Trainer` re-exported by the package)
+            base = self._module_value(node.value)
+            if base is not None:
                 target = self.resolve_in(base, node.attr)
         if isinstance(target, (*_FUNC, ast.ClassDef)):
             out[target] = None

@@ -319,6 +319,8 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             f.is_rank_expr(kw.value) for kw in c.keywords
         ):
             continue  # one file per rank, on purpose
+        if path is not None and _unique_per_process(s, path):
+            continue  # `tmp_<uuid4>` then an atomic os.replace: no two writers share it
         if f.guarded(c):
             continue
         at = s.entry_anchor(c)  # a helper of another file: said at the entry's call
@@ -336,6 +338,18 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             ),
             what=what,
         )
+
+
+_UNIQUE: Final = frozenset({"uuid4", "uuid1", "getpid", "mkstemp", "mkdtemp", "NamedTemporaryFile"})
+
+
+def _unique_per_process(s: Script, path: ast.expr) -> bool:
+    """The path holds a name no other process draws (`uuid.uuid4().hex`, the pid)."""
+    return any(
+        isinstance(n, ast.Call) and last(s.call_name(n)) in _UNIQUE
+        for o in [path, *s.origins(path)]
+        for n in ast.walk(o)
+    )
 
 
 def sharded_world(s: Script, f: Flow) -> Iterator[Hit]:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.callers import moved_with_owner
 from ddptui.lint.flow import Flow, ident
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
@@ -51,6 +52,9 @@ NCCL_TUNING: Final = frozenset(
     }
 )
 _SEEDS: Final = frozenset({"manual_seed", "manual_seed_all", "seed_everything", "set_seed", "seed"})
+# a re-seed per epoch or step (`torch.manual_seed(epoch)` for a permutation every rank
+# shares) is not the run's seed: it comes after the model is built
+_STEP_SEED: Final = re.compile(r"^(\w+\.)?(epoch|cur_epoch|ep|step|global_step|it|iter|iteration|i)$")
 _AUGMENT: Final = re.compile(
     r"^(Random\w+|RandAugment|AutoAugment|TrivialAugmentWide|AugMix"
     r"|Dropout\d?d?|dropout\d?d?)$"
@@ -413,7 +417,7 @@ def loss_device(s: Script, f: Flow) -> Iterator[Hit]:
                 continue  # built inline at its use: nothing to move
         elif not (name in s.classes and _has_state(s.classes[name]) and "loss" in name.lower()):
             continue
-        if _criterion_moved(s, c):
+        if _criterion_moved(s, c) or moved_with_owner(s, c, lambda k: _criterion_moved(s, k)):
             continue
         told_plain = told_plain or plain
         yield Hit.at(
@@ -482,6 +486,7 @@ def _seed_calls(s: Script) -> list[ast.Call]:
         for c in s.calls
         if last(s.call_name(c)) in _SEEDS
         and (last(s.call_name(c)) != "seed" or "random" in s.call_name(c))
+        and not (c.args and _STEP_SEED.match(ast.unparse(c.args[0])))
     ]
 
 

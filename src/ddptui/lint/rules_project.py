@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, ident
+from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 
@@ -60,7 +60,7 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
             return "local"
         if name in ("int", "str") and expr.args:
             return rank_kind(s, expr.args[0], depth + 1)
-        return None
+        return _returned_kind(s, expr, depth)
     if isinstance(expr, ast.Subscript) and _visible_devices(s, expr.value):
         return "physical"  # `[int(i) for i in os.environ["CUDA_VISIBLE_DEVICES"].split(",")][r]`
     if isinstance(expr, ast.BinOp):
@@ -92,6 +92,38 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
     return None
 
 
+def _returned_kind(s: Script, call: ast.Call, depth: int) -> str | None:
+    """What a project helper returns (`def get_rank(): return dist.get_rank() if ...
+    else 0`): 'global' when every value it returns that is not a constant is."""
+    kinds = {
+        rank_kind(s, r.value, depth + 1)
+        for fn in s.callees(call)
+        for r in own_nodes(fn)
+        if isinstance(r, ast.Return) and r.value is not None and not isinstance(r.value, ast.Constant)
+    }
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _device_string(c: ast.AST) -> ast.expr | None:
+    """X of `"cuda:{}".format(X)` and `f"cuda:{X}"`."""
+    if (
+        isinstance(c, ast.Call)
+        and isinstance(c.func, ast.Attribute)
+        and c.func.attr == "format"
+        and len(c.args) == 1
+        and const(c.func.value) == "cuda:{}"
+    ):
+        return c.args[0]
+    if (
+        isinstance(c, ast.JoinedStr)
+        and len(c.values) == 2
+        and const(c.values[0]) == "cuda:"
+        and isinstance(c.values[1], ast.FormattedValue)
+    ):
+        return c.values[1].value
+    return None
+
+
 def _visible_devices(s: Script, expr: ast.expr) -> bool:
     """The list of physical GPU numbers read from CUDA_VISIBLE_DEVICES (a name given it)."""
     for o in [expr, *s.origins(expr)]:
@@ -113,6 +145,12 @@ def _attr_values(s: Script, text: str) -> list[ast.expr]:
 
 def _sinks(s: Script, f: Flow) -> Iterator[tuple[ast.AST, ast.expr, str]]:
     """(where to report, the value, what it is used for) of GPU-index arguments."""
+    # device strings anywhere in the project's followed modules (a checkpoint loader
+    # reached only through a runner class a config names)
+    for n in dict.fromkeys(n for m in s.modules for n in m.nodes):
+        v = _device_string(n)
+        if v is not None and isinstance(n, ast.expr):
+            yield n, v, f"`{ast.unparse(n)}`"
     for c in s.calls:
         name = last(s.call_name(c))
         a0 = c.args[0] if c.args else None

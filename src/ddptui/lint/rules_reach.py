@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.callers import dead_for_callers, local_predicate
 from ddptui.lint.flow import Flow, calls_in, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_data import _UNWRAP, is_loader, split_by_rank
@@ -225,10 +226,14 @@ def _local_gate(s: Script, f: Flow, n: ast.AST) -> tuple[ast.AST, ast.expr, ast.
 def _if_gate(s: Script, f: Flow, n: ast.If) -> tuple[ast.AST, ast.expr, ast.Call] | None:
     """`if local_rank == 0: torch.save(...)`, `if args.local_rank > 0: return`."""
     side = local_master_test(s, n.test)
+    at: ast.AST = n.test
+    if side is None:  # `if if_main_process():` whose True comes from `LOCAL_RANK == 0`
+        found = local_predicate(s, n.test, local_master_test)
+        at, side = found if found is not None else (at, None)
     if side is None or _is_param(s, side):
         return None  # a parameter's test: said at the caller that passes the local rank
     w = _gated(s, f, n)
-    return (n.test, side, w) if w is not None else None
+    return (at, side, w) if w is not None else None
 
 
 def _flag_gate(
@@ -329,7 +334,9 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Hit | None:
                 and any(_ddp_before(s, f, a) for a in s.param_args(fn, name))
                 and not _tells_wrapper(fn, name)
             )
-        if checked[name] and not _checks_wrapper(s, n) and not _mode_branch(s, n):
+        if checked[name] and not (
+            _checks_wrapper(s, n) or _mode_branch(s, n) or dead_for_callers(s, fn, n)
+        ):
             return Hit.at(
                 "DDP-WRAPPER-ATTR",
                 n,

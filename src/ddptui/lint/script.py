@@ -151,7 +151,8 @@ class Script:
         for value in self._assignments(mod.tree).get(attr, ()):
             if isinstance(value, ast.Name | ast.Attribute):
                 return self.qualname(value, depth + 1)
-        return None
+        # a package re-exporting a submodule's names (`from .core import *`)
+        return star(self, mod, attr, depth + 1) if depth < _MAX_DEPTH else None
 
     def _module_value(self, expr: ast.expr) -> Module | None:
         """The project module an expression names (`utils`, `utils.dist`), if any."""
@@ -160,12 +161,20 @@ class Script:
             return found if isinstance(found, Module) else None
         if isinstance(expr, ast.Attribute):
             path = self.module_of(expr).dotted.get(ast.unparse(expr))
-            if path is not None:
-                return self._by_key.get(path)
+            if path is not None and path in self._by_key:
+                return self._by_key[path]
             base = self._module_value(expr.value)
-            if base is not None:
-                found = self.resolve_in(base, expr.attr)
-                return found if isinstance(found, Module) else None
+            found = self.resolve_in(base, expr.attr) if base is not None else None
+            pkg = self.module_of(expr).dotted.get(ast.unparse(expr.value))
+            pkg = pkg or (base.key if base is not None else None)
+            if found is None and pkg is not None and pkg.endswith("__init__.py"):
+                # `onmt.utils.distributed.f`: a submodule of the package, imported
+                # elsewhere in the project
+                for cand in (f"{expr.attr}.py", f"{expr.attr}/__init__.py"):
+                    found = self._by_key.get(str(Path(pkg).parent / cand))
+                    if found is not None:
+                        break
+            return found if isinstance(found, Module) else None
         return None
 
     def class_named(self, expr: ast.expr) -> ast.ClassDef | None:

@@ -1,0 +1,124 @@
+"""What the callers of a function tell about the code inside it: a branch no caller can
+reach (`if loss_scaler is not None: ... else: <DeepSpeed engine path>` while every caller
+passes a `NativeScaler()`), and a loss built inside a module that the project moves to
+its GPU as a whole (`self.criterion = CrossEntropyLoss(weight=w)` in a class whose
+instances are built with `.cuda(local_rank)`)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from typing import Final
+
+from ddptui.lint.flow import calls_in, own_nodes
+from ddptui.lint.script import FuncNode, Script
+
+_MAX_DEPTH: Final = 3
+
+
+def _none_test(test: ast.expr) -> tuple[str, bool] | None:
+    """(parameter, whether the test's TRUE branch means it is None) for `p is None`,
+    `p is not None`, `p`, `not p`."""
+    if (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and len(test.ops) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+        and isinstance(test.ops[0], ast.Is | ast.IsNot)
+    ):
+        return test.left.id, isinstance(test.ops[0], ast.Is)
+    if isinstance(test, ast.Name):
+        return test.id, False
+    if (
+        isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and isinstance(test.operand, ast.Name)
+    ):
+        return test.operand.id, True
+    return None
+
+
+def _never_none(s: Script, expr: ast.expr, depth: int = 0) -> bool:
+    """An object built by a class (`NativeScaler()`, a project class), directly or
+    through names assigned only such objects."""
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return s.class_named(func) is not None or name[:1].isupper()
+    if isinstance(expr, ast.Name):
+        values = s.assigned(s.scope_of(expr), expr.id)
+        return bool(values) and all(_never_none(s, v, depth + 1) for v in values)
+    return False
+
+
+def dead_for_callers(s: Script, fn: FuncNode, node: ast.AST) -> bool:
+    """`node` sits in a branch of `fn` that needs a parameter to be None, and every
+    caller passes that parameter an object: no call reaches it."""
+    params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+    child: ast.AST = node
+    for a in s.ancestors(node):
+        if a is fn:
+            return False
+        if isinstance(a, ast.If):
+            tested = _none_test(a.test)
+            if tested is not None and tested[0] in params:
+                param, true_is_none = tested
+                in_body = child in a.body
+                if in_body == true_is_none and _all_pass_objects(s, fn, param):
+                    return True
+        child = a
+    return False
+
+
+def _all_pass_objects(s: Script, fn: FuncNode, param: str) -> bool:
+    sites = s.call_sites(fn)
+    args = s.param_args(fn, param)
+    return bool(sites) and len(args) >= len(sites) and all(_never_none(s, v) for v in args)
+
+
+def moved_with_owner(s: Script, c: ast.Call, moved: Callable[[ast.Call], bool]) -> bool:
+    """`self.x = Loss(...)` in a class the project builds and moves as a whole (its
+    submodules go with it), or in a class it never builds by name (a registry or a
+    config builds it: nothing says it stays on the CPU). `moved(call)` says whether one
+    construction is moved."""
+    parent = s.parents.get(c)
+    if not (
+        isinstance(parent, ast.Assign)
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0], ast.Attribute)
+        and isinstance(parent.targets[0].value, ast.Name)
+        and parent.targets[0].value.id == "self"
+    ):
+        return False
+    cls = s.class_of(c)
+    if cls is None:
+        return False
+    built = [k for k in s.calls if s.class_named(k.func) is cls]
+    return not built or any(moved(k) for k in built)
+
+
+def local_predicate(
+    s: Script, test: ast.expr, rank_test: Callable[[Script, ast.AST], ast.expr | None]
+) -> tuple[ast.AST, ast.expr] | None:
+    """`if if_main_process():` (or `not ...`) where the project helper answers True from
+    a rank test (`if int(os.environ["LOCAL_RANK"]) == 0: return True`, `return
+    local_rank == 0`): (the helper's test, its rank side)."""
+    for c in calls_in([test]):
+        for fn in s.callees(c):
+            for n in own_nodes(fn):
+                if isinstance(n, ast.If) and any(
+                    isinstance(r, ast.Return) and isinstance(r.value, ast.Constant)
+                    and r.value.value is True
+                    for r in n.body
+                ):
+                    side = rank_test(s, n.test)
+                    if side is not None:
+                        return n.test, side
+                if isinstance(n, ast.Return) and n.value is not None:
+                    side = rank_test(s, n.value)
+                    if side is not None and isinstance(n.value, ast.Compare):
+                        return n.value, side
+    return None
