@@ -18,19 +18,7 @@ FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 # Module methods that return the module itself: `model.to(dev)` is still `model`.
 SELF_RETURNING = frozenset(
-    {
-        "to",
-        "cuda",
-        "cpu",
-        "float",
-        "half",
-        "bfloat16",
-        "double",
-        "train",
-        "eval",
-        "requires_grad_",
-        "type",
-    }
+    {"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "train", "eval", "requires_grad_", "type"}
 )
 _MAX_DEPTH = 8
 _MAX_CHAIN = 40  # assignments, returns and parameters followed from one value

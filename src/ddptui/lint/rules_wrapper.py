@@ -1,0 +1,197 @@
+"""A model attribute read through the DDP wrapper where the evidence spans functions: in a
+helper the wrapper is passed to (judged by what the argument holds at the call), and on
+`self.model` holding the wrapper in another method of its class (DDP-WRAPPER-ATTR).
+Split out of rules_reach.py; the same rule table runs it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.callers import dead_for_callers
+from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.model import Hit
+from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper
+from ddptui.lint.script import Script
+
+# --- 2. an attribute of the model read on the wrapper, in a helper it is passed to ----
+
+
+def wrapper_attr_passed(s: Script, f: Flow) -> Iterator[Hit]:
+    """`train(loader, model, ...)` with `model = DDP(model)` at the caller, then
+    `model.inference(...)` inside `train`: the wrapper has no `inference`."""
+    if not f.ddp_calls:
+        return
+    ddp_scopes = {s.scope_of(c) for c in f.ddp_calls}
+    for fn in dict.fromkeys(n for n in s.nodes if isinstance(n, ast.FunctionDef)):
+        if fn in ddp_scopes:
+            continue
+        hit = _wrapper_read(s, f, fn)
+        if hit is not None:
+            yield hit
+
+
+def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Hit | None:
+    params = {a.arg for a in fn.args.args + fn.args.kwonlyargs} - {"self", "cls"}
+    reads = sorted(
+        (
+            n
+            for n in own_nodes(fn)
+            if isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, ast.Load)
+            and isinstance(n.value, ast.Name)
+            and n.value.id in params
+            and not n.attr.startswith("_")
+            and n.attr not in _WRAPPER_API
+        ),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    checked: dict[str, bool] = {}
+    for n in reads:
+        name = n.value.id if isinstance(n.value, ast.Name) else ""
+        if name not in checked:
+            checked[name] = (
+                not s.assigned(fn, name)
+                and any(_ddp_before(s, f, a) for a in s.param_args(fn, name))
+                and not _tells_wrapper(fn, name)
+            )
+        if checked[name] and not (
+            _checks_wrapper(s, n) or _mode_branch(s, n) or dead_for_callers(s, fn, n)
+        ):
+            return Hit.at(
+                "DDP-WRAPPER-ATTR",
+                n,
+                (
+                    f"`{ast.unparse(n)}` reads `{n.attr}` from `{name}`, which a caller gives the "
+                    f"DDP wrapper: it has none (the model is `{name}.module`)"
+                ),
+                model=name,
+                attr=n.attr,
+            )
+    return None
+
+
+_MODE_WORDS: Final = re.compile(
+    r"module|isinstance|hasattr|parallel|distributed|ddp|deepspeed|fsdp|engine|world|dist\b"
+    r"|use_|multi_gpu|num_gpus|n_gpu|accelerat",
+    re.I,
+)
+
+
+def _mode_branch(s: Script, node: ast.AST) -> bool:
+    """Under a test of the run's mode (`if self.use_deepspeed:`): the value there may be
+    another engine than the DDP wrapper."""
+    for a in s.ancestors(node):
+        if isinstance(a, ast.If | ast.IfExp) and _MODE_WORDS.search(ast.unparse(a.test)):
+            return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+    return False
+
+
+def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:
+    """The value holds the DDP wrapper where it is used: for a name, one of the values
+    it was given ABOVE this line (`model_without_ddp = model` before `model = DDP(model)`
+    is the plain model), followed through names and parameters (bounded)."""
+    if depth > 4:
+        return False
+    if isinstance(expr, ast.Attribute) and expr.attr == "module":
+        return False
+    if not isinstance(expr, ast.Name):
+        return f.is_ddp_value(expr)
+    scope = s.scope_of(expr)
+    values = [v for v in s.assigned(scope, expr.id) if v.lineno < expr.lineno]
+    if not values and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        if s.assigned(scope, expr.id):
+            return False
+        return any(_ddp_before(s, f, a, depth + 1) for a in s.param_args(scope, expr.id))
+    return any(
+        (isinstance(v, ast.Call) and v in f.ddp_calls)
+        or (isinstance(v, ast.Name) and _ddp_before(s, f, v, depth + 1))
+        or (isinstance(v, ast.Call) and v not in f.ddp_calls and s.callees(v) and f.is_ddp_value(v))
+        for v in values
+    )
+
+
+def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
+    """`self.model = DDP(self.model)` in one method, `self.model.generate(...)` in
+    another: the wrapper has no `generate`."""
+    if not f.ddp_calls:
+        return
+    for cls in dict.fromkeys(n for n in s.nodes if isinstance(n, ast.ClassDef)):
+        reads = sorted(
+            (
+                n
+                for n in ast.walk(cls)
+                if isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Load)
+                and isinstance(n.value, ast.Attribute)
+                and isinstance(n.value.value, ast.Name)
+                and n.value.value.id == "self"
+                and not n.attr.startswith("_")
+                and n.attr not in _WRAPPER_API
+            ),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+        held: dict[str, bool] = {}
+        for n in reads:
+            assert isinstance(n.value, ast.Attribute)
+            attr = n.value.attr
+            if attr not in held:
+                values = [v for v, _ in s.self_attr_values(n.value, attr)]
+                held[attr] = any(isinstance(v, ast.Call) and v in f.ddp_calls for v in values)
+                held[attr] = held[attr] and not _class_tells_wrapper(cls, f"self.{attr}")
+            fn = s.scope_of(n)
+            if (
+                held[attr]
+                and isinstance(fn, ast.FunctionDef)
+                and fn.name != "__init__"
+                and not any(s.scope_of(c) is fn for c in f.ddp_calls)
+                and not _checks_wrapper(s, n)
+                and not _mode_branch(s, n)
+            ):
+                yield Hit.at(
+                    "DDP-WRAPPER-ATTR",
+                    n,
+                    (
+                        f"`{ast.unparse(n)}` reads `{n.attr}` from `self.{attr}`, which holds the "
+                        f"DDP wrapper: it has none (the model is `self.{attr}.module`)"
+                    ),
+                    model=f"self.{attr}",
+                    attr=n.attr,
+                )
+                break
+
+
+def _class_tells_wrapper(cls: ast.ClassDef, held: str) -> bool:
+    """The class unwraps it somewhere (`self.model.module`, `hasattr(self.model, ...)`,
+    a `model_without_ddp`): it knows what it holds."""
+    for n in ast.walk(cls):
+        if isinstance(n, ast.Attribute) and n.attr == "module" and ast.unparse(n.value) == held:
+            return True
+        if (
+            isinstance(n, ast.Call)
+            and ident(n.func) in ("hasattr", "isinstance", "getattr", "unwrap_model")
+            and n.args
+            and ast.unparse(n.args[0]) == held
+        ):
+            return True
+    return False
+
+
+def _tells_wrapper(fn: ast.FunctionDef, name: str) -> bool:
+    """The function looks at the wrapper itself (`hasattr(model, "module")`,
+    `isinstance(model, DDP)`, `model.module`): it knows what it holds."""
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Attribute) and n.attr == "module" and ast.unparse(n.value) == name:
+            return True
+        if (
+            isinstance(n, ast.Call)
+            and ident(n.func) in ("hasattr", "isinstance", "getattr")
+            and n.args
+            and ast.unparse(n.args[0]) == name
+        ):
+            return True
+    return False
