@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Final
 
 from ddptui.lint.flow import calls_in, own_nodes
-from ddptui.lint.script import FuncNode, Script
+from ddptui.lint.project import FuncNode
+from ddptui.lint.script import Script
 
 _MAX_DEPTH: Final = 3
 

@@ -10,7 +10,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from ddptui.lint.script import FuncNode, Pick, Script, const, last
+from ddptui.lint.project import FuncNode
+from ddptui.lint.script import Pick, Script, const, last
 
 COLLECTIVES: Final = frozenset(
     {

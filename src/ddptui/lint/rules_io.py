@@ -10,7 +10,8 @@ from typing import Final
 
 from ddptui.lint.flow import Flow, calls_in, ident
 from ddptui.lint.model import Hit
-from ddptui.lint.script import FuncNode, Script, const, kwarg, last
+from ddptui.lint.project import FuncNode
+from ddptui.lint.script import Script, const, kwarg, last
 
 _WRITE_MODES: Final = ("w", "a", "x")
 _SHARDED_TYPES: Final = frozenset({"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"})

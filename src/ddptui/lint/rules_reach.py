@@ -13,10 +13,11 @@ from typing import Final
 from ddptui.lint.callers import local_predicate
 from ddptui.lint.flow import Flow, calls_in, ident, own_nodes
 from ddptui.lint.model import Hit
+from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_data import _UNWRAP, is_loader, split_by_rank
 from ddptui.lint.rules_io import _writer
 from ddptui.lint.rules_wrapper import wrapper_attr_passed, wrapper_attr_self
-from ddptui.lint.script import FuncNode, Script, const, kwarg, last
+from ddptui.lint.script import Script, const, kwarg, last
 
 _LOCAL_NAME: Final = re.compile(r"local_?rank|local_process_index|localid|local_proc", re.I)
 _LOCAL_ENV: Final = frozenset(

@@ -10,11 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddptui.lint.project import Module, Project, Shared
-from ddptui.lint.reach import partial_target, reached, star
-
-Scope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Module
-FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
+from ddptui.lint.project import FuncNode, Module, Project, Shared
+from ddptui.lint.reach import Resolved, Scope, partial_target, reached, star
 
 # Module methods that return the module itself: `model.to(dev)` is still `model`.
 SELF_RETURNING = frozenset(
@@ -22,7 +19,6 @@ SELF_RETURNING = frozenset(
 )
 _MAX_DEPTH = 8
 _MAX_CHAIN = 40  # assignments, returns and parameters followed from one value
-Resolved = FuncNode | ast.ClassDef | Module | str | None
 
 
 @dataclass(eq=False)
