@@ -241,11 +241,12 @@ def _banner(report: Mapping[str, Any]) -> str:
     if first is not None:
         step = steps.get(first.step, {"id": first.step})
         finding = f"<code>{_e(first.finding)}</code> " if first.finding else ""
-        nodes = ", ".join(first.nodes) or NONE
+        # a finding that names no node (a node that never launched, a shared file) says none
+        where = f"{finding}on <b>{_e(', '.join(first.nodes))}</b>" if first.nodes else finding.rstrip()
         return (
             f'<div class="banner fail" role="alert"><h2>{GLYPH["fail"]} First failure: <code>'
             f"{_e(first.step)}</code> — {_e(step_title(step))}</h2>"
-            f"<p>{finding}on <b>{_e(nodes)}</b>{_place(first.to_dict())}: {_prose(first.summary)}</p>"
+            f"<p>{where}{_place(first.to_dict())}: {_prose(first.summary)}</p>"
             f"<p><b>Fix:</b> {_fix(first.fix)}</p></div>"
         )
     bad = [s for s in steps.values() if s.get("status") not in ("pass", "skip")]

@@ -173,12 +173,14 @@ def _first_failure(report: Mapping[str, Any]) -> list[str]:
     steps = {str(s.get("id")): s for s in steps_of(report)}
     if first is not None:
         step = steps.get(first.step, {"id": first.step})
-        nodes = ", ".join(esc(n) for n in first.nodes) or NONE
+        nodes = ", ".join(esc(n) for n in first.nodes)
         finding = f"{code(first.finding)} " if first.finding else ""
+        # a finding that names no node (a node that never launched, a shared file) says none
+        where = f"{finding}on **{nodes}**" if nodes else finding.rstrip()
         return [
             f"## {EMOJI['fail']} First failure: {code(first.step)} — {esc(step_title(step))}",
             "",
-            f"{finding}on **{nodes}**{_place(first.to_dict())}: {prose(first.summary)}",
+            f"{where}{_place(first.to_dict())}: {prose(first.summary)}",
             "",
             *_fix_block(first.fix),
             *_exclude(report),
