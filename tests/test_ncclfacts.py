@@ -1,6 +1,6 @@
 """NCCL_DEBUG=INFO parsing across NCCL versions, the R8 progress ladder and the cross-rank
 findings.  No GPU here: the logs are built from the exact formats quoted in
-/work/shared/reference/failure-signatures.md (sections 1-2), line by line."""
+../shared/reference/failure-signatures.md (sections 1-2), line by line."""
 
 # ruff: noqa: E501  (NCCL log lines are quoted whole; wrapping them would change the data)
 

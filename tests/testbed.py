@@ -12,7 +12,7 @@ node.  Pids in this module's API are pids of the root namespace (the login node'
 the nodes share the host kernel's neighbour-table limits, so testbeds of 16 nodes or more
 raise them (``neighbour_room``) to what as many separate machines would have.
 
-See /work/shared/reference/testbed-notes.md for the traps this module works around.
+See ../shared/reference/testbed-notes.md for the traps this module works around.
 Needs root, iproute2, util-linux (nsenter, unshare, setpriv), OpenSSH server and client;
 arptables for block_arp().
 """
