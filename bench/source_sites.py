@@ -60,36 +60,9 @@ ADJACENT = re.compile(r'"(?:[^"\\\n]|\\.)*"(?:\s*(?:\w+\s*)?"(?:[^"\\\n]|\\.)*")
 
 
 def _top_level_args(text: str) -> list[str]:
-    """A call's arguments after the format, split at top-level commas."""
-    out, depth, cur, in_str, i = [], 0, [], False, 0
-    while i < len(text):
-        c = text[i]
-        if in_str:
-            cur.append(c)
-            if c == "\\" and i + 1 < len(text):
-                cur.append(text[i + 1])
-                i += 1
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-            cur.append(c)
-        elif c in "([{":
-            depth += 1
-            cur.append(c)
-        elif c in ")]}":
-            depth -= 1
-            if depth < 0:
-                break
-            cur.append(c)
-        elif c == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(c)
-        i += 1
-    out.append("".join(cur).strip())
-    return [a for a in out if a]
+    """A call's arguments after the format, split at top-level commas (an unmatched
+    closing bracket ends the call)."""
+    return _split_top(text, ",")
 
 
 def _fill_strings(fmt: str, rest: str) -> str:
@@ -251,7 +224,8 @@ _NESTED = re.compile(r"^\s*(c10::str|fmt::format)\s*\((.*)\)\s*$", re.DOTALL)
 
 
 def _split_top(text: str, sep: str) -> list[str]:
-    """`text` split at `sep` outside strings and brackets."""
+    """`text` split at `sep` outside strings and brackets, up to an unmatched closing
+    bracket."""
     out, depth, cur, i, in_str = [], 0, [], 0, False
     while i < len(text):
         c = text[i]
@@ -270,6 +244,8 @@ def _split_top(text: str, sep: str) -> list[str]:
             cur.append(c)
         elif c in ")]}":
             depth -= 1
+            if depth < 0:
+                break
             cur.append(c)
         elif depth == 0 and text.startswith(sep, i):
             out.append("".join(cur))
