@@ -74,6 +74,19 @@ def _require_testbed() -> None:
     pytest.skip(f"testbed unavailable: {reason}")
 
 
+def _require_slurm() -> None:
+    """The testbed and a real Slurm on it: skipped without them, failed in CI."""
+    from slurmbed import slurm_unavailable
+
+    _require_testbed()
+    reason = slurm_unavailable()
+    if reason is None:
+        return
+    if _in_ci():
+        pytest.fail(f"CI is set but Slurm cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def make_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeTestbed]:
     """Factory: make_testbed(n=3, **Testbed kwargs) -> an up Testbed on its own free

@@ -4,26 +4,14 @@ the findings its files declare (`# expect: ID`), at their file and line."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+from test_lint_project import declared  # the fixtures' `# expect:` comments, one reading
 
 from ddptui.lint import lint_paths
 
 CASES = sorted(p.parent for p in (Path(__file__).parent / "fixtures" / "lint_real").glob("*/ENTRY"))
-_EXPECT = re.compile(r"#.*\bexpect:\s*([A-Z0-9-]+(?:\s*,\s*[A-Z0-9-]+)*)")
-
-
-def declared(root: Path) -> set[tuple[str, str, int]]:
-    out: set[tuple[str, str, int]] = set()
-    for path in sorted(root.rglob("*.py")):
-        for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            m = _EXPECT.search(line)
-            if m:
-                rel = str(path.relative_to(root))
-                out |= {(i.strip(), rel, no) for i in m.group(1).split(",")}
-    return out
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurmbed import SlurmCluster, slurm_unavailable
+from slurmbed import SlurmCluster
 from testbed import start_testbed
 
 pytestmark = pytest.mark.testbed
@@ -24,14 +24,9 @@ FIX = Path(__file__).parent / "fixtures"
 
 @pytest.fixture
 def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmCluster, str, Path]]:
-    from conftest import _in_ci, _require_testbed
+    from conftest import _require_slurm
 
-    _require_testbed()
-    reason = slurm_unavailable()
-    if reason:
-        if _in_ci():
-            pytest.fail(f"CI is set but Slurm cannot run: {reason}", pytrace=False)
-        pytest.skip(reason)
+    _require_slurm()
     tb = start_testbed(2, stem="sfsl", subnet_base="10.86", workdir=tmp_path_factory.mktemp("sfsl"))
     try:
         with SlurmCluster(tb) as slurm:

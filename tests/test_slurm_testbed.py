@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurmbed import SlurmCluster, slurm_unavailable
+from slurmbed import SlurmCluster
 from testbed import Testbed, start_testbed
 
 pytestmark = pytest.mark.testbed
@@ -92,14 +92,9 @@ class Bed:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
-    from conftest import _in_ci, _require_testbed
+    from conftest import _require_slurm
 
-    _require_testbed()
-    reason = slurm_unavailable()
-    if reason:
-        if _in_ci():
-            pytest.fail(f"CI is set but Slurm cannot run: {reason}", pytrace=False)
-        pytest.skip(reason)
+    _require_slurm()
     tb = start_testbed(4, stem="ddsl", subnet_base="10.83", workdir=tmp_path_factory.mktemp("sl"))
     try:
         with SlurmCluster(tb) as slurm:
