@@ -1,0 +1,236 @@
+"""Round logs6 (issue 15): the schedulers', containers' and launchers' own messages
+(Slurm's srun and slurmstepd, Kubernetes' pod status and events, OpenSSH under
+pdsh/mpirun/deepspeed, Open MPI's help texts) and a log that stops in NCCL's bootstrap.
+Each rule is checked on lines pasted in public threads (the URL beside each) or on
+corpus excerpts (tests/fixtures/corpus/), and on the neighbours it must leave alone."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
+
+from score import load_corpus
+
+from ddptui.logs.diagnose import LogDiagnosis, diagnose_lines
+
+CORPUS = {e.id: e for e in load_corpus()}
+
+
+def excerpt(name: str) -> LogDiagnosis:
+    return diagnose_lines(list(CORPUS[name].lines), name)
+
+
+def lead(lines: list[str]) -> str | None:
+    d = diagnose_lines(lines)
+    return d.first.id if d.first is not None else None
+
+
+def ids(lines: list[str]) -> set[str]:
+    return {f.id for f in diagnose_lines(lines).findings}
+
+
+# ------------------------------------------------- Slurm
+
+
+def test_slurm_memory_kill_in_the_older_wordings() -> None:
+    """slurmstepd's jobacct ("Job N exceeded memory limit (x > y), being killed") and
+    its cgroup's "Exceeded job memory limit" are Slurm's memory kill, and lead the
+    job's cancel line (coqui-ai/STT#2238)."""
+    lines = [
+        "Epoch 0 |   Training | Elapsed Time: 0:00:15 | Steps: 93 | Loss: 24.580695",
+        "slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed",
+        "slurmstepd: error: Exceeded job memory limit",
+        "slurmstepd: error: *** JOB 7518 ON xantipa CANCELLED AT 2022-06-10T17:11:35 ***",
+    ]
+    assert lead(lines) == "SLURM-OOM"
+    assert "SLURM-CANCELLED" in ids(lines)
+    # Slurm's "at some point" warning follows jobs that succeeded (page cache counted):
+    # no failure (chaos/slurm#54, galaxyproject/galaxy#2309)
+    ok = diagnose_lines(["52428800 bytes (52 MB) copied, 0.459204 s, 114 MB/s", "slurmstepd: Exceeded step memory limit at some point."])
+    assert not ok.failed and all(f.severity != "error" for f in ok.findings)
+
+
+def test_a_shell_killed_status_under_slurm_is_sigkill_and_the_cgroup_leads() -> None:
+    """The batch shell's job status for a SIGKILLed python, then Slurm's oom-kill
+    (ArjunaCluster/ArjunaUsers#52): the cgroup's kill leads, the status is its SIGKILL."""
+    lines = [
+        "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py --prop hform --epochs 400 --lr_milestones 50 100 200 --gamma 0.25",
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler.",
+    ]
+    assert lead(lines) == "SLURM-OOM"
+    assert lead(lines[:1]) == "C10D-CHILD-SIGKILL"
+
+
+def test_slurm_allocation_launch_and_node_failures() -> None:
+    # meta-pytorch/torchforge#590: sbatch refused the request; nothing ran
+    assert lead([
+        "sbatch: error: Memory specification can not be satisfied",
+        "sbatch: error: Batch job submission failed: Requested node configuration is not available",
+    ]) == "SLURM-ALLOC-FAILED"
+    # srun's own words for a node lost mid-step (src/srun/allocate.c: "Node failure on %s")
+    # lead the task exits and the cancel that follow
+    lost = [
+        "srun: error: Node failure on gpu-node-03",
+        "srun: error: gpu-node-03: tasks 8-15: Killed",
+        "slurmstepd: error: *** STEP 4711.0 ON gpu-node-01 CANCELLED AT 2024-05-01T12:00:00 ***",
+    ]
+    assert lead(lost) == "SLURM-NODE-FAIL"
+    # slurmd could not start the step's tasks on a node: those ranks never ran, and that
+    # explains the others' rendezvous timeout
+    launch = [
+        "srun: error: Task launch for StepId=123.0 failed on node gpu02: Invalid node name specified",
+        "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
+    ]
+    assert lead(launch) == "SLURM-LAUNCH-FAILED"
+
+
+def test_srun_waiting_for_a_step_is_a_warning_until_it_starts() -> None:
+    """"step creation temporarily disabled, retrying": the step waits for resources
+    another step holds (a real srun prints it, then "Step created" when it gets them)."""
+    waiting = diagnose_lines(["srun: Job 5517045 step creation temporarily disabled, retrying (Requested nodes are busy)"])
+    assert waiting.first is not None and waiting.first.id == "SLURM-STEP-WAIT"
+    assert waiting.first.severity == "warning" and not waiting.failed
+    assert "Requested nodes are busy" in waiting.first.cause
+
+
+def test_srun_ending_a_step_is_never_clean() -> None:
+    """srun's "Job step aborted" (a task failed or the step was cancelled) with nothing
+    else pasted is an honest unknown; with the time limit pasted, the time limit leads
+    (corpus f-slurm-timelimit-zetta_utils-671)."""
+    d = diagnose_lines(["srun: Job step aborted: Waiting up to 32 seconds for job step to finish."])
+    assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED" and d.failed
+    assert excerpt("f-slurm-timelimit-zetta_utils-671").first.id == "SLURM-TIMELIMIT"  # type: ignore[union-attr]
+
+
+def test_srun_ignoring_ntasks_per_node_is_said() -> None:
+    d = diagnose_lines(["srun: Warning: can't honor --ntasks-per-node set to 8 which doesn't match the requested tasks 4 with the number of requested nodes 1. Ignoring --ntasks-per-node."])
+    assert d.first is not None and d.first.id == "SLURM-NTASKS-IGNORED"
+    assert "4 task(s) on 1 node(s), not 8 per node" in d.first.cause
+
+
+# ------------------------------------------------- Kubernetes
+
+
+def test_kubernetes_exit_code_137_is_sigkill() -> None:
+    """A container's last state with Reason: Error and Exit Code: 137 (fontbakery-
+    dashboard#100, kubernetes#122256) and kubectl's "command terminated with exit code
+    137" (jupyter/docker-stacks#736): SIGKILL, the OOM killer first of all."""
+    describe = ["    Last State:     Terminated", "      Reason:       Error", "      Exit Code:    137", "      Started:      Wed, 27 Mar 2019 01:53:04 +0100"]
+    assert lead(describe) == "C10D-CHILD-SIGKILL"
+    assert lead(["command terminated with exit code 137"]) == "C10D-CHILD-SIGKILL"
+    # a container that exited 1 is a failure without a known cause; 0 is none
+    assert lead(["    Last State:     Terminated", "      Reason:       Error", "      Exit Code:    1"]) == "LOGS-UNRECOGNIZED"
+    assert lead(["      Reason:       Completed", "      Exit Code:    0"]) is None
+    # 135 is 128 + SIGBUS: the /dev/shm of a container
+    assert lead(["      Reason:       Error", "      Exit Code:    135"]) == "SHM-SIZE"
+
+
+def test_kubernetes_evicts_a_pod_whose_dev_shm_outgrew_its_limit() -> None:
+    """The kubelet's eviction for an emptyDir over its sizeLimit (the /dev/shm mount
+    "dshm"), as `kubectl describe` printed it in kubernetes/kubernetes#28272."""
+    events = [
+        "  Normal   Started  12m    kubelet, x_machine_x  Started container x_pod_x",
+        '  Warning  Evicted  9m38s  kubelet, x_machine_x  Usage of EmptyDir volume "dshm" exceeds the limit "1Gi".',
+        "  Normal   Killing  9m38s  kubelet, x_machine_x  Stopping container x_pod_x",
+    ]
+    assert lead(events) == "K8S-EVICTED"
+    assert lead(["pytorch-worker-1   0/1     Evicted   0          5m"]) == "K8S-EVICTED"
+
+
+def test_a_pod_the_scheduler_cannot_place_explains_the_others_waiting() -> None:
+    """kube-scheduler's FailedScheduling (NVIDIA/k8s-device-plugin#119): that pod's ranks
+    never start, so the master's "1/2 clients joined" is its consequence."""
+    event = " Warning FailedScheduling  40s (x2 over 40s)  default-scheduler  0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable."
+    assert lead([event]) == "K8S-UNSCHEDULABLE"
+    waits = [
+        "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
+        event,
+    ]
+    assert lead(waits) == "K8S-UNSCHEDULABLE"
+
+
+def test_kubernetes_kills_from_outside_lead_the_lost_peers() -> None:
+    """A liveness-probe kill, a lost node and a preemption end ranks from outside; they
+    lead the SIGKILL and lost-peer lines they cause (SCHEDULER-KILL-FIRST)."""
+    sigkill = "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 4121) of binary"
+    for event, want in (
+        ('  Warning  Unhealthy  35s (x2 over 40s)  kubelet  Liveness probe failed: Get "http://10.0.0.7:8080/healthz": context deadline exceeded', "K8S-LIVENESS-KILL"),
+        ("  Normal   Killing    35s                kubelet  Container trainer failed liveness probe, will be restarted", "K8S-LIVENESS-KILL"),
+        ("  Warning  NodeNotReady  2m  node-controller  Node is not ready", "K8S-NODE-LOST"),
+        ("      Reason:       ContainerStatusUnknown", "K8S-NODE-LOST"),
+        ("  Normal   Preempted  1m   default-scheduler  Preempted by pod 1234-abcd on node gpu-1", "K8S-PREEMPTED"),
+    ):
+        assert lead([sigkill, event]) == want, event
+
+
+def test_a_crash_loop_or_a_failed_job_says_where_not_why() -> None:
+    """The kubelet's back-off and the training operator's job condition are wrappers: a
+    cause beside them leads; alone they are an honest unknown, never clean."""
+    backoff = "  Warning  BackOff    1m (x5 over 3m)  kubelet  Back-off restarting failed container"
+    failed = "PyTorchJob default/train is failed because 1 Worker replica(s) failed."
+    assert lead([backoff, "      Reason:       OOMKilled"]) == "K8S-OOMKILLED"
+    for line in (backoff, failed):
+        d = diagnose_lines([line])
+        assert d.failed and d.first is not None and d.first.id == "LOGS-UNRECOGNIZED", line
+
+
+# ------------------------------------------------- ssh and mpirun
+
+
+def test_ssh_login_refused_leads_pdshs_exit_255() -> None:
+    """deepspeedai/DeepSpeed#5709: ssh refused the key; pdsh's "ssh exited with exit
+    code 255" is its consequence."""
+    lines = [
+        "localhost: Permission denied, please try again.",
+        "localhost: jiaming@localhost: Permission denied (publickey,password).",
+        "pdsh@jiaming-Precision-7960-Tower: localhost: ssh exited with exit code 255",
+    ]
+    assert lead(lines) == "LAUNCH-SSH-AUTH"
+    assert "LAUNCH-SSH-FAILED" in ids(lines)
+
+
+def test_ssh_that_cannot_connect_or_resolve() -> None:
+    # horovod/horovod#1226: horovodrun's ssh to a port nothing listens on
+    assert lead([
+        "Launching horovodrun task function was not successful:",
+        "ssh: connect to host 192.168.0.119 port 12345: Connection refused",
+    ]) == "LAUNCH-SSH-CONN"
+    # horovod/horovod#655: a host:slots spec taken as a host name, then mpirun's daemons
+    # never start: the name leads
+    lines = [
+        "ssh: Could not resolve hostname localhost:4: Name or service not known",
+        "--------------------------------------------------------------------------",
+        "ORTE was unable to reliably start one or more daemons.",
+    ]
+    assert lead(lines) == "LAUNCH-SSH-RESOLVE"
+    assert "LAUNCH-MPI-TCP" in ids(lines)
+    # corpus: DeepSpeed's "not reachable via ssh" is the wrapper, the name still leads
+    assert excerpt("r2e-host-volcano-2952").first.id == "LAUNCH-SSH-RESOLVE"  # type: ignore[union-attr]
+    # hpcac/2023-APAC-HPC-AI#1: only DeepSpeed's wrapper pasted: an honest unknown
+    only = diagnose_lines([
+        "subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no gadi-gpu-v100-0011 hostname' returned non-zero exit status 255.",
+        "RuntimeError: Using hostfile at /home/552/dz9214/hostfile but host=gadi-gpu-v100-0011 was not reachable via ssh. If you are running with a single node please remove /home/552/dz9214/hostfile or setup passwordless ssh.",
+    ])
+    assert only.failed and only.first is not None and only.first.id == "LOGS-UNRECOGNIZED"
+
+
+def test_mpirun_daemons_that_cannot_connect() -> None:
+    """horovod/horovod#2043: Open MPI's help text for a TCP connection between its
+    processes that never completed (a firewall, or an interface that does not reach)."""
+    lines = [
+        "------------------------------------------------------------",
+        "A process or daemon was unable to complete a TCP connection",
+        "to another process:",
+        "  Local host:    psxi1mzh8",
+        "  Remote host:   psfwnezg3",
+        "This is usually caused by a firewall on the remote host. Please",
+        "check that any firewall (e.g., iptables) has been disabled and",
+        "try again.",
+    ]
+    assert lead(lines) == "LAUNCH-MPI-TCP"
+    # mpirun's signal 9 for a rank is its SIGKILL
+    assert lead(["mpirun noticed that process rank 1 with PID 0 on node gpu2 exited on signal 9 (Killed)."]) == "C10D-CHILD-SIGKILL"
