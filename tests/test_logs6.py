@@ -234,3 +234,30 @@ def test_mpirun_daemons_that_cannot_connect() -> None:
     assert lead(lines) == "LAUNCH-MPI-TCP"
     # mpirun's signal 9 for a rank is its SIGKILL
     assert lead(["mpirun noticed that process rank 1 with PID 0 on node gpu2 exited on signal 9 (Killed)."]) == "C10D-CHILD-SIGKILL"
+
+
+# ------------------------------------------------- Lightning: one node's ranks registered
+
+
+def test_one_nodes_block_of_ranks_registered_means_the_other_nodes_never_launched() -> None:
+    """corpus f-slurm-nosrun-lightning-8707: ranks 0-3 of 8 register and the log stops
+    there (the sbatch script ran python without srun: one node's processes only)."""
+    d = excerpt("f-slurm-nosrun-lightning-8707")
+    assert d.first is not None and d.first.id == "LOGS-MISSING-NODES"
+    assert "ranks 4, 5, 6, 7" in d.first.summary and "srun" in d.first.cause
+    # newer Lightning's wording (Lightning-AI/pytorch-lightning#14949: "the first 4 ranks
+    # (gpus) have been initialized as follows (the rest haven't)")
+    newer = [
+        "Initializing distributed: GLOBAL_RANK: 2, MEMBER: 3/8",
+        "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/8",
+        "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/8",
+        "Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/8",
+    ]
+    assert lead(newer) == "LOGS-MISSING-NODES"
+    # every rank registered: no finding
+    every = [f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in range(8)]
+    assert lead([*every, "All distributed processes registered. Starting with 8 processes"]) is None
+    # one process alone says nothing of nodes (corpus c-node-rank-env-hang-lightning-5651:
+    # a stray NODE_RANK), and ranks announced twice are LOGS-DUP-RANK's
+    assert excerpt("c-node-rank-env-hang-lightning-5651").first.id == "LOGS-UNRECOGNIZED"  # type: ignore[union-attr]
+    assert excerpt("d-slurm-ntasks-mismatch-lightning-10098").first.id == "LOGS-DUP-RANK"  # type: ignore[union-attr]
