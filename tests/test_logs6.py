@@ -232,6 +232,20 @@ def test_mpirun_daemons_that_cannot_connect() -> None:
         "try again.",
     ]
     assert lead(lines) == "LAUNCH-MPI-TCP"
+    # horovod/horovod#414: Open MPI's TCP transport connecting to a libvirt bridge address
+    assert lead(["[centos01][[32355,1],2][btl_tcp_endpoint.c:796:mca_btl_tcp_endpoint_complete_connect] connect() to 192.168.122.1 failed: Connection refused (111)"]) == "LAUNCH-MPI-TCP"
+    # horovod/horovod#978, NVIDIA/apex#482: -np larger than the host list's slots
+    slots = [
+        "--------------------------------------------------------------------------",
+        "There are not enough slots available in the system to satisfy the 8 slots",
+        "that were requested by the application:",
+        "  python",
+    ]
+    d = diagnose_lines(slots)
+    assert d.first is not None and d.first.id == "LAUNCH-MPI-SLOTS" and "8 processes" in d.first.cause
+    # torch 2.x's agent names the signal it got ("Signals.SIGTERM"): told to stop, no cause
+    term = diagnose_lines(["[2024-01-01 00:00:00,000] torch.distributed.elastic.agent.server.api: [WARNING] Received Signals.SIGTERM death signal, shutting down workers"])
+    assert [f.id for f in term.findings] == ["TORCHRUN-SIGTERM"] and not term.failed
     # mpirun's signal 9 for a rank is its SIGKILL
     assert lead(["mpirun noticed that process rank 1 with PID 0 on node gpu2 exited on signal 9 (Killed)."]) == "C10D-CHILD-SIGKILL"
 
