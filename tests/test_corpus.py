@@ -49,8 +49,8 @@ CORPUS = load_corpus()
 # called clean) and one round 2 label that now accepts SLURM-OOM: 182 right of 233 (78 %),
 # 20 wrong, 17 unrecognized, 14 called clean.  Round logs6 (the schedulers' and
 # launchers' own messages; one node's block of Lightning ranks registered in a log that
-# stops there -> the other nodes never launched): 183 right (79 %), 20 wrong, 16
-# unrecognized, 14 called clean.
+# stops there -> the other nodes never launched; c10d's gai warning pasted without its
+# "(host, port)"): 184 right (79 %), 20 wrong, 16 unrecognized, 13 called clean.
 RIGHT_CAUSE_FLOOR = 0.78
 WRONG_CAUSE_CEILING = 0.10
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure

@@ -275,3 +275,17 @@ def test_one_nodes_block_of_ranks_registered_means_the_other_nodes_never_launche
     # a stray NODE_RANK), and ranks announced twice are LOGS-DUP-RANK's
     assert excerpt("c-node-rank-env-hang-lightning-5651").first.id == "LOGS-UNRECOGNIZED"  # type: ignore[union-attr]
     assert excerpt("d-slurm-ntasks-mismatch-lightning-10098").first.id == "LOGS-DUP-RANK"  # type: ignore[union-attr]
+
+
+# ------------------------------------------------- silence taken for health
+
+
+def test_a_host_name_that_does_not_resolve_written_without_its_port_is_not_clean() -> None:
+    """corpus r2-host-pytorch-74824: c10d's gai warning pasted with the host name and no
+    "(host, port)" tuple (a docker container id the other container cannot resolve): the
+    name still does not resolve; the tuple form keeps its host and port."""
+    d = excerpt("r2-host-pytorch-74824")
+    assert d.first is not None and d.first.id == "PING-GAI-IPV6" and d.first.severity == "warning"
+    assert "<container id> does not resolve" in d.first.cause
+    tup = diagnose_lines(["[W socket.cpp:697] [c10d] The IPv4 network addresses of (node0, 29500) cannot be retrieved (gai error: -2 - Name or service not known)."])
+    assert tup.first is not None and tup.first.id == "PING-GAI" and tup.first.cause.startswith("node0 does not resolve")
