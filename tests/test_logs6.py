@@ -289,3 +289,35 @@ def test_a_host_name_that_does_not_resolve_written_without_its_port_is_not_clean
     assert "<container id> does not resolve" in d.first.cause
     tup = diagnose_lines(["[W socket.cpp:697] [c10d] The IPv4 network addresses of (node0, 29500) cannot be retrieved (gai error: -2 - Name or service not known)."])
     assert tup.first is not None and tup.first.id == "PING-GAI" and tup.first.cause.startswith("node0 does not resolve")
+
+
+# ------------------------------------------------- a launcher that started one job per host
+
+
+def test_the_same_ranks_on_every_host_are_independent_jobs() -> None:
+    """NVIDIA/nccl-tests#107: mpirun of nccl-tests built without MPI=1 on two hosts: each
+    copy lists itself as rank 0 (the maintainers' answer in nccl-tests#27: rebuild with
+    MPI=1 after `make clean`)."""
+    two = [
+        "# nThread 1 nGpus 1 minBytes 1310720000 maxBytes 1310720000 step: 1048576(bytes) warmup iters: 5 iters: 20 validation: 1",
+        "#",
+        "# Using devices",
+        "# nThread 1 nGpus 1 minBytes 1310720000 maxBytes 1310720000 step: 1048576(bytes) warmup iters: 5 iters: 20 validation: 1",
+        "#",
+        "# Using devices",
+        "#   Rank  0 Pid   1320 on ip-172-31-20-228 device  0 [0x00] Tesla V100-SXM2-16GB",
+        "#   Rank  0 Pid   2066 on ip-172-31-22-230 device  0 [0x00] Tesla V100-SXM2-16GB",
+        "#",
+    ]
+    d = diagnose_lines(two)
+    assert d.first is not None and d.first.id == "LAUNCH-INDEPENDENT-JOBS" and d.failed
+    assert "ip-172-31-20-228, ip-172-31-22-230" in d.first.cause and "MPI=1" in d.first.fix
+    # NVIDIA/nccl-tests#254: the device list pasted without its "#", 16 processes, all rank 0
+    dgx = [f"Rank  0 Group  0 Pid {pid} on    {host} device  0 [0x1a] NVIDIA H100 80GB HBM3" for pid, host in (
+        (544816, "dgx01"), (332597, "dgx02"), (332599, "dgx02"), (544818, "dgx01"))]
+    assert lead(dgx) == "LAUNCH-INDEPENDENT-JOBS"
+    # nebius/soperator#428: one MPI job across two hosts numbers its ranks once: silent
+    one_job = [f"#  Rank {r:2d} Group  0 Pid {1887 + r}  on   worker-{1 - r // 8} device  {r % 8} [0x8d] NVIDIA H100 80GB HBM3" for r in range(16)]
+    assert diagnose_lines(one_job).findings == ()
+    # one host's list alone (corpus f-device-nccl-tests-287) is no such thing
+    assert all(f.id != "LAUNCH-INDEPENDENT-JOBS" for f in excerpt("f-device-nccl-tests-287").findings)

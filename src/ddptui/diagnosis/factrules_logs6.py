@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ddptui.diagnosis.factcontext import Context, Hit, span
+from ddptui.diagnosis.factcontext import Context, Hit, ranks_said, span
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
@@ -48,3 +48,29 @@ def registered_block_missing(rules: FactRules, rule: FactRule, ctx: Context) -> 
     )
     fill = {"nnodes": str(nodes), "seen": "0", "missing": span(list(range(1, nodes)))}
     return list(range(k, world)), [e for e in ev if e], said, fill
+
+
+def independent_rank0(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Processes on two or more hosts each state the same ranks 0..g-1 (nccl-tests' device
+    list, torch's process-group options), and no world larger than g is stated: the
+    launcher started one job per host side by side (mpirun of nccl-tests built without
+    MPI=1, a script that ignores the launcher's rank, torchrun --standalone on each node)."""
+    ranked = [p for p in ctx.procs if p.rank is not None]
+    by_host: dict[str, set[int]] = {}
+    for p in ranked:
+        by_host.setdefault((p.host or "").partition("#")[0], set()).add(int(p.rank or 0))
+    by_host.pop("", None)
+    if len(by_host) < 2 or any(p.host is None for p in ranked):
+        return None
+    sets = {frozenset(r) for r in by_host.values()}
+    if len(sets) != 1:
+        return None
+    each = sorted(sets.pop())
+    g = len(each)
+    if each != list(range(g)) or g > 4096 or any((p.world_size or g) != g for p in ranked):
+        return None
+    hosts = sorted(by_host)
+    ev = [p.evidence.get("rank") or p.evidence.get("world", "") for p in ranked[:4]]
+    said = f"{ranks_said(each)} stated on each of {len(hosts)} hosts ({', '.join(hosts[:6])})"
+    fill = {"hosts": ", ".join(hosts[:12]), "count": str(len(hosts)), "ranks": span(each)}
+    return each, [e for e in ev if e], said, fill
