@@ -218,6 +218,22 @@ def test_ssh_that_cannot_connect_or_resolve() -> None:
     assert only.failed and only.first is not None and only.first.id == "LOGS-UNRECOGNIZED"
 
 
+def test_a_launcher_or_a_path_missing_on_the_node() -> None:
+    """deepspeedai/Megatron-DeepSpeed#125: pdsh runs the launching node's working
+    directory and python on the other node, where neither exists; DeepSpeed's runner
+    without pdsh installed (runner.py: "launcher '{args.launcher}' not installed.", or
+    the FileNotFoundError of its subprocess call)."""
+    remote = [
+        "172.16.220.18: bash: line 0: cd: /data/asc23/src_zero3: No such file or directory",
+        "172.16.220.18: bash: /home/lxw/anaconda3/envs/sys_py37/bin/python: No such file or directory",
+    ]
+    assert lead(remote) == "LAUNCH-CMD-NOTFOUND"
+    for line in ("RuntimeError: launcher 'pdsh' not installed.", "FileNotFoundError: [Errno 2] No such file or directory: 'pdsh'"):
+        assert lead([line]) == "LAUNCH-CMD-NOTFOUND", line
+    # a data file the script cannot open is not the launcher's
+    assert lead(["FileNotFoundError: [Errno 2] No such file or directory: 'data/train.json'"]) == "LOGS-UNRECOGNIZED"
+
+
 def test_mpirun_daemons_that_cannot_connect() -> None:
     """horovod/horovod#2043: Open MPI's help text for a TCP connection between its
     processes that never completed (a firewall, or an interface that does not reach)."""
