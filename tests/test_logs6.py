@@ -234,6 +234,22 @@ def test_a_launcher_or_a_path_missing_on_the_node() -> None:
     assert lead(["FileNotFoundError: [Errno 2] No such file or directory: 'data/train.json'"]) == "LOGS-UNRECOGNIZED"
 
 
+def test_an_empty_master_address_in_c10d_and_torchrun_words() -> None:
+    """An unset MASTER_ADDR reaches c10d as "" or "None" (torch's socket.cpp prints the
+    address it dials: "(, 29500)", "[:29500]", "(None, 29500)"), and an unset shell variable
+    after --master_addr leaves argparse without a value (QwenLM/Qwen#952: "torchrun: error:
+    argument --master-addr/--master_addr: expec[ted one argument]")."""
+    for line in (
+        "torch.distributed.DistNetworkError: The client socket has timed out after 900s while trying to connect to (, 29500).",
+        "[W socket.cpp:663] [c10d] The client socket has failed to connect to [:29500] (errno: 22 - Invalid argument).",
+        "[W socket.cpp:697] [c10d] The IPv4 network addresses of (None, 29500) cannot be retrieved (gai error: -2 - Name or service not known).",
+        "torchrun: error: argument --master-addr/--master_addr: expected one argument",
+    ):
+        assert lead([line]) == "LAUNCH-EMPTY-ADDR", line
+    # a real name stays a name that does not resolve
+    assert lead(["[W socket.cpp:697] [c10d] The IPv4 network addresses of (node0, 29500) cannot be retrieved (gai error: -2 - Name or service not known)."]) == "PING-GAI"
+
+
 def test_mpirun_daemons_that_cannot_connect() -> None:
     """horovod/horovod#2043: Open MPI's help text for a TCP connection between its
     processes that never completed (a firewall, or an interface that does not reach)."""
