@@ -106,6 +106,16 @@ def test_srun_ending_a_step_is_never_clean() -> None:
     assert excerpt("f-slurm-timelimit-zetta_utils-671").first.id == "SLURM-TIMELIMIT"  # type: ignore[union-attr]
 
 
+def test_lightning_settings_that_disagree_with_the_slurm_allocation() -> None:
+    """Lightning's SLURMEnvironment.validate_settings (fabric/plugins/environments/
+    slurm.py), as a user's script quoted it: devices vs --ntasks-per-node, num_nodes vs
+    --nodes."""
+    d = diagnose_lines(["ValueError: You set `devices=2` in Lightning, but the number of tasks per node configured in SLURM `--ntasks-per-node=1` does not match. HINT: Set `devices=1`."])
+    assert d.first is not None and d.first.id == "LAUNCH-LIGHTNING-SLURM"
+    assert "devices=2" in d.first.cause and "--ntasks-per-node=1" in d.first.cause
+    assert lead(["ValueError: You set `num_nodes=2` in Lightning, but the number of nodes configured in SLURM `--nodes=1` does not match. HINT: Set `num_nodes=1`."]) == "LAUNCH-LIGHTNING-SLURM"
+
+
 def test_srun_ignoring_ntasks_per_node_is_said() -> None:
     d = diagnose_lines(["srun: Warning: can't honor --ntasks-per-node set to 8 which doesn't match the requested tasks 4 with the number of requested nodes 1. Ignoring --ntasks-per-node."])
     assert d.first is not None and d.first.id == "SLURM-NTASKS-IGNORED"
