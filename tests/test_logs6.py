@@ -163,6 +163,24 @@ def test_a_pod_the_scheduler_cannot_place_explains_the_others_waiting() -> None:
     assert lead(waits) == "K8S-UNSCHEDULABLE"
 
 
+def test_a_pod_that_cannot_start_its_container() -> None:
+    """kubeflow/pytorch-operator#264: the master pod's image cannot be pulled (`kubectl
+    logs` answers for a container waiting to start); the kubelet's own events say the same
+    (ErrImagePull, ImagePullBackOff, a volume that cannot be mounted)."""
+    pulled = [
+        "$ kubectl logs pytorch-dist-mnist-gloo-master-0",
+        'Error from server (BadRequest): container "pytorch" in pod "pytorch-dist-mnist-gloo-master-0" is waiting to start: trying and failing to pull image',
+        "$ kubectl logs pytorch-dist-mnist-gloo-worker-0",
+        'Error from server (BadRequest): container "pytorch" in pod "pytorch-dist-mnist-gloo-worker-0" is waiting to start: PodInitializing',
+    ]
+    assert lead(pulled) == "K8S-POD-NOT-STARTED"
+    for event in (
+        "  Warning  Failed     2m (x4 over 4m)   kubelet  Error: ImagePullBackOff",
+        '  Warning  FailedMount  3m  kubelet  MountVolume.SetUp failed for volume "dshm" : mount failed: exit status 32',
+    ):
+        assert lead([event, "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined."]) == "K8S-POD-NOT-STARTED", event
+
+
 def test_kubernetes_kills_from_outside_lead_the_lost_peers() -> None:
     """A liveness-probe kill, a lost node and a preemption end ranks from outside; they
     lead the SIGKILL and lost-peer lines they cause (SCHEDULER-KILL-FIRST)."""
