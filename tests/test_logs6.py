@@ -381,3 +381,22 @@ def test_the_same_ranks_on_every_host_are_independent_jobs() -> None:
     assert diagnose_lines(one_job).findings == ()
     # one host's list alone (corpus f-device-nccl-tests-287) is no such thing
     assert all(f.id != "LAUNCH-INDEPENDENT-JOBS" for f in excerpt("f-device-nccl-tests-287").findings)
+
+
+# ------------------------------------------------- launcher prefixes
+
+
+def test_mpiruns_tag_output_prefix_names_the_rank() -> None:
+    """mpirun --tag-output (horovodrun's default) writes [jobid,rank]<stream>: before each
+    line (horovod/horovod#3751): the MPI rank is the line's rank, NCCL's prefix after it
+    still gives host and pid."""
+    from ddptui.logs.lineinfo import parse_head
+
+    head, _ = parse_head("[1,2]<stdout>:j63g01247:65:197 [0] NCCL INFO Bootstrap : Using bond0:11.158.237.10<0>", 2024)
+    assert (head.rank, head.host, head.pid) == (2, "j63g01247", 65)
+    assert head.body.startswith("j63g01247:65:197 [0] NCCL INFO")
+    d = diagnose_lines([
+        "[1,0]<stdout>:j66d10267:290:422 [0] NCCL INFO Bootstrap : Using bond0:11.158.244.23<0>",
+        "[1,2]<stderr>:RuntimeError: CUDA error: an illegal memory access was encountered",
+    ])
+    assert d.first is not None and d.first.id == "RANK-CUDA-ERROR" and d.first.rank == 2
