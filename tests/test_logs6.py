@@ -400,3 +400,18 @@ def test_mpiruns_tag_output_prefix_names_the_rank() -> None:
         "[1,2]<stderr>:RuntimeError: CUDA error: an illegal memory access was encountered",
     ])
     assert d.first is not None and d.first.id == "RANK-CUDA-ERROR" and d.first.rank == 2
+
+
+def test_a_launcher_hung_up_on_by_its_terminal() -> None:
+    """torch's own format strings (tests/fixtures/source_sites/torch-2.13.0-py.tsv:
+    agent/server/api.py "Received %s death signal, shutting down workers",
+    multiprocessing/api.py "Process {os.getpid()} got signal: {sigval}") with SIGHUP: the
+    session that started torchrun closed.  SIGTERM stays torchrun being told to stop."""
+    for line in (
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4021 got signal: 1",
+        "W1122 13:54:07.895000 27402 torch/distributed/elastic/agent/server/api.py:753] Received Signals.SIGHUP death signal, shutting down workers",
+        "WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting down workers",
+    ):
+        assert lead([line]) == "LAUNCH-SIGHUP", line
+    term = diagnose_lines(["torch.distributed.elastic.multiprocessing.api.SignalException: Process 4021 got signal: 15"])
+    assert not term.failed and [f.id for f in term.findings] == ["TORCHRUN-SIGTERM"]
