@@ -272,6 +272,9 @@ def test_an_empty_master_address_in_c10d_and_torchrun_words() -> None:
         "[W socket.cpp:663] [c10d] The client socket has failed to connect to [:29500] (errno: 22 - Invalid argument).",
         "[W socket.cpp:697] [c10d] The IPv4 network addresses of (None, 29500) cannot be retrieved (gai error: -2 - Name or service not known).",
         "torchrun: error: argument --master-addr/--master_addr: expected one argument",
+        # corpus c-scontrol-missing-master-addr-mmcv-700's thread: MASTER_ADDR from
+        # `scontrol show hostname` in a container without scontrol (dash's own words)
+        "/bin/dash: 1: scontrol: not found",
     ):
         assert lead([line]) == "LAUNCH-EMPTY-ADDR", line
     # a real name stays a name that does not resolve
