@@ -66,6 +66,10 @@ def test_a_shell_killed_status_under_slurm_is_sigkill_and_the_cgroup_leads() -> 
 
 
 def test_slurm_allocation_launch_and_node_failures() -> None:
+    # a real Slurm (tests/fixtures/logs/slurm/alloc_busy.log, the namespace testbed): more
+    # nodes than the cluster has, with --immediate
+    busy = (Path(__file__).parent / "fixtures/logs/slurm/alloc_busy.log").read_text().splitlines()
+    assert lead(busy) == "SLURM-ALLOC-FAILED"
     # meta-pytorch/torchforge#590: sbatch refused the request; nothing ran
     assert lead([
         "sbatch: error: Memory specification can not be satisfied",
