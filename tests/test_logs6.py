@@ -98,7 +98,7 @@ def test_srun_waiting_for_a_step_is_a_warning_until_it_starts() -> None:
     waiting = diagnose_lines(["srun: Job 5517045 step creation temporarily disabled, retrying (Requested nodes are busy)"])
     assert waiting.first is not None and waiting.first.id == "SLURM-STEP-WAIT"
     assert waiting.first.severity == "warning" and not waiting.failed
-    assert "Requested nodes are busy" in waiting.first.cause
+    assert "Requested nodes are busy" in " ".join(waiting.first.evidence)
 
 
 def test_srun_ending_a_step_is_never_clean() -> None:
