@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
+from ddptui.lint.frameworks import ddp_kind
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Pick, Script, const, last
 
@@ -139,10 +140,13 @@ class Flow:
         self._rv_memo: dict[ast.AST, bool] = {}
         self.memo: dict[tuple[str, ast.AST, int], object] = {}  # rules' own answers
         self._re_memo: dict[ast.AST, bool] = {}
-        self.wrapper_calls = [c for c in script.calls if self._is_wrapper(c)]
-        self.ddp_calls = [
-            c for c in self.wrapper_calls if last(script.call_name(c)) == "DistributedDataParallel"
-        ]
+        kinds = {c: ddp_kind(script, c) for c in script.calls}
+        self.wrapper_calls = [c for c in script.calls if self._is_wrapper(c) or kinds[c]]
+        # torch's DDP, its subclasses (mmcv, mmengine, the project's) and apex's: the
+        # wrapper's `module.` keys and attributes (frameworks.py says which rule holds)
+        self.ddp_calls = [c for c in self.wrapper_calls if kinds[c]]
+        # the subset with torch's reducer: no_sync, find_unused_parameters, buffers
+        self.torch_ddp_calls = [c for c in self.ddp_calls if kinds[c] == "torch"]
         names = [script.call_name(c) for c in script.calls]
         self.inits_group = any(
             last(n) == "init_process_group" or n == "deepspeed.init_distributed" for n in names

@@ -99,7 +99,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                 # in another function than the save: said at the `.state_dict()` call,
                 # where `.module` belongs
                 call = s.parents.get(recv, c)
-                at = c if s.scope_of(call) is s.scope_of(c) else call
+                at = c if s.scope_of(call) is s.scope_of(c) or _given(s, recv) else call
                 yield Hit.at(
                     "DDP-SAVE-WRAPPER",
                     at,
@@ -110,6 +110,19 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                     model=ast.unparse(recv),
                 )
                 break
+
+
+def _given(s: Script, recv: ast.expr) -> bool:
+    """The receiver is a helper's parameter (`serialize(model)` reads
+    `model.state_dict()`): the caller chose to pass the wrapper, so the fix, and the
+    finding, go where the save calls the helper."""
+    scope = s.scope_of(recv)
+    return (
+        isinstance(recv, ast.Name)
+        and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef)
+        and recv.id in {a.arg for a in scope.args.posonlyargs + scope.args.args}
+        and not s.assigned(scope, recv.id)
+    )
 
 
 def _prefix_juggling(s: Script, load: ast.Call) -> bool:

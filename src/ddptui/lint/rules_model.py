@@ -328,7 +328,7 @@ def _sets_visible_devices(s: Script) -> bool:
 
 
 def find_unused(s: Script, f: Flow) -> Iterator[Hit]:
-    for call in f.ddp_calls:
+    for call in f.torch_ddp_calls:
         flag = kwarg(call, "find_unused_parameters")
         if flag is not None and const(flag) is True:
             yield Hit.at("DDP-FIND-UNUSED", flag, "DDP(..., find_unused_parameters=True)")
@@ -358,7 +358,7 @@ def nccl_tuning(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.ddp_calls or f.uses("convert_sync_batchnorm", "SyncBatchNorm"):
+    if not f.ddp_calls or f.uses("convert_sync_batchnorm", "SyncBatchNorm", "convert_syncbn_model"):
         return
     # the code that runs first; then any class of an imported project module (a model
     # built through a registry or getattr() is not followed by name)

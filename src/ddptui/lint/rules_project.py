@@ -226,11 +226,11 @@ def _layer(s: Script, value: ast.expr) -> bool:
 def unused_params(s: Script, f: Flow) -> Iterator[Hit]:
     """A layer built in `__init__` of a model that DDP wraps, which no other method of
     the class reads, while DDP runs without find_unused_parameters."""
-    if not f.ddp_calls or any(
+    if not f.torch_ddp_calls or any(
         _set(kwarg(c, "find_unused_parameters"))
         or _set(kwarg(c, "static_graph"))
         or any(k.arg is None for k in c.keywords)  # `**ddp_args`: may carry either
-        for c in f.ddp_calls
+        for c in f.torch_ddp_calls
     ):
         return
     frozen = _frozen(s)

@@ -348,7 +348,13 @@ class Script:
     ) -> list[ast.expr]:
         scope = self.scope_of(expr)
         if isinstance(expr, ast.Name):
-            values = self.assigned(scope, expr.id, module_too=True)
+            # a parameter shadows the module's global of the same name
+            local = isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef) and _is_param(
+                scope, expr.id
+            )
+            values = self.assigned(scope, expr.id, module_too=not local)
+            if local and values:  # `loader = sample_data(loader)`: the parameter's value
+                values = [v for v in values if v.lineno < expr.lineno]
             out = [o for v in values for o in self.origins(v, depth + 1, params=params)]
             if not values and params and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
                 out += [
@@ -434,7 +440,9 @@ class Script:
         params = [a.arg for a in func.args.posonlyargs + func.args.args]
         if name not in params and name not in [a.arg for a in func.args.kwonlyargs]:
             return []
-        is_method = self.class_of(func) is not None and params[:1] == ["self"]
+        is_method = self.class_of(func) is not None and (
+            params[:1] == ["self"] or (params[:1] == ["cls"] and _static_or_class(func))
+        )
         index = params.index(name) - (1 if is_method else 0) if name in params else -1
         out: list[ast.expr] = []
         for call in self.call_sites(func):
@@ -459,7 +467,7 @@ class Script:
         self._callees[call] = found
         return found
 
-    def _resolve_callees(self, call: ast.Call) -> tuple[FuncNode, ...]:  # noqa: PLR0911
+    def _resolve_callees(self, call: ast.Call) -> tuple[FuncNode, ...]:  # noqa: PLR0911, PLR0912
         """The project functions a call reaches: `f()` (of this file or imported from a
         project module), `utils.f()`, `self.m()`, `obj.m()` where obj was built from a
         class of the project, and `Cls()` (its __init__)."""
@@ -499,6 +507,9 @@ class Script:
                     if b is not None and b is not own
                     for m in self._methods(b, f.attr)
                 )
+            owner = self.class_named(f.value)
+            if owner is not None:  # `DeepSpeech.serialize(model)`: a static or class method
+                return tuple(m for m in self._methods(owner, f.attr) if _static_or_class(m))
             module = self._module_value(f.value)
             if module is not None:
                 target = self.resolve_in(module, f.attr)
@@ -583,6 +594,21 @@ def const(expr: ast.expr | None) -> object:
     ):
         return -expr.operand.value
     return expr.value if isinstance(expr, ast.Constant) else ...
+
+
+def _is_param(fn: FuncNode, name: str) -> bool:
+    a = fn.args
+    return any(
+        p.arg == name
+        for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+    )
+
+
+def _static_or_class(fn: FuncNode) -> bool:
+    return any(
+        isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+        for d in fn.decorator_list
+    )
 
 
 def last(qualname: str) -> str:

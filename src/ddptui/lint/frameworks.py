@@ -1,0 +1,69 @@
+"""DDP wrappers of other frameworks, and which of torch DDP's rules hold for each.
+
+What each one is, read in its own sources:
+
+- mmcv's `MMDistributedDataParallel` (mmcv/parallel/distributed.py) and mmengine's
+  (mmengine/model/wrappers/distributed.py) subclass torch's DistributedDataParallel:
+  `.module`, the `module.` prefix of `state_dict()`, no attribute forwarding, `no_sync`,
+  `find_unused_parameters`, the buffer broadcast in forward: all torch's.
+  (`train_step`/`val_step` are the wrapper's own methods: `rules_project._WRAPPER_API`.)
+- apex's `DistributedDataParallel` (apex/parallel/distributed.py) is a plain
+  `nn.Module` holding `self.module`: `state_dict()` keys start with `module.` and model
+  attributes are not forwarded (nn.Module.__getattr__ finds only parameters, buffers and
+  submodules), so DDP-SAVE-WRAPPER and DDP-WRAPPER-ATTR hold. It has no `no_sync`, no
+  `find_unused_parameters` and no buffer broadcast in forward: those rules stay silent.
+- A project class whose base is one of these is the same wrapper.
+- Not wrappers in this sense (silent): torch FSDP and fairscale's FSDP/ShardedDDP
+  (`state_dict()` hooks strip their own prefixes; FSDP's `__getattr__` forwards to the
+  wrapped module), DeepSpeed's engine (`DeepSpeedEngine.__getattr__` forwards to
+  `self.module`, checkpoints through `save_checkpoint`), accelerate's `prepare()` and
+  Lightning strategies (the wrap is the library's; `unwrap_model` is its API).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Final, Literal
+
+from ddptui.lint.script import Script, last
+
+Kind = Literal["torch", "apex"]
+
+# dotted names as Script.qualname gives them (the import's module path, then the name)
+_TORCH_LIKE: Final = frozenset(
+    {
+        "mmcv.parallel.MMDistributedDataParallel",
+        "mmcv.parallel.distributed.MMDistributedDataParallel",
+        "mmengine.model.MMDistributedDataParallel",
+        "mmengine.model.wrappers.MMDistributedDataParallel",
+        "mmengine.model.wrappers.distributed.MMDistributedDataParallel",
+    }
+)
+_APEX: Final = frozenset(
+    {
+        "apex.parallel.DistributedDataParallel",
+        "apex.parallel.distributed.DistributedDataParallel",
+    }
+)
+
+
+def ddp_kind(s: Script, call: ast.Call, depth: int = 0) -> Kind | None:
+    """Which DDP a call builds: "torch" (torch's or a subclass of it), "apex", or None."""
+    qn = s.call_name(call)
+    return _kind_of_name(s, qn, call.func, depth)
+
+
+def _kind_of_name(s: Script, qn: str, expr: ast.expr, depth: int) -> Kind | None:
+    head = qn.split(".", 1)[0]
+    if qn in _TORCH_LIKE or (head == "torch" and last(qn) == "DistributedDataParallel"):
+        return "torch"
+    if qn in _APEX or (head == "apex" and last(qn) == "DistributedDataParallel"):
+        return "apex"
+    cls = s.class_named(expr) if depth <= 3 else None
+    # `class MegDistributedDataParallel(DistributedDataParallel)`: its base's kind
+    kinds = [
+        _kind_of_name(s, bq, base, depth + 1)
+        for base in (cls.bases if cls is not None else [])
+        if (bq := s.qualname(base))
+    ]
+    return next((k for k in kinds if k is not None), None)
