@@ -13,6 +13,7 @@ from ddptui.lint import (
     rules_accum,
     rules_data,
     rules_flag,
+    rules_frameworks,
     rules_io,
     rules_model,
     rules_project,
@@ -40,6 +41,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_setup.RULES,
     *rules_seed.RULES,
     *rules_flag.RULES,
+    *rules_frameworks.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
@@ -68,6 +70,8 @@ RULE_IDS: Final = (
     "DDP-INIT-BEFORE-SET-DEVICE",
     "DDP-WORLD-FROM-DEVICE-COUNT",
     "DDP-SAMPLER-SEED",
+    "DDP-SYNCBN-AFTER-OPTIMIZER",
+    "DDP-FORWARD-BYPASS",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")

@@ -45,9 +45,14 @@ def reached(self: Script) -> list[ast.AST]:
     runs, transitively; at most _MAX_DEFS definitions."""
     out: list[ast.AST] = []
     roots: list[ast.AST] = [self.entry.tree]
+    seeded: set[ast.AST] = set()
     for m in self.modules[1:]:
         for st in m.tree.body:
             if not (isinstance(st, (*_FUNC, ast.ClassDef)) or _is_main_block(st)):
+                out += walked(self, st)
+                roots.append(st)
+            elif _registered(st) and st not in seeded:
+                seeded.add(st)  # run through a registry: `get_trainer(name)` finds it
                 out += walked(self, st)
                 roots.append(st)
     done: set[ast.AST] = set()
@@ -58,6 +63,14 @@ def reached(self: Script) -> list[ast.AST]:
                 out += walked(self, target)
                 roots.append(target)
     return out
+
+
+def _registered(st: ast.stmt) -> bool:
+    """A class or function a decorator registers when its module is imported
+    (`@baseline_registry.register_trainer(name="ddppo")`, `@MODELS.register_module()`)."""
+    return isinstance(st, (*_FUNC, ast.ClassDef)) and any(
+        "regist" in ast.unparse(d).lower() for d in st.decorator_list
+    )
 
 
 def walked(self: Script, node: ast.AST) -> list[ast.AST]:

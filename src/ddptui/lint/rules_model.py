@@ -138,7 +138,8 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
         if not call.args:
             continue
         arg = call.args[0]
-        if moved_before(s, arg, call.lineno):
+        end = call.end_lineno or call.lineno  # `DDP(\n model.cuda(rank), ...)`: inside it
+        if moved_before(s, arg, end):
             continue
         parent = s.parents.get(call)
         names = {ast.unparse(arg)}
@@ -147,7 +148,7 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
         later = [
             c
             for c in s.function_calls(s.scope_of(call))
-            if c.lineno > call.lineno
+            if c.lineno > end
             and isinstance(c.func, ast.Attribute)
             and c.func.attr in _MOVERS
             and receiver(c) in names

@@ -1,0 +1,273 @@
+"""Rules about the wrap itself, whoever's DDP it is: SyncBatchNorm converted after the
+optimizer took the model's parameters (DDP-SYNCBN-AFTER-OPTIMIZER), and a loss computed
+past the DDP wrapper's forward (DDP-FORWARD-BYPASS)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script, last
+
+# --- SyncBatchNorm converted after the optimizer was built ------------------------------
+
+# apex's convert_syncbn_model builds new SyncBatchNorm layers whose weight and bias are
+# NEW Parameters (`mod.weight.data = module.weight.data.clone().detach()`,
+# NVIDIA/apex apex/parallel/__init__.py): an optimizer built before holds the old ones.
+# torch's SyncBatchNorm.convert_sync_batchnorm copied the values into new Parameters in
+# its early releases (`module_output.weight.copy_(module.weight)`); current releases hand
+# the same Parameter objects over (`module_output.weight = module.weight`,
+# torch/nn/modules/batchnorm.py): a warning, the order is fragile, not always wrong.
+_CONVERTERS: Final = {"convert_syncbn_model": "error", "convert_sync_batchnorm": "warning"}
+_OPTIM_WORDS: Final = re.compile(r"optim", re.I)
+_OPTIMIZERS: Final = frozenset(
+    {"SGD", "Adam", "AdamW", "LAMB", "Lamb", "FusedAdam", "FusedLAMB", "FusedSGD", "RMSprop",
+     "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LARS", "Lion", "Adafactor"}
+)  # fmt: skip
+
+
+def _is_optimizer(s: Script, call: ast.Call) -> bool:
+    qn = s.call_name(call)
+    name = last(qn)
+    if not name or "sched" in qn.lower() or name.endswith("Hook") or "state_dict" in name:
+        return False
+    if qn.startswith("torch.optim.") and not qn.startswith(("torch.optim.lr_", "torch.optim.swa")):
+        return True
+    if isinstance(call.func, ast.Attribute) and call.func.attr in ("step", "zero_grad"):
+        return False
+    return name in _OPTIMIZERS or bool(_OPTIM_WORDS.search(name))
+
+
+def _optimizer_names(s: Script, scope: ast.AST) -> set[str]:
+    """Names that hold an optimizer (`optimizer = build_optimizer(model, cfg)`): a call
+    given one later (a hook, a scheduler) builds no new optimizer."""
+    return {
+        t
+        for n in own_nodes(scope)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and _is_optimizer(s, n.value)
+        for target in n.targets
+        for t in _targets(target)
+    }
+
+
+def _text(expr: ast.expr) -> str | None:
+    """`model`, `self.model`: the name a module is held under."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute) and _text(expr.value) is not None:
+        return ast.unparse(expr)
+    return None
+
+
+def _mentions(node: ast.AST, names: set[str]) -> bool:
+    return any(
+        isinstance(n, ast.Name | ast.Attribute) and _text(n) in names for n in ast.walk(node)
+    )
+
+
+def _targets(node: ast.expr) -> Iterator[str]:
+    if isinstance(node, ast.Tuple | ast.List):
+        for e in node.elts:
+            yield from _targets(e)
+    elif isinstance(node, ast.Starred):
+        yield from _targets(node.value)
+    else:
+        t = _text(node)
+        if t is not None and t != "self":
+            yield t
+
+
+def derived(scope: ast.AST, seeds: Iterable[str], rounds: int = 4) -> set[str]:
+    """Names in `scope` whose values are computed from `seeds`: assigned from them, loop
+    targets over them, lists they were appended to (bounded rounds, no fixpoint)."""
+    out = set(seeds)
+    nodes = list(own_nodes(scope))
+    for _ in range(rounds):
+        before = len(out)
+        for n in nodes:
+            if isinstance(n, ast.Assign) and _mentions(n.value, out):
+                for t in n.targets:
+                    out.update(_targets(t))
+            elif isinstance(n, ast.AugAssign | ast.AnnAssign) and n.value is not None:
+                if _mentions(n.value, out):
+                    out.update(_targets(n.target))
+            elif isinstance(n, ast.For | ast.comprehension) and _mentions(n.iter, out):
+                out.update(_targets(n.target))
+            elif (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr in ("append", "extend", "add", "insert", "update")
+                and any(_mentions(a, out) for a in [*n.args, *(k.value for k in n.keywords)])
+            ):
+                out.update(_targets(n.func.value))
+        if len(out) == before:
+            break
+    return out
+
+
+def syncbn_after_optimizer(s: Script, f: Flow) -> Iterator[Hit]:
+    for conv in s.calls:
+        name = last(s.call_name(conv))
+        if name not in _CONVERTERS or not conv.args:
+            continue
+        held = _text(conv.args[0])
+        if held is None:
+            continue
+        scope = s.scope_of(conv)
+        params = derived(scope, [held]) - _optimizer_names(s, scope)
+        built = [
+            c
+            for c in own_nodes(scope)
+            if isinstance(c, ast.Call) and _is_optimizer(s, c) and _mentions(c, params)
+        ]
+        before = [c for c in built if c.lineno < conv.lineno]
+        if not before or any(c.lineno > conv.lineno for c in built):
+            continue  # built after the conversion, or built again after it
+        opt = min(before, key=lambda c: c.lineno)
+        yield Hit.at(
+            "DDP-SYNCBN-AFTER-OPTIMIZER",
+            conv,
+            (
+                f"`{name}({held})` replaces the BatchNorm layers after the optimizer "
+                f"(line {opt.lineno}) took {held}'s parameters"
+            ),
+            severity="error" if _CONVERTERS[name] == "error" else "warning",
+            model=held,
+            converter=ast.unparse(conv.func),
+            optimizer_line=opt.lineno,
+        )
+
+
+# --- the DDP forward bypassed ------------------------------------------------------------
+
+_NO_GRAD: Final = frozenset({"no_grad", "inference_mode", "set_grad_enabled"})
+
+
+def _without_grad(s: Script, node: ast.AST) -> bool:
+    for a in s.ancestors(node):
+        if isinstance(a, ast.With | ast.AsyncWith) and any(
+            isinstance(i.context_expr, ast.Call) and ident(i.context_expr.func) in _NO_GRAD
+            for i in a.items
+        ):
+            return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return any(
+                ident(d.func if isinstance(d, ast.Call) else d) in _NO_GRAD
+                for d in a.decorator_list
+            )
+    return False
+
+
+def _backward_receivers(scope: ast.AST) -> list[ast.AST]:
+    """What the function backpropagates: `loss.backward()`, `scaler.scale(loss).backward()`,
+    `accelerator.backward(loss)`, `torch.autograd.backward(loss)`."""
+    out: list[ast.AST] = []
+    for n in own_nodes(scope):
+        if isinstance(n, ast.Call) and ident(n.func) == "backward":
+            if isinstance(n.func, ast.Attribute):
+                out.append(n.func.value)
+            out += n.args[:1]
+    return out
+
+
+def _feeds_backward(s: Script, call: ast.Call) -> bool:
+    """The call's result flows into what its function backpropagates."""
+    scope = s.scope_of(call)
+    parent = s.parents.get(call)
+    seeds: list[str] = []
+    if isinstance(parent, ast.Assign):
+        for t in parent.targets:
+            seeds += _targets(t)
+    receivers = _backward_receivers(scope)
+    if any(call in set(ast.walk(r)) for r in receivers):
+        return True
+    if not seeds or not receivers:
+        return False
+    names = derived(scope, seeds)
+    return any(_mentions(r, names) for r in receivers)
+
+
+def _forward_called(s: Script, f: Flow) -> bool:
+    """Some code runs a DDP wrapper's forward (`model(x)`, `model.forward(x)`), or hands
+    the wrapper to code outside the project, which may."""
+    for c in s.calls:
+        fn = c.func
+        if f.is_ddp_value(fn) or (
+            isinstance(fn, ast.Attribute) and fn.attr == "forward" and f.is_ddp_value(fn.value)
+        ):
+            return True
+        if not s.callees(c) and any(
+            f.is_ddp_value(a) for a in [*c.args, *(k.value for k in c.keywords)]
+        ):
+            return True
+    return False
+
+
+def _wrapped_texts(s: Script, ddp: ast.Call) -> set[str]:
+    """How the wrapped model is held where the loss is computed: the DDP call's argument
+    (`self.actor_critic`), and, for a parameter, what its callers pass."""
+    if not ddp.args:
+        return set()
+    arg = ddp.args[0]
+    out = {t for t in [_text(arg)] if t is not None}
+    scope = s.scope_of(arg)
+    if isinstance(arg, ast.Name) and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        out |= {t for a in s.param_args(scope, arg.id) if (t := _text(a)) is not None}
+    return {t for t in out if t.startswith("self.")}
+
+
+def forward_bypass(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.torch_ddp_calls:
+        return
+    said: set[int] = set()
+    # 1. `model.module(x)` / `model.module.compute_loss(x)` on the wrapper, then backward
+    for c in s.calls:
+        fn = c.func
+        recv = fn.value if isinstance(fn, ast.Attribute) and fn.attr != "module" else fn
+        if not (isinstance(recv, ast.Attribute) and recv.attr == "module"):
+            continue
+        if f.is_ddp_value(recv.value) and not _without_grad(s, c) and _feeds_backward(s, c):
+            said.add(c.lineno)
+            yield _bypass(c, ast.unparse(recv.value), ast.unparse(recv))
+    # 2. the wrapper only borrowed for its hooks: never run forward, while the model it
+    #    wraps computes the loss (`self.actor_critic.evaluate_actions(...)`, then backward)
+    if _forward_called(s, f):
+        return
+    for ddp in f.torch_ddp_calls:
+        held = _wrapped_texts(s, ddp)
+        assign = s.parents.get(ddp)
+        if isinstance(assign, ast.Assign) and any(_text(t) in held for t in assign.targets):
+            continue  # `self.model = DDP(self.model)`: the wrapper took its place
+        for c in s.calls:
+            fn = c.func
+            recv = fn.value if isinstance(fn, ast.Attribute) else fn
+            if (
+                _text(recv) in held
+                and c.lineno not in said
+                and not _without_grad(s, c)
+                and _feeds_backward(s, c)
+            ):
+                said.add(c.lineno)
+                yield _bypass(c, "the DDP wrapper", _text(recv) or "the model")
+                return
+
+
+def _bypass(call: ast.Call, wrapper: str, module: str) -> Hit:
+    return Hit.at(
+        "DDP-FORWARD-BYPASS",
+        call,
+        (
+            f"the loss comes from `{ast.unparse(call.func)}(...)` on the wrapped model, not "
+            f"through {wrapper}'s forward: DDP does not all-reduce these gradients"
+        ),
+        wrapper=wrapper,
+        module=module,
+        call=ast.unparse(call.func),
+    )
+
+
+RULES: Final = (syncbn_after_optimizer, forward_bypass)
