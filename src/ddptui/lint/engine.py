@@ -19,6 +19,7 @@ from ddptui.lint import (
     rules_project,
     rules_reach,
     rules_seed,
+    rules_set_device,
     rules_setup,
     rules_sync,
 )
@@ -42,6 +43,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_seed.RULES,
     *rules_flag.RULES,
     *rules_frameworks.RULES,
+    *rules_set_device.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
