@@ -24,6 +24,7 @@ from ddptui.lint import (
     rules_sync,
 )
 from ddptui.lint.flow import Flow
+from ddptui.lint.frameworks import quiet_alternative
 from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
 from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
 from ddptui.lint.script import Script
@@ -101,6 +102,8 @@ def _findings(script: Script) -> list[LintFinding]:
         path = mod.path
         if (hit.id, path, hit.line) in out or _ignored(lines.get(mod.tree, []), hit):
             continue
+        if hit.node is not None and quiet_alternative(script, hit.node):
+            continue  # a registered alternative that never runs distributed
         f = kb_finding(
             hit.id,
             (),

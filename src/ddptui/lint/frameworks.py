@@ -23,8 +23,10 @@ What each one is, read in its own sources:
 from __future__ import annotations
 
 import ast
+import re
 from typing import Final, Literal
 
+from ddptui.lint.reach import registered
 from ddptui.lint.script import Script, last
 
 Kind = Literal["torch", "apex"]
@@ -67,3 +69,35 @@ def _kind_of_name(s: Script, qn: str, expr: ast.expr, depth: int) -> Kind | None
         if (bq := s.qualname(base))
     ]
     return next((k for k in kinds if k is not None), None)
+
+
+_DIST_WORDS: Final = re.compile(
+    r"^(local_|global_|world_|node_)?rank$|distributed|^ddp|_ddp$|world_size|get_rank"
+    r"|init_process_group|all_reduce|all_gather|barrier|is_main_process|is_master",
+    re.I,
+)
+
+
+def quiet_alternative(self: Script, node: ast.AST) -> bool:
+    """`node` lies in a registered class (one of the alternatives a config picks: an IL
+    trainer beside the DD-PPO one) whose code, and its project base classes', shows
+    nothing distributed: it runs alone, so DDP rules have nothing to say about it."""
+    cls = next(
+        (a for a in self.ancestors(node) if isinstance(a, ast.ClassDef) and registered(a)),
+        None,
+    )
+    return cls is not None and not _shows_distributed(self, cls, 0)
+
+
+def _shows_distributed(self: Script, cls: ast.ClassDef, depth: int) -> bool:
+    if any(
+        isinstance(n, ast.Name | ast.Attribute) and _DIST_WORDS.search(ident_of(n))
+        for n in ast.walk(cls)
+    ):
+        return True
+    bases = [self.class_named(b) for b in cls.bases] if depth < 3 else []
+    return any(b is not None and _shows_distributed(self, b, depth + 1) for b in bases)
+
+
+def ident_of(n: ast.Name | ast.Attribute) -> str:
+    return n.id if isinstance(n, ast.Name) else n.attr

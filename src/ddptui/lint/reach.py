@@ -35,6 +35,7 @@ class Script(Protocol):
     def assigned(self, scope: Scope, name: str, *, module_too: bool = False) -> list[ast.expr]: ...
     def _methods(self, cls: ast.ClassDef, name: str, depth: int = 0) -> list[FuncNode]: ...
 
+
 _MAX_DEFS = 3000  # definitions of followed modules taken in per entry script
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -51,7 +52,7 @@ def reached(self: Script) -> list[ast.AST]:
             if not (isinstance(st, (*_FUNC, ast.ClassDef)) or _is_main_block(st)):
                 out += walked(self, st)
                 roots.append(st)
-            elif _registered(st) and st not in seeded:
+            elif registered(st) and st not in seeded:
                 seeded.add(st)  # run through a registry: `get_trainer(name)` finds it
                 out += walked(self, st)
                 roots.append(st)
@@ -65,7 +66,7 @@ def reached(self: Script) -> list[ast.AST]:
     return out
 
 
-def _registered(st: ast.stmt) -> bool:
+def registered(st: ast.stmt) -> bool:
     """A class or function a decorator registers when its module is imported
     (`@baseline_registry.register_trainer(name="ddppo")`, `@MODELS.register_module()`)."""
     return isinstance(st, (*_FUNC, ast.ClassDef)) and any(
