@@ -377,7 +377,10 @@ def nccl_tuning(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.ddp_calls or f.uses("convert_sync_batchnorm", "SyncBatchNorm", "convert_syncbn_model"):
+    # (mmcv's build_norm_layer: the config's norm_cfg picks BN or SyncBN)
+    if not f.ddp_calls or f.uses(
+        "convert_sync_batchnorm", "SyncBatchNorm", "convert_syncbn_model", "build_norm_layer"
+    ):
         return
     # the code that runs first; then any class of an imported project module (a model
     # built through a registry or getattr() is not followed by name)
