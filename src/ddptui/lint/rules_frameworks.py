@@ -11,6 +11,9 @@ from typing import Final
 
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.model import Hit
+from ddptui.lint.reach import Scope
+from ddptui.lint.rules_project import _WRAPPER_API
+from ddptui.lint.rules_wrapper import _mode_branch, _tells_wrapper
 from ddptui.lint.script import Script, last
 
 # --- SyncBatchNorm converted after the optimizer was built ------------------------------
@@ -270,4 +273,169 @@ def _bypass(call: ast.Call, wrapper: str, module: str) -> Hit:
     )
 
 
-RULES: Final = (syncbn_after_optimizer, forward_bypass)
+# --- accelerate's prepare(): the model comes back in DDP on a multi-GPU run ---------------
+
+# Accelerator.prepare_model (huggingface/accelerate src/accelerate/accelerator.py) wraps
+# the model in torch's DistributedDataParallel when distributed_type is MULTI_GPU: no
+# attribute forwarding, `module.` keys; its docs say `accelerator.unwrap_model(model)`.
+# (Under DeepSpeed or FSDP the engine forwards attributes, and Lightning Fabric's
+# `_FabricModule.__getattr__` forwards them too: those are not said.)
+_MODEL_WORDS: Final = re.compile(
+    r"model|net|encoder|decoder|generator|discriminator|policy|critic|transformer", re.I
+)
+
+
+def _prepared_models(s: Script, f: Flow) -> Iterator[tuple[ast.Call, ast.Name, ast.expr]]:
+    """(prepare call, the name the model comes back as, the model given)."""
+    for c in s.calls:
+        fn = c.func
+        if not (
+            isinstance(fn, ast.Attribute)
+            and fn.attr == "prepare"
+            and any(_ddp_accelerator(s, o) for o in s.origins(fn.value))
+        ):
+            continue
+        assign = s.parents.get(c)
+        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1):
+            continue
+        target = assign.targets[0]
+        names = target.elts if isinstance(target, ast.Tuple | ast.List) else [target]
+        for name, arg in zip(names, c.args, strict=False):
+            if isinstance(name, ast.Name) and _is_model_arg(s, arg):
+                yield c, name, arg
+
+
+_SHARDING: Final = re.compile(r"fsdp|deepspeed|megatron|parallelism|torch_tp|tp_plugin", re.I)
+
+
+def _ddp_accelerator(s: Script, o: ast.expr) -> bool:
+    """`Accelerator(...)` not told to shard (an FSDP, DeepSpeed or Megatron plugin, a
+    parallelism config): with several GPUs its prepare() wraps the model in DDP."""
+    return (
+        isinstance(o, ast.Call)
+        and last(s.call_name(o)) == "Accelerator"
+        and not any(k.arg is None or _SHARDING.search(k.arg) for k in o.keywords)
+    )
+
+
+def _is_model_arg(s: Script, arg: ast.expr) -> bool:
+    if isinstance(arg, ast.Starred) or not _MODEL_WORDS.search(ast.unparse(arg)):
+        return False
+    return not any(
+        isinstance(o, ast.Call)
+        and (_is_optimizer(s, o) or re.search(r"Loader|sched|Scheduler", s.call_name(o)))
+        for o in s.origins(arg)
+    )
+
+
+def _rebound_between(s: Script, scope: Scope, name: str, start: int, end: int) -> bool:
+    return any(start < v.lineno < end for v in s.assigned(scope, name))
+
+
+def prepared_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
+    for prep, name, _ in _prepared_models(s, f):
+        scope = s.scope_of(prep)
+        start = prep.end_lineno or prep.lineno
+        said = False
+        for n in sorted(
+            (
+                n
+                for n in own_nodes(scope)
+                if isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Load)
+                and isinstance(n.value, ast.Name)
+                and n.value.id == name.id
+                and n.lineno > start
+            ),
+            key=lambda n: (n.lineno, n.col_offset),
+        ):
+            if _rebound_between(s, scope, name.id, start, n.lineno):
+                continue
+            if n.attr == "state_dict" and _saved(s, n):
+                yield Hit.at(
+                    "DDP-SAVE-WRAPPER",
+                    n,
+                    (
+                        f"`{name.id}.state_dict()` of the model `accelerator.prepare` returned "
+                        "is saved: on a multi-GPU run it is the DDP wrapper's, every key "
+                        "starts with `module.` (accelerator.unwrap_model first)"
+                    ),
+                    model=name.id,
+                )
+            elif (
+                not said
+                and not n.attr.startswith("_")
+                and n.attr not in _WRAPPER_API
+                and not _mode_branch(s, n)
+            ):
+                said = True
+                yield _prepared_attr(n, name.id, prep)
+        helpers: dict[ast.AST, ast.Attribute] = {}  # the first read in each helper
+        for n, p in _passed_reads(s, scope, name.id, start):
+            fn = s.scope_of(n)
+            if (
+                fn not in helpers
+                and not n.attr.startswith("_")
+                and n.attr not in _WRAPPER_API
+                and not _mode_branch(s, n)
+            ):
+                helpers[fn] = n
+                yield _prepared_attr(n, p, prep)
+
+
+def _prepared_attr(n: ast.Attribute, held: str, prep: ast.Call) -> Hit:
+    return Hit.at(
+        "DDP-WRAPPER-ATTR",
+        n,
+        (
+            f"`{ast.unparse(n)}` reads `{n.attr}` from `{held}`, the model "
+            f"`accelerator.prepare` (line {prep.lineno}) returns in DDP on a multi-GPU run: "
+            f"use `accelerator.unwrap_model({held}).{n.attr}`"
+        ),
+        model=held,
+        attr=n.attr,
+    )
+
+
+def _passed_reads(
+    s: Script, scope: Scope, name: str, start: int, depth: int = 0
+) -> Iterator[tuple[ast.Attribute, str]]:
+    """`validate(loader, model)` after prepare, then `model.generate(...)` inside:
+    attribute reads on the prepared model in the project helpers it is handed to
+    (three calls deep at most), with the parameter's name."""
+    if depth > 2:
+        return
+    for c in own_nodes(scope):
+        if not (isinstance(c, ast.Call) and c.lineno > start):
+            continue
+        for i, a in enumerate(c.args):
+            if not (isinstance(a, ast.Name) and a.id == name):
+                continue
+            for fn in s.callees(c):
+                if not isinstance(fn, ast.FunctionDef):
+                    continue
+                params = [p.arg for p in fn.args.posonlyargs + fn.args.args]
+                if params[:1] in (["self"], ["cls"]) and s.class_of(fn) is not None:
+                    params = params[1:]
+                if i >= len(params) or s.assigned(fn, params[i]) or _tells_wrapper(fn, params[i]):
+                    continue
+                p = params[i]
+                for n in own_nodes(fn):
+                    if (
+                        isinstance(n, ast.Attribute)
+                        and isinstance(n.ctx, ast.Load)
+                        and isinstance(n.value, ast.Name)
+                        and n.value.id == p
+                    ):
+                        yield n, p
+                yield from _passed_reads(s, fn, p, 0, depth + 1)
+
+
+def _saved(s: Script, n: ast.Attribute) -> bool:
+    """`torch.save(model.state_dict(), p)`, `accelerator.save(model.state_dict(), p)`."""
+    call = s.parents.get(n)
+    outer = s.parents.get(call) if isinstance(call, ast.Call) else None
+    return isinstance(outer, ast.Call) and ident(outer.func) == "save"
+
+
+RULES: Final = (syncbn_after_optimizer, forward_bypass, prepared_wrapper)
