@@ -59,6 +59,8 @@ def _kind_of_name(s: Script, qn: str, expr: ast.expr, depth: int) -> Kind | None
     head = qn.split(".", 1)[0]
     if qn in _TORCH_LIKE or (head == "torch" and last(qn) == "DistributedDataParallel"):
         return "torch"
+    if last(qn) == "build_ddp":  # mmcv.device.build_ddp: MMDistributedDataParallel on CUDA
+        return "torch"
     if qn in _APEX or (head == "apex" and last(qn) == "DistributedDataParallel"):
         return "apex"
     cls = s.class_named(expr) if depth <= 3 else None

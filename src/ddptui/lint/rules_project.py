@@ -442,6 +442,8 @@ _WRAPPER_API: Final = frozenset(
         "get_parameter", "get_buffer", "extra_repr", "compile", "to_empty", "ipu", "xpu",
         "mtia", "set_extra_state", "get_extra_state", "register_state_dict_pre_hook",
         "register_load_state_dict_post_hook", "dump_patches", "call_super_init",
+        # mmcv's and mmengine's MMDistributedDataParallel add these (frameworks.py)
+        "train_step", "val_step", "test_step", "scatter", "to_kwargs",
     }
 )  # fmt: skip
 
