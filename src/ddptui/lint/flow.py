@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from ddptui.lint.frameworks import ddp_kind
+from ddptui.lint.frameworks import ddp_kind, keyed_value
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Pick, Script, const, last
 
@@ -170,6 +170,8 @@ class Flow:
     # --- values ---------------------------------------------------------------------
 
     def is_ddp_value(self, expr: ast.expr) -> bool:
+        if isinstance(expr, ast.Subscript):  # `self.model["generator"]`: the dict's entry
+            return any(self.is_ddp_value(v) for v in keyed_value(self.s, expr))
         return any(isinstance(o, ast.Call) and o in self.ddp_calls for o in self.s.origins(expr))
 
     def is_wrapped_value(self, expr: ast.expr) -> bool:

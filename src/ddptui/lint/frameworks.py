@@ -103,3 +103,34 @@ def _shows_distributed(self: Script, cls: ast.ClassDef, depth: int) -> bool:
 
 def ident_of(n: ast.Name | ast.Attribute) -> str:
     return n.id if isinstance(n, ast.Name) else n.attr
+
+
+def keyed_value(s: Script, expr: ast.Subscript) -> list[ast.expr]:
+    """What `models["generator"]` (or `self.model["generator"]`) holds: the values put
+    under that constant key into the dict it comes from, by the dict literal or a later
+    `models["generator"] = DDP(models["generator"])` in the dict's scope."""
+    key = expr.slice
+    if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+        return []
+    out: list[ast.expr] = []
+    for o in s.origins(expr.value):
+        if not isinstance(o, ast.Dict):
+            continue
+        out += [v for k, v in zip(o.keys, o.values, strict=False) if _same_key(k, key.value)]
+        holder = s.parents.get(o)
+        if not (isinstance(holder, ast.Assign) and len(holder.targets) == 1):
+            continue
+        name = ast.unparse(holder.targets[0])
+        for n in ast.walk(s.scope_of(o)):
+            if isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Subscript)
+                and ast.unparse(t.value) == name
+                and _same_key(t.slice, key.value)
+                for t in n.targets
+            ):
+                out.append(n.value)
+    return out
+
+
+def _same_key(k: ast.expr | None, key: str) -> bool:
+    return isinstance(k, ast.Constant) and k.value == key

@@ -177,8 +177,10 @@ def _backward_receivers(scope: ast.AST) -> list[ast.AST]:
     return out
 
 
-def _feeds_backward(s: Script, call: ast.Call) -> bool:
-    """The call's result flows into what its function backpropagates."""
+def _feeds_backward(s: Script, call: ast.Call, depth: int = 0) -> bool:
+    """The call's result flows into what its function backpropagates, or into what it
+    returns to a caller that does (two calls up at most: `out = self._loss_function(b)`
+    then `out["loss"].backward()`)."""
     scope = s.scope_of(call)
     parent = s.parents.get(call)
     seeds: list[str] = []
@@ -188,10 +190,18 @@ def _feeds_backward(s: Script, call: ast.Call) -> bool:
     receivers = _backward_receivers(scope)
     if any(call in set(ast.walk(r)) for r in receivers):
         return True
-    if not seeds or not receivers:
+    names = derived(scope, seeds) if seeds else set()
+    if receivers and any(_mentions(r, names) for r in receivers):
+        return True
+    returned = any(
+        isinstance(n, ast.Return)
+        and n.value is not None
+        and (call in set(ast.walk(n.value)) or _mentions(n.value, names))
+        for n in own_nodes(scope)
+    )
+    if not returned or depth >= 2 or not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
         return False
-    names = derived(scope, seeds)
-    return any(_mentions(r, names) for r in receivers)
+    return any(_feeds_backward(s, site, depth + 1) for site in s.call_sites(scope))
 
 
 def _forward_called(s: Script, f: Flow) -> bool:
