@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from ddptui.lint.frameworks import ddp_kind, keyed_value
+from ddptui.lint.frameworks import ddp_kind, engine_collective, keyed_value
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Pick, Script, const, last
 
@@ -199,7 +199,7 @@ class Flow:
             and self._launcher_value(f.value)
         ):
             return f"{ast.unparse(f.value)}.{f.attr}"
-        return None
+        return engine_collective(self.s, call)
 
     def is_backward(self, call: ast.Call) -> bool:
         f = call.func

@@ -134,3 +134,38 @@ def keyed_value(s: Script, expr: ast.Subscript) -> list[ast.expr]:
 
 def _same_key(k: ast.expr | None, key: str) -> bool:
     return isinstance(k, ast.Constant) and k.value == key
+
+
+# --- collectives of the frameworks' engines ---------------------------------------------
+
+# DeepSpeedEngine.save_checkpoint: "all processes must call this method and not just the
+# process with rank 0" (deepspeed/runtime/engine.py: it gathers the ZeRO partitions and
+# ends in a barrier). torch FSDP's state_dict()/optim_state_dict() all-gather the shards
+# (torch/distributed/fsdp/_state_dict_utils.py, _optim_utils.py): every rank must call
+# them, also with rank0_only=True.
+_ENGINE_SYNCS: Final = frozenset({"save_checkpoint", "load_checkpoint"})
+_FSDP_SYNCS: Final = frozenset(
+    {"state_dict", "full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict",
+     "summon_full_params"}
+)  # fmt: skip
+
+
+def engine_collective(s: Script, call: ast.Call) -> str | None:
+    """`engine.save_checkpoint(d)` of a DeepSpeed engine, `fsdp_model.state_dict()`,
+    `FSDP.full_optim_state_dict(model, opt)`: calls every rank must make."""
+    fn = call.func
+    qn = s.call_name(call)
+    if last(qn) in _FSDP_SYNCS and "FullyShardedDataParallel" in qn:
+        return f"FSDP.{last(qn)}"
+    if not isinstance(fn, ast.Attribute) or fn.attr not in _ENGINE_SYNCS | _FSDP_SYNCS:
+        return None
+    made = [last(s.call_name(o)) for o in s.origins(fn.value) if isinstance(o, ast.Call)]
+    made_qn = [s.call_name(o) for o in s.origins(fn.value) if isinstance(o, ast.Call)]
+    if fn.attr in _ENGINE_SYNCS and any(q in ("deepspeed.initialize",) for q in made_qn):
+        return f"{ast.unparse(fn.value)}.{fn.attr} (DeepSpeed)"
+    if fn.attr in _FSDP_SYNCS and any(
+        m == "FullyShardedDataParallel" and q.split(".", 1)[0] == "torch"
+        for m, q in zip(made, made_qn, strict=True)
+    ):
+        return f"{ast.unparse(fn.value)}.{fn.attr}() of FSDP"
+    return None
