@@ -59,7 +59,9 @@ def _kind_of_name(s: Script, qn: str, expr: ast.expr, depth: int) -> Kind | None
     head = qn.split(".", 1)[0]
     if qn in _TORCH_LIKE or (head == "torch" and last(qn) == "DistributedDataParallel"):
         return "torch"
-    if last(qn) == "build_ddp":  # mmcv.device.build_ddp: MMDistributedDataParallel on CUDA
+    # mmcv.device.build_ddp: MMDistributedDataParallel on CUDA; detectron2's
+    # create_ddp_model: DistributedDataParallel(model, device_ids=[local rank]) when world > 1
+    if last(qn) in ("build_ddp", "create_ddp_model"):
         return "torch"
     if qn in _APEX or (head == "apex" and last(qn) == "DistributedDataParallel"):
         return "apex"

@@ -135,8 +135,8 @@ def _arg0(call: ast.Call) -> str:
 
 def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
     for call in f.ddp_calls:
-        if not call.args or last(s.call_name(call)) == "build_ddp":  # mmcv's moves it first
-            continue
+        if not call.args or last(s.call_name(call)) in ("build_ddp", "create_ddp_model"):
+            continue  # mmcv's moves the model itself; detectron2 builds it on its device
         arg = call.args[0]
         end = call.end_lineno or call.lineno  # `DDP(\n model.cuda(rank), ...)`: inside it
         if moved_before(s, arg, end):
