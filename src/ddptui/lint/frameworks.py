@@ -138,6 +138,9 @@ def _same_key(k: ast.expr | None, key: str) -> bool:
     return isinstance(k, ast.Constant) and k.value == key
 
 
+MOVERS: Final = frozenset({"to", "cuda"})
+
+
 # --- collectives of the frameworks' engines ---------------------------------------------
 
 # DeepSpeedEngine.save_checkpoint: "all processes must call this method and not just the
@@ -171,3 +174,21 @@ def engine_collective(s: Script, call: ast.Call) -> str | None:
     ):
         return f"{ast.unparse(fn.value)}.{fn.attr}() of FSDP"
     return None
+
+
+def moved_held(s: Script, arg: ast.expr) -> bool:
+    """The module is held as `self.x` (directly, or by the caller of the function whose
+    parameter DDP wraps) and some method moves it in place: `self.x.to(self.device)`."""
+    exprs = [arg]
+    scope = s.scope_of(arg)
+    if isinstance(arg, ast.Name) and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        exprs += s.param_args(scope, arg.id)
+    # `Wrapper(self.actor_critic)`: a container of the held module
+    exprs += [a for e in exprs if isinstance(e, ast.Call) for a in e.args]
+    held = {t for e in exprs if (t := ast.unparse(e)).startswith("self.")}
+    return bool(held) and any(
+        isinstance(c.func, ast.Attribute)
+        and c.func.attr in MOVERS
+        and ast.unparse(c.func.value) in held
+        for c in s.calls
+    )

@@ -149,3 +149,21 @@ def ident_of(expr: ast.expr) -> str | None:
 
 def _is_main_block(st: ast.stmt) -> bool:
     return isinstance(st, ast.If) and "__main__" in ast.unparse(st.test)
+
+
+def is_param(fn: ast.AST, name: str) -> bool:
+    """Whether `name` is a parameter of `fn` (False when `fn` is no function)."""
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    a = fn.args
+    return any(
+        p.arg == name
+        for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+    )
+
+
+def static_or_class(fn: FuncNode) -> bool:
+    return any(
+        isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+        for d in fn.decorator_list
+    )

@@ -10,6 +10,7 @@ from typing import Final
 
 from ddptui.lint.callers import moved_with_owner
 from ddptui.lint.flow import Flow, ident
+from ddptui.lint.frameworks import moved_held
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 
@@ -167,7 +168,7 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 model=ast.unparse(arg),
             )
-        elif kwarg(call, "device_ids") is not None and built_here and not _moved_held(s, arg):
+        elif kwarg(call, "device_ids") is not None and built_here and not moved_held(s, arg):
             yield Hit.at(
                 "DDP-WRAP-BEFORE-TO",
                 call,
@@ -177,24 +178,6 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 model=ast.unparse(arg),
             )
-
-
-def _moved_held(s: Script, arg: ast.expr) -> bool:
-    """The module is held as `self.x` (directly, or by the caller of the function whose
-    parameter DDP wraps) and some method moves it in place: `self.x.to(self.device)`."""
-    exprs = [arg]
-    scope = s.scope_of(arg)
-    if isinstance(arg, ast.Name) and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-        exprs += s.param_args(scope, arg.id)
-    # `Wrapper(self.actor_critic)`: a container of the held module
-    exprs += [a for e in exprs if isinstance(e, ast.Call) for a in e.args]
-    held = {t for e in exprs if (t := ast.unparse(e)).startswith("self.")}
-    return bool(held) and any(
-        isinstance(c.func, ast.Attribute)
-        and c.func.attr in _MOVERS
-        and ast.unparse(c.func.value) in held
-        for c in s.calls
-    )
 
 
 def _holds_moved(s: Script, call: ast.Call) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddptui.lint import reach as R
 from ddptui.lint.project import FuncNode, Module, Project, Shared
 from ddptui.lint.reach import Resolved, Scope, partial_target, reached, star
 
@@ -349,9 +350,7 @@ class Script:
         scope = self.scope_of(expr)
         if isinstance(expr, ast.Name):
             # a parameter shadows the module's global of the same name
-            local = isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef) and _is_param(
-                scope, expr.id
-            )
+            local = R.is_param(scope, expr.id)
             values = self.assigned(scope, expr.id, module_too=not local)
             if local and values:  # `loader = sample_data(loader)`: the parameter's value
                 values = [v for v in values if v.lineno < expr.lineno]
@@ -441,7 +440,7 @@ class Script:
         if name not in params and name not in [a.arg for a in func.args.kwonlyargs]:
             return []
         is_method = self.class_of(func) is not None and (
-            params[:1] == ["self"] or (params[:1] == ["cls"] and _static_or_class(func))
+            params[:1] == ["self"] or (params[:1] == ["cls"] and R.static_or_class(func))
         )
         index = params.index(name) - (1 if is_method else 0) if name in params else -1
         out: list[ast.expr] = []
@@ -509,7 +508,7 @@ class Script:
                 )
             owner = self.class_named(f.value)
             if owner is not None:  # `DeepSpeech.serialize(model)`: a static or class method
-                return tuple(m for m in self._methods(owner, f.attr) if _static_or_class(m))
+                return tuple(m for m in self._methods(owner, f.attr) if R.static_or_class(m))
             module = self._module_value(f.value)
             if module is not None:
                 target = self.resolve_in(module, f.attr)
@@ -594,21 +593,6 @@ def const(expr: ast.expr | None) -> object:
     ):
         return -expr.operand.value
     return expr.value if isinstance(expr, ast.Constant) else ...
-
-
-def _is_param(fn: FuncNode, name: str) -> bool:
-    a = fn.args
-    return any(
-        p.arg == name
-        for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
-    )
-
-
-def _static_or_class(fn: FuncNode) -> bool:
-    return any(
-        isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
-        for d in fn.decorator_list
-    )
 
 
 def last(qualname: str) -> str:
