@@ -237,15 +237,15 @@ def forward_bypass(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.torch_ddp_calls:
         return
     said: set[int] = set()
-    # 1. `model.module(x)` / `model.module.compute_loss(x)` on the wrapper, then backward
+    # 1. `model.module(x)` / `model.module.compute_loss(x)` on the wrapper, or through a
+    #    name holding it (`model_without_ddp = model.module`), then backward
     for c in s.calls:
         fn = c.func
         recv = fn.value if isinstance(fn, ast.Attribute) and fn.attr != "module" else fn
-        if not (isinstance(recv, ast.Attribute) and recv.attr == "module"):
-            continue
-        if f.is_ddp_value(recv.value) and not _without_grad(s, c) and _feeds_backward(s, c):
+        inner = _unwrapped_of(s, f, recv)
+        if inner is not None and not _without_grad(s, c) and _feeds_backward(s, c):
             said.add(c.lineno)
-            yield _bypass(c, ast.unparse(recv.value), ast.unparse(recv))
+            yield _bypass(c, ast.unparse(inner.value), ast.unparse(recv))
     # 2. the wrapper only borrowed for its hooks: never run forward, while the model it
     #    wraps computes the loss (`self.actor_critic.evaluate_actions(...)`, then backward)
     if _forward_called(s, f):
@@ -267,6 +267,22 @@ def forward_bypass(s: Script, f: Flow) -> Iterator[Hit]:
                 said.add(c.lineno)
                 yield _bypass(c, "the DDP wrapper", _text(recv) or "the model")
                 return
+
+
+def _unwrapped_of(s: Script, f: Flow, recv: ast.expr) -> ast.Attribute | None:
+    """The `wrapper.module` a receiver is: itself, or the value of the name holding it."""
+    if isinstance(recv, ast.Attribute) and recv.attr == "module":
+        return recv if f.is_ddp_value(recv.value) else None
+    if not isinstance(recv, ast.Name):
+        return None
+    return next(
+        (
+            o
+            for o in s.origins(recv)
+            if isinstance(o, ast.Attribute) and o.attr == "module" and f.is_ddp_value(o.value)
+        ),
+        None,
+    )
 
 
 def _bypass(call: ast.Call, wrapper: str, module: str) -> Hit:
