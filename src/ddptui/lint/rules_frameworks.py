@@ -21,11 +21,11 @@ from ddptui.lint.script import Script, last
 # apex's convert_syncbn_model builds new SyncBatchNorm layers whose weight and bias are
 # NEW Parameters (`mod.weight.data = module.weight.data.clone().detach()`,
 # NVIDIA/apex apex/parallel/__init__.py): an optimizer built before holds the old ones.
-# torch's SyncBatchNorm.convert_sync_batchnorm copied the values into new Parameters in
-# its early releases (`module_output.weight.copy_(module.weight)`); current releases hand
-# the same Parameter objects over (`module_output.weight = module.weight`,
-# torch/nn/modules/batchnorm.py): a warning, the order is fragile, not always wrong.
-_CONVERTERS: Final = {"convert_syncbn_model": "error", "convert_sync_batchnorm": "warning"}
+# torch's SyncBatchNorm.convert_sync_batchnorm hands the same Parameter objects over
+# (`module_output.weight = module.weight`, torch/nn/modules/batchnorm.py): the optimizer
+# built before it still steps the right tensors, so it is not said (yolov5's --sync-bn
+# converts after its optimizer and trains fine).
+_CONVERTERS: Final = frozenset({"convert_syncbn_model"})
 _OPTIM_WORDS: Final = re.compile(r"optim", re.I)
 _OPTIMIZERS: Final = frozenset(
     {"SGD", "Adam", "AdamW", "LAMB", "Lamb", "FusedAdam", "FusedLAMB", "FusedSGD", "RMSprop",
@@ -66,10 +66,22 @@ def _text(expr: ast.expr) -> str | None:
     return None
 
 
-def _mentions(node: ast.AST, names: set[str]) -> bool:
-    return any(
-        isinstance(n, ast.Name | ast.Attribute) and _text(n) in names for n in ast.walk(node)
-    )
+# what leaves the autograd graph: a value computed through these carries no gradient
+_CUT: Final = frozenset({"detach", "detach_", "item", "tolist", "numpy", "no_grad"})
+
+
+def _mentions(node: ast.AST, names: set[str], graph: bool = False) -> bool:
+    """`node` reads one of `names`; with `graph`, only where a gradient can flow (not
+    inside `x.detach()`, `x.item()`)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name | ast.Attribute) and _text(n) in names:
+            return True
+        if graph and isinstance(n, ast.Call) and ident(n.func) in _CUT:
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+    return False
 
 
 def _targets(node: ast.expr) -> Iterator[str]:
@@ -84,27 +96,30 @@ def _targets(node: ast.expr) -> Iterator[str]:
             yield t
 
 
-def derived(scope: ast.AST, seeds: Iterable[str], rounds: int = 4) -> set[str]:
+def derived(
+    scope: ast.AST, seeds: Iterable[str], rounds: int = 4, *, graph: bool = False
+) -> set[str]:
     """Names in `scope` whose values are computed from `seeds`: assigned from them, loop
-    targets over them, lists they were appended to (bounded rounds, no fixpoint)."""
+    targets over them, lists they were appended to (bounded rounds, no fixpoint); with
+    `graph`, only through what keeps the autograd graph (no `.detach()`)."""
     out = set(seeds)
     nodes = list(own_nodes(scope))
     for _ in range(rounds):
         before = len(out)
         for n in nodes:
-            if isinstance(n, ast.Assign) and _mentions(n.value, out):
+            if isinstance(n, ast.Assign) and _mentions(n.value, out, graph):
                 for t in n.targets:
                     out.update(_targets(t))
             elif isinstance(n, ast.AugAssign | ast.AnnAssign) and n.value is not None:
-                if _mentions(n.value, out):
+                if _mentions(n.value, out, graph):
                     out.update(_targets(n.target))
-            elif isinstance(n, ast.For | ast.comprehension) and _mentions(n.iter, out):
+            elif isinstance(n, ast.For | ast.comprehension) and _mentions(n.iter, out, graph):
                 out.update(_targets(n.target))
             elif (
                 isinstance(n, ast.Call)
                 and isinstance(n.func, ast.Attribute)
                 and n.func.attr in ("append", "extend", "add", "insert", "update")
-                and any(_mentions(a, out) for a in [*n.args, *(k.value for k in n.keywords)])
+                and any(_mentions(a, out, graph) for a in [*n.args, *(k.value for k in n.keywords)])
             ):
                 out.update(_targets(n.func.value))
         if len(out) == before:
@@ -138,7 +153,6 @@ def syncbn_after_optimizer(s: Script, f: Flow) -> Iterator[Hit]:
                 f"`{name}({held})` replaces the BatchNorm layers after the optimizer "
                 f"(line {opt.lineno}) took {held}'s parameters"
             ),
-            severity="error" if _CONVERTERS[name] == "error" else "warning",
             model=held,
             converter=ast.unparse(conv.func),
             optimizer_line=opt.lineno,
@@ -190,13 +204,13 @@ def _feeds_backward(s: Script, call: ast.Call, depth: int = 0) -> bool:
     receivers = _backward_receivers(scope)
     if any(call in set(ast.walk(r)) for r in receivers):
         return True
-    names = derived(scope, seeds) if seeds else set()
-    if receivers and any(_mentions(r, names) for r in receivers):
+    names = derived(scope, seeds, graph=True) if seeds else set()
+    if receivers and any(_mentions(r, names, True) for r in receivers):
         return True
     returned = any(
         isinstance(n, ast.Return)
         and n.value is not None
-        and (call in set(ast.walk(n.value)) or _mentions(n.value, names))
+        and (call in set(ast.walk(n.value)) or _mentions(n.value, names, True))
         for n in own_nodes(scope)
     )
     if not returned or depth >= 2 or not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -243,7 +257,12 @@ def forward_bypass(s: Script, f: Flow) -> Iterator[Hit]:
         fn = c.func
         recv = fn.value if isinstance(fn, ast.Attribute) and fn.attr != "module" else fn
         inner = _unwrapped_of(s, f, recv)
-        if inner is not None and not _without_grad(s, c) and _feeds_backward(s, c):
+        if (
+            inner is not None
+            and not _without_grad(s, c)
+            and not _wrapper_runs_beside(s, f, c)
+            and _feeds_backward(s, c)
+        ):
             said.add(c.lineno)
             yield _bypass(c, ast.unparse(inner.value), ast.unparse(recv))
     # 2. the wrapper only borrowed for its hooks: never run forward, while the model it
@@ -267,6 +286,29 @@ def forward_bypass(s: Script, f: Flow) -> Iterator[Hit]:
                 said.add(c.lineno)
                 yield _bypass(c, "the DDP wrapper", _text(recv) or "the model")
                 return
+
+
+def _wrapper_runs_beside(s: Script, f: Flow, call: ast.Call) -> bool:
+    """The same step also runs a DDP forward (`vt = model(t, x)` for the main loss, then
+    `model.module.potential(x)` for an extra term): the reducer was prepared for this
+    backward and the extra gradients are summed in before the hooks fire."""
+    scope = s.scope_of(call)
+    scopes = [scope]
+    if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        scopes += [s.scope_of(site) for site in s.call_sites(scope)]
+    return any(
+        isinstance(n, ast.Call)
+        and (
+            f.is_ddp_value(n.func)
+            or (
+                isinstance(n.func, ast.Attribute)
+                and n.func.attr == "forward"
+                and f.is_ddp_value(n.func.value)
+            )
+        )
+        for sc in scopes
+        for n in own_nodes(sc)
+    )
 
 
 def _unwrapped_of(s: Script, f: Flow, recv: ast.expr) -> ast.Attribute | None:
