@@ -90,6 +90,13 @@ def test_slurm_allocation_launch_and_node_failures() -> None:
         "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
     ]
     assert lead(launch) == "SLURM-LAUNCH-FAILED"
+    # pyxis (Slurm's container plugin) could not start or import the container (as pasted in
+    # public docs: `srun -lN1 --environment=alpine`, and a 23.08 image import killed with 137)
+    for pyxis in (
+        ["0: slurmstepd: error: pyxis: container start failed with error code: 1", "0: slurmstepd: error: pyxis: printing enroot log file:"],
+        ["pyxis: importing docker image: nvcr.io#nvidia/pytorch:23.08-py3", "slurmstepd: error: pyxis: child 12455 failed with error code: 137", "slurmstepd: error: pyxis: failed to import docker image"],
+    ):
+        assert lead(pyxis) == "SLURM-LAUNCH-FAILED", pyxis
 
 
 def test_srun_waiting_for_a_step_is_a_warning_until_it_starts() -> None:
@@ -165,6 +172,10 @@ def test_a_pod_the_scheduler_cannot_place_explains_the_others_waiting() -> None:
         event,
     ]
     assert lead(waits) == "K8S-UNSCHEDULABLE"
+    # gang schedulers keep every pod of the job pending (volcano-sh/volcano#1959's title;
+    # Kueue's admission check)
+    assert lead(["  Warning  Unschedulable  2m  volcano  1/2 tasks in gang unschedulable: pod group is not ready, 2 minAvailable"]) == "K8S-UNSCHEDULABLE"
+    assert lead(["couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 8 more needed"]) == "K8S-UNSCHEDULABLE"
 
 
 def test_a_pod_that_cannot_start_its_container() -> None:
