@@ -433,3 +433,14 @@ def test_a_launcher_hung_up_on_by_its_terminal() -> None:
         assert lead([line]) == "LAUNCH-SIGHUP", line
     term = diagnose_lines(["torch.distributed.elastic.multiprocessing.api.SignalException: Process 4021 got signal: 15"])
     assert not term.failed and [f.id for f in term.findings] == ["TORCHRUN-SIGTERM"]
+
+
+def test_lightnings_rank_prefix_names_the_rank() -> None:
+    """Lightning's rank_prefixed_message (lightning_fabric/utilities/rank_zero.py:
+    f"[rank: {rank}] {message}") prefixes its warnings and errors with the global rank."""
+    from ddptui.logs.lineinfo import parse_head
+
+    head, _ = parse_head("[rank: 3] Seed set to 42", 2024)
+    assert head.rank == 3 and head.body == "Seed set to 42"
+    d = diagnose_lines(["[rank: 1] RuntimeError: CUDA error: an illegal memory access was encountered"])
+    assert d.first is not None and d.first.rank == 1

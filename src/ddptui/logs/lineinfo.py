@@ -8,7 +8,8 @@ Formats (all seen in real output, see tests/fixtures/gpu-h100/):
   E1123 07:38:35.816000 821 torch/distributed/elastic/...                 torch's Python glog
   [2026-11-23 08:06:32,981] torch.distributed.run: [WARNING] ...          torchrun logging
   2026-11-23 08:06:32,981 - INFO - ...  /  2026-11-23T08:06:32.981Z ...   Python logging, ISO
-and launcher prefixes before any of them: [rank3]: (global rank), [default0]: (torchrun's
+and launcher prefixes before any of them: [rank3]: (global rank; Lightning's rank_prefixed_message
+writes [rank: 3]), [default0]: (torchrun's
 role + local rank), [r3] / [l1] (ddptui's own tags), and at the very start of the line:
   12: ...                 srun --label (the task id, SLURM_PROCID: read as the global rank)
   worker-1: ...           DeepSpeed / pdsh (the host name; IPv4 addresses too)
@@ -30,7 +31,7 @@ from typing import Final
 
 # Launcher prefixes, possibly stacked ("[default1]:[rank1]: Traceback ...").
 _PREFIX: Final = re.compile(
-    r"\s*\[(?:rank(?P<rank>\d+)|r(?P<r>\d+)|l(?P<l>\d+)|(?P<role>[A-Za-z_][\w-]*?)(?P<local>\d+))\]:?\s?"
+    r"\s*\[(?:rank(?::\s?)?(?P<rank>\d+)|r(?P<r>\d+)|l(?P<l>\d+)|(?P<role>[A-Za-z_][\w-]*?)(?P<local>\d+))\]:?\s?"
 )
 _ISO: Final = re.compile(
     r"\[?(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
