@@ -444,3 +444,13 @@ def test_lightnings_rank_prefix_names_the_rank() -> None:
     assert head.rank == 3 and head.body == "Seed set to 42"
     d = diagnose_lines(["[rank: 1] RuntimeError: CUDA error: an illegal memory access was encountered"])
     assert d.first is not None and d.first.rank == 1
+
+
+def test_rays_worker_prefix_names_the_host() -> None:
+    """Ray Train's worker prefix (ray-project/ray#40850: "(RayTrainWorker pid=83501,
+    ip=192.168.0.107)"): the ip is the host the line came from."""
+    from ddptui.logs.lineinfo import parse_head
+
+    head, _ = parse_head("(RayTrainWorker pid=83501, ip=192.168.0.107) [rank1]: RuntimeError: CUDA error: an illegal memory access was encountered", 2024)
+    assert (head.host, head.rank) == ("192.168.0.107", 1)
+    assert head.body.startswith("RuntimeError: CUDA error")
