@@ -205,6 +205,8 @@ def test_kubernetes_kills_from_outside_lead_the_lost_peers() -> None:
         ("  Normal   Killing    35s                kubelet  Container trainer failed liveness probe, will be restarted", "K8S-LIVENESS-KILL"),
         ("  Warning  NodeNotReady  2m  node-controller  Node is not ready", "K8S-NODE-LOST"),
         ("      Reason:       ContainerStatusUnknown", "K8S-NODE-LOST"),
+        # the kubelet's graceful node shutdown (a spot or preemptible node reclaimed)
+        ("      Message:      Pod was terminated in response to imminent node shutdown.", "K8S-NODE-LOST"),
         ("  Normal   Preempted  1m   default-scheduler  Preempted by pod 1234-abcd on node gpu-1", "K8S-PREEMPTED"),
     ):
         assert lead([sigkill, event]) == want, event
