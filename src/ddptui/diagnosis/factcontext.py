@@ -56,6 +56,7 @@ class Context:
     c10d_pairs: Mapping[tuple[str, str, str], list[str]] = dataclasses.field(default_factory=dict)
     # NCCL's intra-node edges (P2P, SHM): (rank, device, peer rank, device, "where: line")
     local_edges: tuple[tuple[int, int, int, int, str], ...] = ()
+    watchdog_unranked: str | None = None  # the first watchdog line naming no rank ("where: text")
 
     @property
     def hosts(self) -> list[str]:

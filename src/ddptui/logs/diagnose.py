@@ -164,6 +164,7 @@ class Diagnoser:
         # rank -> (work, line) a watchdog stopped at: an error or a timeout; read as a
         # collective the rank waited in only when the log shows a timeout
         self.watchdog_at: dict[int, tuple[str, str]] = {}
+        self.watchdog_unranked: str | None = None  # the first watchdog line naming no rank
         self._run_ended = load_factrules().run_ended
         self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
         self._hints = list(load_factrules().hints)
@@ -223,6 +224,8 @@ class Diagnoser:
         tmo = groups.get("tmo")
         if tmo is not None and tmo.isdigit():
             self.timeout_ms = min(int(tmo), self.timeout_ms or int(tmo))
+        if who is None and self.watchdog_unranked is None:
+            self.watchdog_unranked = f"{where}: {text.strip()[:300]}"
         if who is not None and len(self.collective) < 4096:
             op = groups.get("op", UNNAMED_OP)
             seq = groups.get("seq")

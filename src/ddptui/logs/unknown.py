@@ -75,6 +75,8 @@ class Diagnoser(Protocol):
     def hints(self) -> dict[str, str]: ...
     @property
     def stalls(self) -> StallWatch: ...
+    @property
+    def watchdog_unranked(self) -> str | None: ...
 
 MAX_KEYS: Final = 1024
 SHOWN: Final = 8
@@ -226,6 +228,7 @@ def conclude(
         stopped=tuple((s.stall, s.where) for s in d.stalls.stopped),
         c10d_pairs=d.facts.c10d_pairs,
         local_edges=tuple(d.facts.local_edges),
+        watchdog_unranked=d.watchdog_unranked,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:

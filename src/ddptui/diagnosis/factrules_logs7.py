@@ -1,0 +1,100 @@
+"""Rules over facts added in round logs7 (issue 15): a watchdog timeout that only the
+waiting ranks' lines show.  Core layer, stdlib only; called from factrules.py's
+predicates, so that the rules file keeps one entry per finding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from ddptui.diagnosis.factcontext import Context, Hit, ranks_said
+
+# Below this the timeout itself is the cause (a test of the knob, a typo in seconds vs
+# milliseconds): no rank had time to be anywhere else.
+LONE_MIN_TIMEOUT_MS: Final = 60_000
+WATCHDOG_IDS: Final = ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE")
+
+
+def _world(ctx: Context) -> int | None:
+    worlds = {p.world_size for p in ctx.procs if p.world_size}
+    return worlds.pop() if len(worlds) == 1 else None
+
+
+def lone_waiter(
+    ctx: Context, waiting: Sequence[int], op: str, evidence: Sequence[str]
+) -> Hit | None:
+    """A watchdog timeout that the log shows only from the waiting side: the ranks that
+    time out are all the log holds (a one-rank paste, or a job's ranks short of its
+    world), nothing names a broken fabric, GPU or rank, and the timeout is long enough
+    for real work.  What such threads establish most often is a rank that was elsewhere
+    (rank-0-only validation, saving, a rank-dependent branch, a slow step on one rank),
+    so the finding names that and says how the log shows it: no other rank's line."""
+    if not any(ctx.present.get(i) == "error" for i in WATCHDOG_IDS):
+        return None
+    if ctx.timeout_ms is not None and ctx.timeout_ms < LONE_MIN_TIMEOUT_MS:
+        return None
+    world = _world(ctx)
+    if world is not None and set(range(world)) <= set(waiting):
+        return None  # every rank of the world waits in it: none was elsewhere
+    if world is None and len(waiting) >= 2 and 0 in waiting:
+        return None  # ranks from 0 up all wait: maybe the whole world, nothing says
+    ev = [e for e in evidence if e]
+    if not ev and ctx.watchdog_unranked:
+        ev = [ctx.watchdog_unranked]
+    if not ev:
+        return None
+    who = ranks_said(waiting) if waiting else "a rank (the log does not say which)"
+    verb = "waits" if len(waiting) <= 1 else "wait"
+    absent = (
+        "the other ranks (the log holds no line of theirs, and no error of the network, "
+        "a GPU or a rank)"
+    )
+    said = f"{who} {verb} in {op}{_timeout(ctx)}; no other rank's line is in the log"
+    return [*waiting], ev, said, {"op": op, "waiting": who, "absent": absent}
+
+
+def _timeout(ctx: Context) -> str:
+    if ctx.timeout_ms is None:
+        return ""
+    minutes = ctx.timeout_ms / 60_000
+    return f" past its {minutes:g}-minute timeout" if minutes >= 1 else f" past its {ctx.timeout_ms / 1000:g} s timeout"
+
+
+def missing_members(rules: object, rule: object, ctx: Context) -> Hit | None:
+    """The ranks state one world (Lightning's "GLOBAL_RANK: 1, MEMBER: 2/8", torch's
+    options), each rank once, and the log stops in a step where ranks wait for each other
+    (stalls, not a first step after init), and the ranks seen are one whole block of two or
+    more of the world (0-3 of 8), so the nodes
+    holding the other blocks never started their ranks (a batch script that ran python
+    without srun, a num_nodes or --nodes that does not match).  torchrun's own node count
+    is missing_nodes' (factcontext.py); two processes of one rank are duplicate_rank's."""
+    if not ctx.stopped or ctx.stopped[0][0].first_step or any(p.nnodes for p in ctx.procs):
+        return None  # (a first step after init: every rank had joined)
+    ranked = [p for p in ctx.procs if p.rank is not None and p.world_size]
+    worlds = {p.world_size for p in ranked}
+    if len(worlds) != 1:
+        return None
+    world = int(worlds.pop() or 0)
+    seen = sorted({int(p.rank or 0) for p in ranked})
+    if len(seen) != len(ranked) or not 2 <= len(seen) < world <= 4096:
+        return None
+    block = len(seen)
+    first = seen[0]
+    if world % block or first % block or seen != list(range(first, first + block)):
+        return None
+    nnodes = world // block
+    node = first // block
+    missing = [n for n in range(nnodes) if n != node]
+    ev = [p.evidence.get("world") or p.evidence.get("init", "") for p in ranked[:3]]
+    ev.append(ctx.stopped[0][1])
+    said = (
+        f"ranks {first}-{first + block - 1} of a world of {world} appear and the log stops in "
+        f"{ctx.stopped[0][0].what}: {nnodes} nodes of {block} ranks, node rank(s) "
+        f"{', '.join(map(str, missing[:12]))} never started theirs"
+    )
+    fill = {
+        "nnodes": str(nnodes),
+        "seen": str(node),
+        "missing": ", ".join(map(str, missing[:12])),
+    }
+    return [], [e for e in ev if e], said, fill
