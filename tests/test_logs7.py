@@ -93,3 +93,62 @@ def test_neighbours_of_the_missing_node_rule_are_left_alone() -> None:
     for name in ("c-node-rank-env-hang-lightning-5651", "b-p2p-acs-iommu-vllm-9920"):
         d = excerpt(name)
         assert "LOGS-MISSING-NODES" not in ids(d), name
+
+
+# ------------------------------------------------------- NCCL releases and the GPU
+
+
+GPU = Path(__file__).parent / "fixtures" / "gpu-h100"  # the real H100 captures
+
+
+def _h100_lines() -> tuple[str, str]:
+    """The real H100 capture's nccl-tests device line and NCCL's version line."""
+    dev = next(x for x in (GPU / "ddptui/nccl-tests.txt").read_text().splitlines() if "NVIDIA H100" in x)
+    ver = next(x for x in (GPU / "nccl-env/algo.log").read_text().splitlines() if "NCCL INFO NCCL version" in x)
+    return dev, ver
+
+
+def test_nccl_2_25_on_a_blackwell_geforce_is_the_release_bug_2_26_2_fixed() -> None:
+    """nccl-tests#287: RTX 5090s, NCCL 2.25.1 prints "ncclMaxSharedMem 82240 exceeds
+    device/fn maxSharedMem 79856" (an INFO line only 2.25 has) and the test fails; NCCL
+    2.26.2's release notes name this issue ("Fix shared memory usage on recent Blackwell
+    GPUs").  It was called clean before: the log holds no error line."""
+    d = excerpt("f-device-nccl-tests-287")
+    assert d.first is not None and d.first.id == "NCCL-BLACKWELL-SHMEM", ids(d)
+    assert d.failed
+    assert "82240" in d.first.cause and "79856" in d.first.cause
+    assert "2.26.2" in d.first.fix
+
+
+def test_an_nccl_older_than_the_gpu_explains_its_generic_errors() -> None:
+    """The real H100 capture's device line (nccl-tests) and NCCL's version line, with the
+    version the milabench#183 container ran (2.14.3; H100 support came in 2.15.1 per
+    NVIDIA/nccl's 2.15.1-1 release) before that thread's pasted failure: the version and
+    the GPU explain NCCL's "Failed to find reverse path".  With the capture's own version
+    (2.28.9) nothing changes; an old NCCL on an H100 with no failure is no finding."""
+    dev, ver = _h100_lines()
+    failure = list(CORPUS["e-nccl-too-old-h100-milabench-183"].lines)
+    old = ver.replace("2.28.9", "2.14.3")
+    d = diagnose_lines([dev, old, *failure])
+    assert d.first is not None and d.first.id == "LOGS-NCCL-PREDATES-GPU", ids(d)
+    assert "NCCL 2.14.3 on H100 80GB HBM3 (sm_90), supported from NCCL 2.15.1" in d.first.summary
+    assert "da8152e5" in d.first.cause
+    assert "NCCL-TOPO-GRAPH" in ids(d)
+    d = diagnose_lines([dev, ver, *failure])
+    assert d.first is not None and d.first.id == "NCCL-TOPO-GRAPH"
+    assert "LOGS-NCCL-PREDATES-GPU" not in ids(d)
+    assert diagnose_lines([dev, old]).first is None
+
+
+def test_gpuarch_yaml_is_validated() -> None:
+    import pytest
+
+    from ddptui.diagnosis.gpuarch import GpuArchError, arch_of, parse_gpuarch
+
+    assert arch_of("H100 80GB HBM3").arch == "sm_90"  # type: ignore[union-attr]
+    assert arch_of("GeForce RTX 5090").arch == "sm_120"  # type: ignore[union-attr]
+    assert arch_of("Tesla V100-SXM2-32GB") is None
+    with pytest.raises(GpuArchError, match=r"archs\[1\]: nccl_since '2\.15' is not a version"):
+        parse_gpuarch("archs:\n- {arch: sm_90, nccl_since: '2.15', source: x, gpus: ['H100']}\n")
+    with pytest.raises(GpuArchError, match=r"archs\[1\]: keys must be"):
+        parse_gpuarch("archs:\n- {arch: sm_90}\n")

@@ -57,6 +57,7 @@ class Context:
     # NCCL's intra-node edges (P2P, SHM): (rank, device, peer rank, device, "where: line")
     local_edges: tuple[tuple[int, int, int, int, str], ...] = ()
     watchdog_unranked: str | None = None  # the first watchdog line naming no rank ("where: text")
+    gpus: Mapping[str, str] = dataclasses.field(default_factory=dict)  # GPU model -> "where: line"
 
     @property
     def hosts(self) -> list[str]:

@@ -33,7 +33,7 @@ from ddptui.diagnosis.factmodel import (
     Stall,
     ip_of,
 )
-from ddptui.diagnosis.factrules_logs7 import lone_waiter, missing_members
+from ddptui.diagnosis.factrules_logs7 import lone_waiter, missing_members, nccl_predates_gpu
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -460,6 +460,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "local_across_hosts": local_across_hosts,
     "missing_nodes": missing_nodes,
     "missing_members": missing_members,
+    "nccl_predates_gpu": nccl_predates_gpu,
     "stalled": stalled,
     "stalled_one_host": stalled_one_host,
     "name_elsewhere": name_elsewhere,

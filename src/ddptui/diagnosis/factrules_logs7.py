@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ddptui.diagnosis.factcontext import Context, Hit, ranks_said
+from ddptui.diagnosis.gpuarch import arch_of, version_tuple
 
 # Below this the timeout itself is the cause (a test of the knob, a typo in seconds vs
 # milliseconds): no rank had time to be anywhere else.
@@ -98,3 +99,29 @@ def missing_members(rules: object, rule: object, ctx: Context) -> Hit | None:
         "missing": ", ".join(map(str, missing[:12])),
     }
     return [], [e for e in ev if e], said, fill
+
+
+def nccl_predates_gpu(rules: object, rule: object, ctx: Context) -> Hit | None:
+    """The log names a GPU (gpuarch.yaml's models) and a rank runs an NCCL release older
+    than the first one that supports that GPU's architecture (from NVIDIA/nccl's own
+    history, gpuarch.yaml)."""
+    for model, gpu_line in ctx.gpus.items():
+        arch = arch_of(model)
+        if arch is None:
+            continue
+        old = [
+            p for p in ctx.procs
+            if p.nccl_version and (v := version_tuple(p.nccl_version)) and v < arch.nccl_since
+        ]
+        if not old:
+            continue
+        version = str(old[0].nccl_version)
+        ranks = sorted({p.rank for p in old if p.rank is not None})
+        said = f"NCCL {version} on {model} ({arch.arch}), supported from NCCL {arch.since}"
+        ev = [old[0].evidence.get("version", ""), gpu_line]
+        fill = {
+            "version": version, "gpu": model, "arch": arch.arch, "since": arch.since,
+            "source": arch.source,
+        }
+        return ranks, [e for e in ev if e], said, fill
+    return None

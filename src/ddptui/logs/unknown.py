@@ -229,6 +229,7 @@ def conclude(
         c10d_pairs=d.facts.c10d_pairs,
         local_edges=tuple(d.facts.local_edges),
         watchdog_unranked=d.watchdog_unranked,
+        gpus=d.facts.gpus,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
