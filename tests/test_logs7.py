@@ -152,3 +152,12 @@ def test_gpuarch_yaml_is_validated() -> None:
         parse_gpuarch("archs:\n- {arch: sm_90, nccl_since: '2.15', source: x, gpus: ['H100']}\n")
     with pytest.raises(GpuArchError, match=r"archs\[1\]: keys must be"):
         parse_gpuarch("archs:\n- {arch: sm_90}\n")
+
+
+def test_nvshmem_ipc_between_two_hosts_of_one_name() -> None:
+    """DeepEP#316: two nodes with the same host name; NVSHMEM took the remote PE for a
+    local one and its socket exchange failed ("No such file or directory", then its
+    NVSHMEMI_IPC_CHECK's "Fatal IPC Failure").  Called clean before."""
+    d = excerpt("d-hostname-same-nvshmem-DeepEP-316")
+    assert d.first is not None and d.first.id == "NVSHMEM-IPC", ids(d)
+    assert d.failed and "same one" in d.first.cause and "distinct host name" in d.first.fix
