@@ -161,3 +161,19 @@ def test_nvshmem_ipc_between_two_hosts_of_one_name() -> None:
     d = excerpt("d-hostname-same-nvshmem-DeepEP-316")
     assert d.first is not None and d.first.id == "NVSHMEM-IPC", ids(d)
     assert d.failed and "same one" in d.first.cause and "distinct host name" in d.first.fix
+
+
+def test_gloos_own_timeout_from_the_waiting_side() -> None:
+    """Testbed capture (rank_skips_collective: node2's rank sleeps instead of calling
+    all_reduce): rank 1's gloo recv times out after 15 s.  Its line alone, as a one-rank
+    paste, names the ranks elsewhere; beside a peer that closed the connection it does not
+    (that peer died)."""
+    raw = (Path(__file__).parent / "fixtures/logs/rank_skips_collective.log").read_text().splitlines()
+    line = next(x.split(" | ", 1)[1] for x in raw if "for recv operation to complete" in x)
+    d = diagnose_lines([line])
+    assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE", ids(d)
+    assert "rank 1 waits in a gloo send/recv past its 15 s timeout" in d.first.summary
+    assert "GLOO-OP-TIMEOUT" in ids(d)
+    closed = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.85.0.3]:21367"
+    d = diagnose_lines([closed, line])
+    assert d.first is not None and d.first.id != "LOGS-NOT-IN-COLLECTIVE", ids(d)

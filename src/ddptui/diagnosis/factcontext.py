@@ -58,6 +58,7 @@ class Context:
     local_edges: tuple[tuple[int, int, int, int, str], ...] = ()
     watchdog_unranked: str | None = None  # the first watchdog line naming no rank ("where: text")
     gpus: Mapping[str, str] = dataclasses.field(default_factory=dict)  # GPU model -> "where: line"
+    gloo_waits: Mapping[int, str] = dataclasses.field(default_factory=dict)  # rank -> gloo timeout line
 
     @property
     def hosts(self) -> list[str]:

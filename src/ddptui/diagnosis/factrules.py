@@ -33,7 +33,13 @@ from ddptui.diagnosis.factmodel import (
     Stall,
     ip_of,
 )
-from ddptui.diagnosis.factrules_logs7 import lone_waiter, missing_members, nccl_predates_gpu
+from ddptui.diagnosis.factrules_logs7 import (
+    WAIT_IDS,
+    lone_gloo_or_unranked,
+    lone_waiter,
+    missing_members,
+    nccl_predates_gpu,
+)
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -364,7 +370,9 @@ _SPECIFIC: Final = ("IB-", "NET-", "BOOT-", "NCCL-", "SHM-", "P2P-", "CUDA-", "R
 
 
 def _specific_failure(ctx: Context) -> bool:
-    return any(i.startswith(_SPECIFIC) for i, sev in ctx.present.items() if sev == "error")
+    return any(
+        i.startswith(_SPECIFIC) and i not in WAIT_IDS for i, sev in ctx.present.items() if sev == "error"
+    )
 
 
 def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
@@ -373,7 +381,7 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
     wait (ranks count from 0: "ranks 1, 2 time out" leaves rank 0 elsewhere), or, after
     a line saying the run ended, the ranks that had finished."""
     if not ctx.collective:
-        return _fingerprints(ctx) or lone_waiter(ctx, [], UNNAMED_OP, [])
+        return _fingerprints(ctx) or lone_gloo_or_unranked(ctx)
     known = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.collective)
     known |= ctx.named_ranks
     # one group per sequence number (a line without the operation joins the one naming

@@ -12,8 +12,18 @@ from ddptui.diagnosis.gpuarch import arch_of, version_tuple
 
 # Below this the timeout itself is the cause (a test of the knob, a typo in seconds vs
 # milliseconds): no rank had time to be anywhere else.
-LONE_MIN_TIMEOUT_MS: Final = 60_000
+LONE_MIN_TIMEOUT_MS: Final = 10_000
 WATCHDOG_IDS: Final = ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE")
+# a collective's own timeout besides torch's NCCL watchdog: the waiting side, not a failure
+# of the fabric or a rank (factrules._specific_failure leaves them out)
+WAIT_IDS: Final = frozenset({"GLOO-OP-TIMEOUT"})
+# errors that say a peer died, a scheduler ended the job or the network failed: then the
+# ranks missing from the collective are explained, not "elsewhere" (factrules.py's
+# _specific_failure covers NCCL's, the fabric's, the GPU's and a rank's own errors)
+_OTHER_CAUSES: Final = (
+    "GLOO-PEER-", "GLOO-CONNECT-", "GLOO-MESH", "PORT-", "PING-", "SLURM-", "K8S-", "HOST-OOM-KILL",
+    "LAUNCH-",
+)
 
 
 def _world(ctx: Context) -> int | None:
@@ -30,15 +40,8 @@ def lone_waiter(
     for real work.  What such threads establish most often is a rank that was elsewhere
     (rank-0-only validation, saving, a rank-dependent branch, a slow step on one rank),
     so the finding names that and says how the log shows it: no other rank's line."""
-    if not any(ctx.present.get(i) == "error" for i in WATCHDOG_IDS):
+    if not _only_waits(ctx, waiting):
         return None
-    if ctx.timeout_ms is not None and ctx.timeout_ms < LONE_MIN_TIMEOUT_MS:
-        return None
-    world = _world(ctx)
-    if world is not None and set(range(world)) <= set(waiting):
-        return None  # every rank of the world waits in it: none was elsewhere
-    if world is None and len(waiting) >= 2 and 0 in waiting:
-        return None  # ranks from 0 up all wait: maybe the whole world, nothing says
     ev = [e for e in evidence if e]
     if not ev and ctx.watchdog_unranked:
         ev = [ctx.watchdog_unranked]
@@ -52,6 +55,30 @@ def lone_waiter(
     )
     said = f"{who} {verb} in {op}{_timeout(ctx)}; no other rank's line is in the log"
     return [*waiting], ev, said, {"op": op, "waiting": who, "absent": absent}
+
+
+def _only_waits(ctx: Context, waiting: Sequence[int]) -> bool:
+    """The log shows a collective's timeout, long enough for real work, and nothing that
+    explains the ranks missing from it; the waiting ranks are not the whole world."""
+    if not any(ctx.present.get(i) == "error" for i in (*WATCHDOG_IDS, *WAIT_IDS)):
+        return False
+    if ctx.timeout_ms is not None and ctx.timeout_ms < LONE_MIN_TIMEOUT_MS:
+        return False
+    if any(i.startswith(_OTHER_CAUSES) for i, sev in ctx.present.items() if sev == "error"):
+        return False
+    world = _world(ctx)
+    if world is not None and set(range(world)) <= set(waiting):
+        return False  # every rank of the world waits in it: none was elsewhere
+    # ranks from 0 up all wait: maybe the whole world, nothing says
+    return not (world is None and len(waiting) >= 2 and 0 in waiting)
+
+
+def lone_gloo_or_unranked(ctx: Context) -> Hit | None:
+    """lone_waiter for what ctx.collective does not hold: gloo's own send/recv timeouts
+    (per rank) and watchdog lines that name no rank."""
+    ranks = sorted(ctx.gloo_waits)
+    op = "a gloo send/recv" if ranks else "a collective"
+    return lone_waiter(ctx, ranks, op, [ctx.gloo_waits[r] for r in ranks[:3]])
 
 
 def _timeout(ctx: Context) -> str:

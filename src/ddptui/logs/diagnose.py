@@ -165,6 +165,7 @@ class Diagnoser:
         # collective the rank waited in only when the log shows a timeout
         self.watchdog_at: dict[int, tuple[str, str]] = {}
         self.watchdog_unranked: str | None = None  # the first watchdog line naming no rank
+        self.gloo_waits: dict[int, str] = {}  # rank -> its first gloo send/recv timeout line
         self._run_ended = load_factrules().run_ended
         self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
         self._hints = list(load_factrules().hints)
@@ -200,6 +201,8 @@ class Diagnoser:
             return
         if sig.id in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE"):
             self._watchdog(m.groups, rank, where, cand.text)
+        elif sig.id == "GLOO-OP-TIMEOUT":
+            self._gloo_wait(m.groups, rank, where, cand.text)
         if sig.id == "C10D-UIDGET":
             self._uid_wait(where, cand.text)
         hit = LogHit(
@@ -231,6 +234,17 @@ class Diagnoser:
             seq = groups.get("seq")
             self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
             self.watchdog_lines.setdefault(who, f"{where}: {text.strip()[:300]}")
+
+    def _gloo_wait(self, groups: dict[str, str], rank: int | None, where: str, text: str) -> None:
+        """gloo's own timeout of a collective's send or recv (logs7): the waiting side."""
+        ms = groups.get("ms")
+        if ms is not None and ms.isdigit():
+            self.timeout_ms = min(int(ms), self.timeout_ms or int(ms))
+        line = f"{where}: {text.strip()[:300]}"
+        if rank is None:
+            self.watchdog_unranked = self.watchdog_unranked or line
+        elif len(self.gloo_waits) < 4096:
+            self.gloo_waits.setdefault(rank, line)
 
     def _uid_wait(self, where: str, text: str) -> None:
         """A rank whose wait for the root's ncclUniqueId timed out: it waits in the

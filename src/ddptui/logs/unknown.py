@@ -77,6 +77,8 @@ class Diagnoser(Protocol):
     def stalls(self) -> StallWatch: ...
     @property
     def watchdog_unranked(self) -> str | None: ...
+    @property
+    def gloo_waits(self) -> dict[int, str]: ...
 
 MAX_KEYS: Final = 1024
 SHOWN: Final = 8
@@ -230,6 +232,7 @@ def conclude(
         local_edges=tuple(d.facts.local_edges),
         watchdog_unranked=d.watchdog_unranked,
         gpus=d.facts.gpus,
+        gloo_waits=d.gloo_waits,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
