@@ -40,8 +40,9 @@ def lone_waiter(
     for real work.  What such threads establish most often is a rank that was elsewhere
     (rank-0-only validation, saving, a rank-dependent branch, a slow step on one rank),
     so the finding names that and says how the log shows it: no other rank's line."""
-    if not _only_waits(ctx, waiting):
-        return None
+    if not _only_waits(ctx, waiting) or op.endswith("(SeqNum 1)"):
+        return None  # (the first collective also connects NCCL's communicator: a peer
+        # stuck connecting looks the same from here, WATCHDOG's cause names both)
     ev = [e for e in evidence if e]
     if not ev and ctx.watchdog_unranked:
         ev = [ctx.watchdog_unranked]
