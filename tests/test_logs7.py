@@ -143,6 +143,11 @@ def test_an_nccl_older_than_the_gpu_explains_its_generic_errors() -> None:
     assert d.first is not None and d.first.id == "NCCL-TOPO-GRAPH"
     assert "LOGS-NCCL-PREDATES-GPU" not in ids(d)
     assert diagnose_lines([dev, old]).first is None
+    # CUDA-NO-KERNEL says the same of the GPU code itself and keeps its lead
+    no_kernel = "vm:1717:1750 [0] enqueue.cc:1564 NCCL WARN Cuda failure 'no kernel image is available for execution on the device'"
+    d = diagnose_lines([dev, old, no_kernel])
+    assert d.first is not None and d.first.id == "CUDA-NO-KERNEL", ids(d)
+    assert "LOGS-NCCL-PREDATES-GPU" in ids(d)
 
 
 def test_gpuarch_yaml_is_validated() -> None:
