@@ -59,6 +59,7 @@ class Context:
     watchdog_unranked: str | None = None  # the first watchdog line naming no rank ("where: text")
     gpus: Mapping[str, str] = dataclasses.field(default_factory=dict)  # GPU model -> "where: line"
     gloo_waits: Mapping[int, str] = dataclasses.field(default_factory=dict)  # rank -> gloo timeout line
+    lone: bool = True  # the lines are a whole log (not one rank's share): lone_waiter may judge
 
     @property
     def hosts(self) -> list[str]:

@@ -61,7 +61,7 @@ def lone_waiter(
 def _only_waits(ctx: Context, waiting: Sequence[int]) -> bool:
     """The log shows a collective's timeout, long enough for real work, and nothing that
     explains the ranks missing from it; the waiting ranks are not the whole world."""
-    if not any(ctx.present.get(i) == "error" for i in (*WATCHDOG_IDS, *WAIT_IDS)):
+    if not ctx.lone or not any(ctx.present.get(i) == "error" for i in (*WATCHDOG_IDS, *WAIT_IDS)):
         return False
     if ctx.timeout_ms is not None and ctx.timeout_ms < LONE_MIN_TIMEOUT_MS:
         return False

@@ -137,8 +137,11 @@ def _rank_key(rank: int | None, local: int | None, source: str, many: bool) -> s
 class Diagnoser:
     """Consumes candidates in time order; `result()` builds the LogDiagnosis."""
 
-    def __init__(self, source: str, stalls: bool = True) -> None:
+    def __init__(self, source: str, stalls: bool = True, lone: bool = True) -> None:
         self.source = source
+        # a timeout only the waiting side shows may name the ranks elsewhere (off for one
+        # rank's share of a job's lines: the job view judges who waited itself)
+        self.lone = lone
         self.order = 0
         self.per_id: dict[str, list[LogHit]] = {}
         self.counts: dict[str, int] = {}
@@ -420,18 +423,22 @@ def merged(streams: Iterable[Iterator[Candidate]]) -> Iterator[Candidate]:
         yield item[3]
 
 
-def diagnose_candidates(stream: Iterable[Candidate], source: str, stalls: bool = True) -> Diagnoser:
-    d = Diagnoser(source, stalls)
+def diagnose_candidates(
+    stream: Iterable[Candidate], source: str, stalls: bool = True, lone: bool = True
+) -> Diagnoser:
+    d = Diagnoser(source, stalls, lone)
     for cand in stream:
         d.feed(cand)
     return d
 
 
-def diagnose_lines(lines: Iterable[str], source: str = "<lines>", stalls: bool = True) -> LogDiagnosis:
+def diagnose_lines(
+    lines: Iterable[str], source: str = "<lines>", stalls: bool = True, lone: bool = True
+) -> LogDiagnosis:
     """Classify lines held in memory (one source, in its order).  `stalls=False` for the
     logs of a job still running: that they stop where it waits says nothing yet."""
     counted = _Counted(lines)
-    d = diagnose_candidates(from_lines(counted, source), source, stalls)
+    d = diagnose_candidates(from_lines(counted, source), source, stalls, lone)
     d.lines_read, d.bytes_read = counted.lines, counted.chars
     return d.result()
 

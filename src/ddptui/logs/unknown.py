@@ -79,6 +79,8 @@ class Diagnoser(Protocol):
     def watchdog_unranked(self) -> str | None: ...
     @property
     def gloo_waits(self) -> dict[int, str]: ...
+    @property
+    def lone(self) -> bool: ...
 
 MAX_KEYS: Final = 1024
 SHOWN: Final = 8
@@ -233,6 +235,7 @@ def conclude(
         watchdog_unranked=d.watchdog_unranked,
         gpus=d.facts.gpus,
         gloo_waits=d.gloo_waits,
+        lone=d.lone,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
