@@ -187,3 +187,12 @@ def test_gloos_own_timeout_from_the_waiting_side() -> None:
     closed = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.85.0.3]:21367"
     d = diagnose_lines([closed, line])
     assert d.first is not None and d.first.id != "LOGS-NOT-IN-COLLECTIVE", ids(d)
+
+
+def test_a_later_line_of_the_same_timeout_names_the_operation() -> None:
+    """pytorch#141069's rank 2 lines in the other order (torch prints "Timeout at NCCL
+    work: 19" and the WorkNCCL line from two threads): the operation is still named."""
+    watchdog, work = CORPUS["b-desync-iterable-uneven-pytorch-141069"].lines[:2]
+    d = diagnose_lines([work, watchdog])
+    assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE", ids(d)
+    assert "rank 2 waits in ALLREDUCE (SeqNum 19)" in d.first.summary

@@ -235,7 +235,10 @@ class Diagnoser:
         if who is not None and len(self.collective) < 4096:
             op = groups.get("op", UNNAMED_OP)
             seq = groups.get("seq")
-            self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
+            said = f"{op} (SeqNum {seq})" if seq else op
+            old = self.collective.setdefault(who, said)
+            if old.startswith(UNNAMED_OP) and op != UNNAMED_OP and (not seq or old.endswith(f" {seq})")):
+                self.collective[who] = said  # a later line of that timeout names the operation
             self.watchdog_lines.setdefault(who, f"{where}: {text.strip()[:300]}")
 
     def _gloo_wait(self, groups: dict[str, str], rank: int | None, where: str, text: str) -> None:
