@@ -50,11 +50,11 @@ def lone_waiter(
         return None
     who = ranks_said(waiting) if waiting else "a rank (the log does not say which)"
     verb = "waits" if len(waiting) <= 1 else "wait"
-    absent = (
-        "the other ranks (the log holds no line of theirs, and no error of the network, "
-        "a GPU or a rank)"
+    absent = "the other ranks (none of their lines is in this log)"
+    said = (
+        f"{who} {verb} in {op}{_timeout(ctx)}; no other rank's line is in the log, and no "
+        "line names a failure of the network, a GPU or a rank"
     )
-    said = f"{who} {verb} in {op}{_timeout(ctx)}; no other rank's line is in the log"
     return [*waiting], ev, said, {"op": op, "waiting": who, "absent": absent}
 
 
