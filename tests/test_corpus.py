@@ -49,11 +49,10 @@ CORPUS = load_corpus()
 # called clean) and one round 2 label that now accepts SLURM-OOM: 182 right of 233 (78 %),
 # 20 wrong, 17 unrecognized, 14 called clean.  Round logs7 (general mechanisms for its
 # kinds: a watchdog or gloo timeout only the waiting side shows leads with the ranks
-# elsewhere; one node's block of ranks registering in a log that stops there is a node that
-# never launched; NCCL release facts from NVIDIA/nccl's history: the 2.25 Blackwell
+# elsewhere; NCCL release facts from NVIDIA/nccl's history: the 2.25 Blackwell
 # shared-memory bug, an NCCL older than the GPU; NVSHMEM's same-node IPC across two hosts
-# of one name): 185 right (79 %), 20 wrong (two of them [NEW] labels a logs7 id now names,
-# two WATCHDOG labels of rank-0-only evaluation now answered LOGS-NOT-IN-COLLECTIVE), 16
+# of one name): 184 right (79 %), 20 wrong (two of them [NEW] labels a logs7 id now names,
+# two WATCHDOG labels of rank-0-only evaluation now answered LOGS-NOT-IN-COLLECTIVE), 17
 # unrecognized, 12 called clean.
 RIGHT_CAUSE_FLOOR = 0.78
 WRONG_CAUSE_CEILING = 0.10

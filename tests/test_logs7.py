@@ -76,30 +76,6 @@ def test_a_timeout_beside_a_fabric_error_is_not_a_rank_elsewhere() -> None:
     assert "LOGS-NOT-IN-COLLECTIVE" not in ids(d)
 
 
-# ------------------------------------------------- ranks of a node that never started
-
-
-def test_one_nodes_block_of_ranks_registering_and_nothing_after_is_a_missing_node() -> None:
-    """Lightning#8707: an sbatch script ran python without srun, so only node 0's ranks
-    0-3 of a world of 8 registered and the log stops in the registration."""
-    d = excerpt("f-slurm-nosrun-lightning-8707")
-    assert d.first is not None and d.first.id == "LOGS-MISSING-NODES", ids(d)
-    assert "ranks 0-3 of a world of 8" in d.first.summary
-    assert "node rank(s) 1 never started" in d.first.summary
-    assert "srun" in d.first.fix
-
-
-def test_neighbours_of_the_missing_node_rule_are_left_alone() -> None:
-    """Each rank twice (Lightning#10098: two processes per rank) is a duplicate, not a
-    missing node; one rank of 8 registering (Lightning#5651: a stray NODE_RANK) is no
-    node's block; a hang at the first step after NCCL init (vLLM#9920: every rank had
-    joined) is no missing node."""
-    assert excerpt("d-slurm-ntasks-mismatch-lightning-10098").first.id == "LOGS-DUP-RANK"  # type: ignore[union-attr]
-    for name in ("c-node-rank-env-hang-lightning-5651", "b-p2p-acs-iommu-vllm-9920"):
-        d = excerpt(name)
-        assert "LOGS-MISSING-NODES" not in ids(d), name
-
-
 # ------------------------------------------------------- NCCL releases and the GPU
 
 

@@ -37,7 +37,6 @@ from ddptui.diagnosis.factrules_logs7 import (
     WAIT_IDS,
     lone_gloo_or_unranked,
     lone_waiter,
-    missing_members,
     nccl_predates_gpu,
 )
 from ddptui.diagnosis.finding import Finding, Severity
@@ -467,7 +466,6 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "shm_context": shm_context,
     "local_across_hosts": local_across_hosts,
     "missing_nodes": missing_nodes,
-    "missing_members": missing_members,
     "nccl_predates_gpu": nccl_predates_gpu,
     "stalled": stalled,
     "stalled_one_host": stalled_one_host,

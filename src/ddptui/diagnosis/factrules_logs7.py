@@ -89,46 +89,6 @@ def _timeout(ctx: Context) -> str:
     return f" past its {minutes:g}-minute timeout" if minutes >= 1 else f" past its {ctx.timeout_ms / 1000:g} s timeout"
 
 
-def missing_members(rules: object, rule: object, ctx: Context) -> Hit | None:
-    """The ranks state one world (Lightning's "GLOBAL_RANK: 1, MEMBER: 2/8", torch's
-    options), each rank once, and the log stops in a step where ranks wait for each other
-    (stalls, not a first step after init), and the ranks seen are one whole block of two or
-    more of the world (0-3 of 8), so the nodes
-    holding the other blocks never started their ranks (a batch script that ran python
-    without srun, a num_nodes or --nodes that does not match).  torchrun's own node count
-    is missing_nodes' (factcontext.py); two processes of one rank are duplicate_rank's."""
-    if not ctx.stopped or ctx.stopped[0][0].first_step or any(p.nnodes for p in ctx.procs):
-        return None  # (a first step after init: every rank had joined)
-    ranked = [p for p in ctx.procs if p.rank is not None and p.world_size]
-    worlds = {p.world_size for p in ranked}
-    if len(worlds) != 1:
-        return None
-    world = int(worlds.pop() or 0)
-    seen = sorted({int(p.rank or 0) for p in ranked})
-    if len(seen) != len(ranked) or not 2 <= len(seen) < world <= 4096:
-        return None
-    block = len(seen)
-    first = seen[0]
-    if world % block or first % block or seen != list(range(first, first + block)):
-        return None
-    nnodes = world // block
-    node = first // block
-    missing = [n for n in range(nnodes) if n != node]
-    ev = [p.evidence.get("world") or p.evidence.get("init", "") for p in ranked[:3]]
-    ev.append(ctx.stopped[0][1])
-    said = (
-        f"ranks {first}-{first + block - 1} of a world of {world} appear and the log stops in "
-        f"{ctx.stopped[0][0].what}: {nnodes} nodes of {block} ranks, node rank(s) "
-        f"{', '.join(map(str, missing[:12]))} never started theirs"
-    )
-    fill = {
-        "nnodes": str(nnodes),
-        "seen": str(node),
-        "missing": ", ".join(map(str, missing[:12])),
-    }
-    return [], [e for e in ev if e], said, fill
-
-
 def nccl_predates_gpu(rules: object, rule: object, ctx: Context) -> Hit | None:
     """The log names a GPU (gpuarch.yaml's models) and a rank runs an NCCL release older
     than the first one that supports that GPU's architecture (from NVIDIA/nccl's own
