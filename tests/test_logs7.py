@@ -50,6 +50,11 @@ def test_a_one_rank_watchdog_paste_names_the_ranks_that_were_elsewhere() -> None
         assert "evaluation or validation on rank 0" in d.first.cause
         assert d.first.evidence, name  # the watchdog line itself is quoted
         assert any(i.startswith("WATCHDOG") for i in ids(d)), name  # the timeout stays listed
+    # what the watchdog's own line says of where the run was: well into it (SeqNum 3348),
+    # or a one-element ALLREDUCE early on (lm-eval-harness#1404: one GPU still evaluating)
+    assert "well into the run" in excerpt("b-timeout-validation-rank0-finetrainers-114").first.summary  # type: ignore[union-attr]
+    early = excerpt("c-eval-imbalance-watchdog-lm-eval-harness-1404").first
+    assert early is not None and "a barrier()-sized collective early in the run" in early.summary
 
 
 def test_a_timeout_too_short_for_any_work_or_at_the_first_collective_stays_the_watchdog() -> None:

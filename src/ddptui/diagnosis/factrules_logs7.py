@@ -4,6 +4,7 @@ predicates, so that the rules file keeps one entry per finding."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Final
 
@@ -52,8 +53,8 @@ def lone_waiter(
     verb = "waits" if len(waiting) <= 1 else "wait"
     absent = "the other ranks (none of their lines is in this log)"
     said = (
-        f"{who} {verb} in {op}{_timeout(ctx)}; no other rank's line is in the log, and no "
-        "line names a failure of the network, a GPU or a rank"
+        f"{who} {verb} in {op}{_timeout(ctx)}{_reading(ev[0])}; no other rank's line is in the "
+        "log, none names a network, GPU or rank failure"
     )
     return [*waiting], ev, said, {"op": op, "waiting": who, "absent": absent}
 
@@ -80,6 +81,24 @@ def lone_gloo_or_unranked(ctx: Context) -> Hit | None:
     ranks = sorted(ctx.gloo_waits)
     op = "a gloo send/recv" if ranks else "a collective"
     return lone_waiter(ctx, ranks, op, [ctx.gloo_waits[r] for r in ranks[:3]])
+
+
+_WORK: Final = re.compile(r"SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+), NumelIn=(?P<n>\d+)")
+
+
+def _reading(line: str) -> str:
+    """What the watchdog's own line says of where the job was: a one-element ALLREDUCE
+    early in the run is a barrier() or a flag before training (a rank still loading,
+    tokenising or preparing data); late in the run, a rank-dependent branch or a step
+    (evaluation, saving) one rank ran alone."""
+    m = _WORK.search(line)
+    if m is None:
+        return ""
+    seq, small = int(m["seq"]), m["op"] == "ALLREDUCE" and m["n"] == "1"
+    if seq <= 10:
+        what = "a barrier()-sized collective" if small else "a collective"
+        return f", {what} early in the run (usually a rank still loading or preparing data)"
+    return ", well into the run (usually a step one rank ran alone, or a rank-dependent branch)"
 
 
 def _timeout(ctx: Context) -> str:
