@@ -1,6 +1,7 @@
-"""Rules over facts added in round logs7 (issue 15): a watchdog timeout that only the
-waiting ranks' lines show.  Core layer, stdlib only; called from factrules.py's
-predicates, so that the rules file keeps one entry per finding."""
+"""Rules over facts added in round logs7 (issue 15): a watchdog (or gloo) timeout that
+only the waiting ranks' lines show (lone_waiter, inside factrules.py's not_in_collective),
+and an NCCL older than the GPU the log names (nccl_predates_gpu, gpuarch.yaml).  Core
+layer, stdlib only; the rules file and the other predicates are factrules.py's."""
 
 from __future__ import annotations
 
