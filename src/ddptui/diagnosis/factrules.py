@@ -33,6 +33,7 @@ from ddptui.diagnosis.factmodel import (
     Stall,
     ip_of,
 )
+from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     WAIT_IDS,
     lone_gloo_or_unranked,
@@ -469,6 +470,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "nccl_predates_gpu": nccl_predates_gpu,
     "stalled": stalled,
     "stalled_one_host": stalled_one_host,
+    "registered_block_missing": registered_block_missing,
+    "independent_rank0": independent_rank0,
     "name_elsewhere": name_elsewhere,
 }
 

@@ -13,15 +13,18 @@ from ddptui.lint import (
     rules_accum,
     rules_data,
     rules_flag,
+    rules_frameworks,
     rules_io,
     rules_model,
     rules_project,
     rules_reach,
     rules_seed,
+    rules_set_device,
     rules_setup,
     rules_sync,
 )
 from ddptui.lint.flow import Flow
+from ddptui.lint.frameworks import quiet_alternative
 from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
 from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
 from ddptui.lint.script import Script
@@ -40,6 +43,8 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_setup.RULES,
     *rules_seed.RULES,
     *rules_flag.RULES,
+    *rules_frameworks.RULES,
+    *rules_set_device.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
@@ -68,6 +73,8 @@ RULE_IDS: Final = (
     "DDP-INIT-BEFORE-SET-DEVICE",
     "DDP-WORLD-FROM-DEVICE-COUNT",
     "DDP-SAMPLER-SEED",
+    "DDP-SYNCBN-AFTER-OPTIMIZER",
+    "DDP-FORWARD-BYPASS",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")
@@ -95,6 +102,8 @@ def _findings(script: Script) -> list[LintFinding]:
         path = mod.path
         if (hit.id, path, hit.line) in out or _ignored(lines.get(mod.tree, []), hit):
             continue
+        if hit.node is not None and quiet_alternative(script, hit.node):
+            continue  # a registered alternative that never runs distributed
         f = kb_finding(
             hit.id,
             (),
