@@ -177,3 +177,4 @@ def test_a_later_line_of_the_same_timeout_names_the_operation() -> None:
     d = diagnose_lines([work, watchdog])
     assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE", ids(d)
     assert "rank 2 waits in ALLREDUCE (SeqNum 19)" in d.first.summary
+    assert "OpType=ALLREDUCE" in d.first.evidence[0]  # the line that names it is quoted

@@ -239,6 +239,7 @@ class Diagnoser:
             old = self.collective.setdefault(who, said)
             if old.startswith(UNNAMED_OP) and op != UNNAMED_OP and (not seq or old.endswith(f" {seq})")):
                 self.collective[who] = said  # a later line of that timeout names the operation
+                self.watchdog_lines[who] = f"{where}: {text.strip()[:300]}"
             self.watchdog_lines.setdefault(who, f"{where}: {text.strip()[:300]}")
 
     def _gloo_wait(self, groups: dict[str, str], rank: int | None, where: str, text: str) -> None:
