@@ -14,6 +14,8 @@ from ddptui.lint import (
     rules_data,
     rules_flag,
     rules_io,
+    rules_lint6,
+    rules_loader_lint6,
     rules_model,
     rules_project,
     rules_reach,
@@ -40,6 +42,8 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_setup.RULES,
     *rules_seed.RULES,
     *rules_flag.RULES,
+    *rules_lint6.RULES,
+    *rules_loader_lint6.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
