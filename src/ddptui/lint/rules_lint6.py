@@ -384,4 +384,71 @@ def nonfinite_break(s: Script, f: Flow) -> Iterator[Hit]:
         )
 
 
-RULES = (conditional_seed, find_unused_default, no_sync_scope, nonfinite_break)
+# --- a head's output left out of the loss ------------------------------------------------
+
+
+def _flag_given(call: ast.Call) -> bool:
+    return any(
+        k.arg is None  # `**ddp_args` may carry it
+        or (k.arg in ("find_unused_parameters", "static_graph") and const(k.value) is not False)
+        for k in call.keywords
+    )
+
+
+def _dropped_logits(s: Script, cls: ast.ClassDef) -> tuple[ast.Name, ast.Call] | None:
+    """`lm_logits, mc_logits, *_ = self.gpt2_model(...)` in forward and `mc_logits`
+    never read: the head that computes it gets no gradient on any step."""
+    for fwd in s._methods(cls, "forward"):
+        loads = {
+            n.id for n in ast.walk(fwd) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
+        for node in ast.walk(fwd):
+            if not (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Tuple)
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute)
+                and isinstance(node.value.func.value, ast.Name)
+                and node.value.func.value.id == "self"
+            ):
+                continue
+            for elt in node.targets[0].elts:
+                if (
+                    isinstance(elt, ast.Name)
+                    and not elt.id.startswith("_")
+                    and "logits" in elt.id
+                    and elt.id not in loads
+                ):
+                    return elt, node.value
+    return None
+
+
+def dropped_head_output(s: Script, f: Flow) -> Iterator[Hit]:
+    """DDP without find_unused_parameters around a model whose forward unpacks a
+    submodule's outputs and never reads one of its logits (compac#6: GPT2DoubleHeadsModel
+    whose multiple-choice loss was commented out): that head's parameters never get a
+    gradient and DDP stops at the second step."""
+    for call in f.ddp_calls:
+        if not call.args or _flag_given(call):
+            continue
+        for o in s.origins(call.args[0]):
+            cls = s.class_named(o.func) if isinstance(o, ast.Call) else None
+            found = _dropped_logits(s, cls) if cls is not None else None
+            if cls is None or found is None:
+                continue
+            name, sub = found
+            yield Hit.at(
+                "DDP-FIND-UNUSED",
+                s.entry_anchor(call),
+                (
+                    f"DDP wraps `{cls.name}` without find_unused_parameters, but its forward "
+                    f"never reads `{name.id}` of `{ast.unparse(sub.func)}(...)` "
+                    f"({s.path_of(name)}:{name.lineno}): the head that computes it gets no "
+                    "gradient, and DDP waits for it"
+                ),
+            )
+            return
+
+
+RULES = (conditional_seed, find_unused_default, no_sync_scope, nonfinite_break, dropped_head_output)
