@@ -330,6 +330,35 @@ def _loop_syncs(s: Script, f: Flow, loop: ast.For | ast.AsyncFor | ast.While) ->
     return any(_object_trains(s, f, c) for c in body)
 
 
+def _reduced(s: Script, value: ast.expr, loop: ast.AST, test: ast.If) -> bool:
+    """The tested value comes from a reduction over the ranks (`reduce_dict(...)`,
+    `dist.all_reduce(loss)` before the test, `accelerator.gather(...)`), a few steps back."""
+    text = ast.unparse(value)
+    for c in calls_in([loop]):
+        if (
+            c.lineno < test.lineno
+            and _REDUCED.search(s.call_name(c) or ast.unparse(c.func))
+            and any(ast.unparse(a) == text for a in c.args)
+        ):
+            return True  # reduced in place before the test
+    frontier: list[ast.expr] = [value]
+    seen: set[ast.AST] = set()
+    for _ in range(3):
+        nxt: list[ast.expr] = []
+        for e in frontier:
+            for o in s.origins(e):
+                if o in seen:
+                    continue
+                seen.add(o)
+                if isinstance(o, ast.Call) and (
+                    _REDUCED.search(s.call_name(o)) or _REDUCED.search(ast.unparse(o.func))
+                ):
+                    return True
+                nxt += [n for n in ast.walk(o) if isinstance(n, ast.Name) and n is not o]
+        frontier = nxt[:40]
+    return False
+
+
 def _nonfinite_name(s: Script, test: ast.expr) -> ast.expr | None:
     for n in ast.walk(test):
         if (
@@ -361,12 +390,8 @@ def nonfinite_break(s: Script, f: Flow) -> Iterator[Hit]:
         )
         if loop is None or s.scope_of(loop) is not s.scope_of(node):
             continue
-        origins = s.origins(value)
-        computed = [o for o in origins if isinstance(o, ast.Call)]
-        if not computed or any(
-            _REDUCED.search(s.call_name(o)) or _REDUCED.search(ast.unparse(o.func))
-            for o in computed
-        ):
+        computed = [o for o in s.origins(value) if isinstance(o, ast.Call)]
+        if not computed or _reduced(s, value, loop, node):
             continue  # a value reduced over the ranks is the same on all of them
         if not _loop_syncs(s, f, loop):
             continue
