@@ -11,6 +11,7 @@ from typing import Final
 from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.lint import (
     rules_accum,
+    rules_branch_lint6,
     rules_data,
     rules_flag,
     rules_io,
@@ -44,6 +45,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_flag.RULES,
     *rules_lint6.RULES,
     *rules_loader_lint6.RULES,
+    *rules_branch_lint6.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

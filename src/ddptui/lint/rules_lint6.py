@@ -330,6 +330,24 @@ def _loop_syncs(s: Script, f: Flow, loop: ast.For | ast.AsyncFor | ast.While) ->
     return any(_object_trains(s, f, c) for c in body)
 
 
+_PASS_ON: Final = frozenset({"sum", "float", "int", "abs", "stack", "cat", "mean"})
+
+
+def _carriers(s: Script, o: ast.expr) -> list[ast.expr]:
+    """What a value is computed from, for the reduction search: a method's receiver
+    (`losses.item()`), the names inside `sum(...)`/`float(...)`/`torch.stack(...)`, the
+    operands of arithmetic; not the arguments of a model or helper call."""
+    if isinstance(o, ast.Call):
+        if isinstance(o.func, ast.Attribute) and last(s.call_name(o)) not in _PASS_ON:
+            return [o.func.value]
+        if last(s.call_name(o)) in _PASS_ON:
+            return [n for a in o.args for n in ast.walk(a) if isinstance(n, ast.Name)]
+        return []
+    if isinstance(o, ast.BinOp):
+        return [o.left, o.right]
+    return []
+
+
 def _reduced(s: Script, value: ast.expr, loop: ast.AST, test: ast.If) -> bool:
     """The tested value comes from a reduction over the ranks (`reduce_dict(...)`,
     `dist.all_reduce(loss)` before the test, `accelerator.gather(...)`), a few steps back."""
@@ -354,7 +372,7 @@ def _reduced(s: Script, value: ast.expr, loop: ast.AST, test: ast.If) -> bool:
                     _REDUCED.search(s.call_name(o)) or _REDUCED.search(ast.unparse(o.func))
                 ):
                     return True
-                nxt += [n for n in ast.walk(o) if isinstance(n, ast.Name) and n is not o]
+                nxt += _carriers(s, o)
         frontier = nxt[:40]
     return False
 
