@@ -40,7 +40,14 @@ def test_findings_across_the_project_files_are_exactly_the_declared_ones() -> No
     assert found == declared(PROJECT)
     assert result.root == str(PROJECT.resolve()) and result.root_why == "--root"
     followed = sorted(str(Path(p).resolve().relative_to(PROJECT)) for p in result.followed)
-    assert followed == ["models/__init__.py", "models/net.py", "utils/dist.py", "utils/steps.py"]
+    # `from utils.dist import ...` runs utils/__init__.py first: followed too
+    assert followed == [
+        "models/__init__.py",
+        "models/net.py",
+        "utils/__init__.py",
+        "utils/dist.py",
+        "utils/steps.py",
+    ]
     # what lives in another file is said there, with its file and line
     (bn,) = [f for f in result.findings if f.id == "DDP-BATCHNORM"]
     assert "models/net.py:5" in bn.summary
@@ -55,7 +62,7 @@ def test_cli_root_flag_json_and_the_root_line(tmp_path: Path) -> None:
     doc = json.loads(res.stdout)
     assert {"files", "findings", "root", "followed"} <= set(doc)
     assert any(f["file"].endswith("utils/steps.py") for f in doc["findings"])
-    assert f"project root {PROJECT.resolve()} (--root); 4 imported modules of it followed" in (
+    assert f"project root {PROJECT.resolve()} (--root); 5 imported modules of it followed" in (
         res.stderr
     )
     bad = CliRunner().invoke(

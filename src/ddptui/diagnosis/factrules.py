@@ -33,6 +33,7 @@ from ddptui.diagnosis.factmodel import (
     Stall,
     ip_of,
 )
+from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -460,6 +461,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "missing_nodes": missing_nodes,
     "stalled": stalled,
     "stalled_one_host": stalled_one_host,
+    "registered_block_missing": registered_block_missing,
+    "independent_rank0": independent_rank0,
     "name_elsewhere": name_elsewhere,
 }
 

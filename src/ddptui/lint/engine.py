@@ -14,6 +14,7 @@ from ddptui.lint import (
     rules_branch_lint6,
     rules_data,
     rules_flag,
+    rules_frameworks,
     rules_io,
     rules_lint6,
     rules_loader_lint6,
@@ -21,10 +22,12 @@ from ddptui.lint import (
     rules_project,
     rules_reach,
     rules_seed,
+    rules_set_device,
     rules_setup,
     rules_sync,
 )
 from ddptui.lint.flow import Flow
+from ddptui.lint.frameworks import quiet_alternative
 from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
 from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
 from ddptui.lint.script import Script
@@ -43,6 +46,8 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_setup.RULES,
     *rules_seed.RULES,
     *rules_flag.RULES,
+    *rules_frameworks.RULES,
+    *rules_set_device.RULES,
     *rules_lint6.RULES,
     *rules_loader_lint6.RULES,
     *rules_branch_lint6.RULES,
@@ -74,6 +79,8 @@ RULE_IDS: Final = (
     "DDP-INIT-BEFORE-SET-DEVICE",
     "DDP-WORLD-FROM-DEVICE-COUNT",
     "DDP-SAMPLER-SEED",
+    "DDP-SYNCBN-AFTER-OPTIMIZER",
+    "DDP-FORWARD-BYPASS",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")
@@ -101,6 +108,8 @@ def _findings(script: Script) -> list[LintFinding]:
         path = mod.path
         if (hit.id, path, hit.line) in out or _ignored(lines.get(mod.tree, []), hit):
             continue
+        if hit.node is not None and quiet_alternative(script, hit.node):
+            continue  # a registered alternative that never runs distributed
         f = kb_finding(
             hit.id,
             (),

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
+from ddptui.lint.frameworks import ddp_kind, engine_collective, keyed_value
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Pick, Script, const, last
 
@@ -139,10 +140,13 @@ class Flow:
         self._rv_memo: dict[ast.AST, bool] = {}
         self.memo: dict[tuple[str, ast.AST, int], object] = {}  # rules' own answers
         self._re_memo: dict[ast.AST, bool] = {}
-        self.wrapper_calls = [c for c in script.calls if self._is_wrapper(c)]
-        self.ddp_calls = [
-            c for c in self.wrapper_calls if last(script.call_name(c)) == "DistributedDataParallel"
-        ]
+        kinds = {c: ddp_kind(script, c) for c in script.calls}
+        self.wrapper_calls = [c for c in script.calls if self._is_wrapper(c) or kinds[c]]
+        # torch's DDP, its subclasses (mmcv, mmengine, the project's) and apex's: the
+        # wrapper's `module.` keys and attributes (frameworks.py says which rule holds)
+        self.ddp_calls = [c for c in self.wrapper_calls if kinds[c]]
+        # the subset with torch's reducer: no_sync, find_unused_parameters, buffers
+        self.torch_ddp_calls = [c for c in self.ddp_calls if kinds[c] == "torch"]
         names = [script.call_name(c) for c in script.calls]
         self.inits_group = any(
             last(n) == "init_process_group" or n == "deepspeed.init_distributed" for n in names
@@ -166,6 +170,8 @@ class Flow:
     # --- values ---------------------------------------------------------------------
 
     def is_ddp_value(self, expr: ast.expr) -> bool:
+        if isinstance(expr, ast.Subscript):  # `self.model["generator"]`: the dict's entry
+            return any(self.is_ddp_value(v) for v in keyed_value(self.s, expr))
         return any(isinstance(o, ast.Call) and o in self.ddp_calls for o in self.s.origins(expr))
 
     def is_wrapped_value(self, expr: ast.expr) -> bool:
@@ -193,7 +199,7 @@ class Flow:
             and self._launcher_value(f.value)
         ):
             return f"{ast.unparse(f.value)}.{f.attr}"
-        return None
+        return engine_collective(self.s, call)
 
     def is_backward(self, call: ast.Call) -> bool:
         f = call.func

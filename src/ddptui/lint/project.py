@@ -126,6 +126,7 @@ class Module:
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     nodes: list[ast.AST] = field(default_factory=list)
     key: str = ""  # the resolved path
+    inits: list[str] = field(default_factory=list)  # packages' __init__.py an import runs
 
 
 @dataclass
@@ -194,7 +195,7 @@ class Project:
         capped = False
         while queue:
             mod = queue.popleft()
-            for path in dict.fromkeys(p for p, _ in mod.local.values()):
+            for path in dict.fromkeys([*(p for p, _ in mod.local.values()), *mod.inits]):
                 if key(path) in seen:
                     continue
                 if len(order) >= MAX_MODULES:
@@ -216,6 +217,7 @@ class Project:
                 self.parents[child] = node
             if isinstance(node, ast.Import):
                 for a in node.names:
+                    self._packages_run(mod, a.name.split(".")[:-1], here)
                     target = self._find(a.name, here, 0)
                     if target is not None and a.asname:
                         mod.local[a.asname] = (target, None)
@@ -244,8 +246,18 @@ class Project:
         if top is not None and top.endswith("__init__.py"):
             mod.local.setdefault(root, (top, None))
 
+    def _packages_run(self, mod: Module, parts: list[str], here: Path) -> None:
+        """`import a.b.c` / `from a.b import c` runs `a/__init__.py` and `a/b/__init__.py`
+        first: what they import (a registry filled on import) is the project's code too."""
+        for i in range(1, len(parts) + 1):
+            init = self._find(".".join(parts[:i]), here, 0)
+            if init is not None and init.endswith("__init__.py") and init not in mod.inits:
+                mod.inits.append(init)
+
     def _index_from(self, mod: Module, node: ast.ImportFrom, here: Path) -> None:
         name = node.module or ""
+        if node.level == 0:
+            self._packages_run(mod, name.split("."), here)
         target = self._find(name, here, node.level)
         for a in node.names:
             bound = a.asname or a.name

@@ -35,6 +35,7 @@ class Script(Protocol):
     def assigned(self, scope: Scope, name: str, *, module_too: bool = False) -> list[ast.expr]: ...
     def _methods(self, cls: ast.ClassDef, name: str, depth: int = 0) -> list[FuncNode]: ...
 
+
 _MAX_DEFS = 3000  # definitions of followed modules taken in per entry script
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -45,9 +46,14 @@ def reached(self: Script) -> list[ast.AST]:
     runs, transitively; at most _MAX_DEFS definitions."""
     out: list[ast.AST] = []
     roots: list[ast.AST] = [self.entry.tree]
+    seeded: set[ast.AST] = set()
     for m in self.modules[1:]:
         for st in m.tree.body:
             if not (isinstance(st, (*_FUNC, ast.ClassDef)) or _is_main_block(st)):
+                out += walked(self, st)
+                roots.append(st)
+            elif registered(st) and st not in seeded:
+                seeded.add(st)  # run through a registry: `get_trainer(name)` finds it
                 out += walked(self, st)
                 roots.append(st)
     done: set[ast.AST] = set()
@@ -58,6 +64,14 @@ def reached(self: Script) -> list[ast.AST]:
                 out += walked(self, target)
                 roots.append(target)
     return out
+
+
+def registered(st: ast.stmt) -> bool:
+    """A class or function a decorator registers when its module is imported
+    (`@baseline_registry.register_trainer(name="ddppo")`, `@MODELS.register_module()`)."""
+    return isinstance(st, (*_FUNC, ast.ClassDef)) and any(
+        "regist" in ast.unparse(d).lower() for d in st.decorator_list
+    )
 
 
 def walked(self: Script, node: ast.AST) -> list[ast.AST]:
@@ -135,3 +149,21 @@ def ident_of(expr: ast.expr) -> str | None:
 
 def _is_main_block(st: ast.stmt) -> bool:
     return isinstance(st, ast.If) and "__main__" in ast.unparse(st.test)
+
+
+def is_param(fn: ast.AST, name: str) -> bool:
+    """Whether `name` is a parameter of `fn` (False when `fn` is no function)."""
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    a = fn.args
+    return any(
+        p.arg == name
+        for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+    )
+
+
+def static_or_class(fn: FuncNode) -> bool:
+    return any(
+        isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+        for d in fn.decorator_list
+    )

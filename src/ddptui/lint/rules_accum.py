@@ -88,7 +88,7 @@ def _sync_residue(node: ast.If | ast.IfExp, p: Phase) -> int | None:
 
 
 def no_sync_phase(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.ddp_calls or not f.uses("no_sync"):
+    if not f.torch_ddp_calls or not f.uses("no_sync"):
         return
     steps: list[tuple[ast.If, Phase]] = []
     for n in s.nodes:

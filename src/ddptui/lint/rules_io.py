@@ -99,7 +99,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                 # in another function than the save: said at the `.state_dict()` call,
                 # where `.module` belongs
                 call = s.parents.get(recv, c)
-                at = c if s.scope_of(call) is s.scope_of(c) else call
+                at = c if s.scope_of(call) is s.scope_of(c) or _given(s, recv) else call
                 yield Hit.at(
                     "DDP-SAVE-WRAPPER",
                     at,
@@ -110,6 +110,19 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                     model=ast.unparse(recv),
                 )
                 break
+
+
+def _given(s: Script, recv: ast.expr) -> bool:
+    """The receiver is a helper's parameter (`serialize(model)` reads
+    `model.state_dict()`): the caller chose to pass the wrapper, so the fix, and the
+    finding, go where the save calls the helper."""
+    scope = s.scope_of(recv)
+    return (
+        isinstance(recv, ast.Name)
+        and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef)
+        and recv.id in {a.arg for a in scope.args.posonlyargs + scope.args.args}
+        and not s.assigned(scope, recv.id)
+    )
 
 
 def _prefix_juggling(s: Script, load: ast.Call) -> bool:
@@ -290,7 +303,30 @@ def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | No
         mode = const(kwarg(c, "mode", 1))
         if isinstance(mode, str) and mode.startswith(_WRITE_MODES):
             return "open(..., " + repr(mode) + ")", _path(c, 0, "file")
+    if name in _MEDIA_WRITERS and not s.callees(c):
+        path = next((a for a in [*c.args, *(k.value for k in c.keywords)] if _path_like(a)), None)
+        if path is not None:
+            return f"{ast.unparse(c.func)}", path
     return None
+
+
+# libraries' calls that write a file to the path they are given (videos, images, figures)
+_MEDIA_WRITERS: Final = frozenset(
+    {"make_video", "images_to_video", "write_video", "save_video", "save_image", "imwrite",
+     "imsave", "mimsave", "mimwrite", "savefig", "write_gif", "save_gif"}
+)  # fmt: skip
+
+
+def _path_like(expr: ast.expr) -> bool:
+    """A file path by its looks: `folder + "/update_" + str(n)`, an f-string with a
+    separator, os.path.join."""
+    if isinstance(expr, ast.Call) and ident(expr.func) == "join":
+        return True
+    # (a bare `path` parameter is the caller's business: said there, if anywhere)
+    return isinstance(expr, ast.BinOp | ast.JoinedStr) and any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str) and "/" in n.value
+        for n in ast.walk(expr)
+    )
 
 
 def _referenced(s: Script, node: ast.AST) -> bool:
@@ -325,6 +361,8 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
         if f.guarded(c):
             continue
         at = s.entry_anchor(c)  # a helper of another file: said at the entry's call
+        if at is c and path is not None and last(s.call_name(c)) in _MEDIA_WRITERS:
+            at = path  # `make_video(frames, ...,\n  video_dir + "/update_" + ...)`: the path
         lines = seen.setdefault((s.path_of(at), what), [])
         lines.append(at.lineno if isinstance(at, ast.stmt | ast.expr) else 0)
         if len(lines) > 1:

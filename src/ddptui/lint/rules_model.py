@@ -10,6 +10,7 @@ from typing import Final
 
 from ddptui.lint.callers import moved_with_owner
 from ddptui.lint.flow import Flow, ident
+from ddptui.lint.frameworks import moved_held
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 
@@ -135,10 +136,11 @@ def _arg0(call: ast.Call) -> str:
 
 def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
     for call in f.ddp_calls:
-        if not call.args:
-            continue
+        if not call.args or last(s.call_name(call)) in ("build_ddp", "create_ddp_model"):
+            continue  # mmcv's moves the model itself; detectron2 builds it on its device
         arg = call.args[0]
-        if moved_before(s, arg, call.lineno):
+        end = call.end_lineno or call.lineno  # `DDP(\n model.cuda(rank), ...)`: inside it
+        if moved_before(s, arg, end):
             continue
         parent = s.parents.get(call)
         names = {ast.unparse(arg)}
@@ -147,7 +149,7 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
         later = [
             c
             for c in s.function_calls(s.scope_of(call))
-            if c.lineno > call.lineno
+            if c.lineno > end
             and isinstance(c.func, ast.Attribute)
             and c.func.attr in _MOVERS
             and receiver(c) in names
@@ -166,7 +168,7 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 model=ast.unparse(arg),
             )
-        elif kwarg(call, "device_ids") is not None and built_here:
+        elif kwarg(call, "device_ids") is not None and built_here and not moved_held(s, arg):
             yield Hit.at(
                 "DDP-WRAP-BEFORE-TO",
                 call,
@@ -328,7 +330,7 @@ def _sets_visible_devices(s: Script) -> bool:
 
 
 def find_unused(s: Script, f: Flow) -> Iterator[Hit]:
-    for call in f.ddp_calls:
+    for call in f.torch_ddp_calls:
         flag = kwarg(call, "find_unused_parameters")
         if flag is not None and const(flag) is True:
             yield Hit.at("DDP-FIND-UNUSED", flag, "DDP(..., find_unused_parameters=True)")
@@ -358,7 +360,10 @@ def nccl_tuning(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.ddp_calls or f.uses("convert_sync_batchnorm", "SyncBatchNorm"):
+    # (mmcv's build_norm_layer: the config's norm_cfg picks BN or SyncBN)
+    if not f.ddp_calls or f.uses(
+        "convert_sync_batchnorm", "SyncBatchNorm", "convert_syncbn_model", "build_norm_layer"
+    ):
         return
     # the code that runs first; then any class of an imported project module (a model
     # built through a registry or getattr() is not followed by name)

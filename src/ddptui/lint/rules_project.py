@@ -226,11 +226,11 @@ def _layer(s: Script, value: ast.expr) -> bool:
 def unused_params(s: Script, f: Flow) -> Iterator[Hit]:
     """A layer built in `__init__` of a model that DDP wraps, which no other method of
     the class reads, while DDP runs without find_unused_parameters."""
-    if not f.ddp_calls or any(
+    if not f.torch_ddp_calls or any(
         _set(kwarg(c, "find_unused_parameters"))
         or _set(kwarg(c, "static_graph"))
         or any(k.arg is None for k in c.keywords)  # `**ddp_args`: may carry either
-        for c in f.ddp_calls
+        for c in f.torch_ddp_calls
     ):
         return
     frozen = _frozen(s)
@@ -442,6 +442,8 @@ _WRAPPER_API: Final = frozenset(
         "get_parameter", "get_buffer", "extra_repr", "compile", "to_empty", "ipu", "xpu",
         "mtia", "set_extra_state", "get_extra_state", "register_state_dict_pre_hook",
         "register_load_state_dict_post_hook", "dump_patches", "call_super_init",
+        # mmcv's and mmengine's MMDistributedDataParallel add these (frameworks.py)
+        "train_step", "val_step", "test_step", "scatter", "to_kwargs",
     }
 )  # fmt: skip
 

@@ -40,7 +40,7 @@ class SyncFlow(Flow):
         super().__init__(script)
         self.buffers = any(
             const(kwarg(c, "broadcast_buffers")) is not False and self._may_hold_buffers(c)
-            for c in self.ddp_calls
+            for c in self.torch_ddp_calls
         )
 
     def _may_hold_buffers(self, ddp: ast.Call) -> bool:
@@ -375,7 +375,7 @@ def _is_wait(c: ast.Call) -> bool:
 
 
 def no_sync(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.ddp_calls:
+    if not f.torch_ddp_calls:
         return
     if f.uses("require_backward_grad_sync"):
         yield from _late_sync_flag(s, f)
@@ -394,7 +394,7 @@ def no_sync(s: Script, f: Flow) -> Iterator[Hit]:
                     f"`{ast.unparse(backward)}` all-reduces gradients on every micro-batch, but "
                     f"the optimizer steps only every few (line {step.lineno})"
                 ),
-                model=ast.unparse(f.ddp_calls[0].args[0]) if f.ddp_calls[0].args else "model",
+                model=ast.unparse(f.torch_ddp_calls[0].args[0]) if f.torch_ddp_calls[0].args else "model",
             )
             return
 

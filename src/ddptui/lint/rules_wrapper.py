@@ -28,12 +28,21 @@ def wrapper_attr_passed(s: Script, f: Flow) -> Iterator[Hit]:
     for fn in dict.fromkeys(n for n in s.nodes if isinstance(n, ast.FunctionDef)):
         if fn in ddp_scopes:
             continue
-        hit = _wrapper_read(s, f, fn)
-        if hit is not None:
+        yield from _wrapper_reads(s, f, fn)
+
+
+def _wrapper_reads(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
+    """Each line that reads a model attribute on the wrapper (`generator.mapping(...)`
+    in two branches, then `generator.synthesis(...)`: three places to unwrap)."""
+    said: set[tuple[str, str]] = set()
+    for hit in _wrapper_read(s, f, fn):
+        key = (str(hit.facts.get("attr")), str(hit.line))
+        if key not in said:
+            said.add(key)
             yield hit
 
 
-def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Hit | None:
+def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
     params = {a.arg for a in fn.args.args + fn.args.kwonlyargs} - {"self", "cls"}
     reads = sorted(
         (
@@ -60,7 +69,7 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Hit | None:
         if checked[name] and not (
             _checks_wrapper(s, n) or _mode_branch(s, n) or dead_for_callers(s, fn, n)
         ):
-            return Hit.at(
+            yield Hit.at(
                 "DDP-WRAPPER-ATTR",
                 n,
                 (
@@ -70,7 +79,6 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Hit | None:
                 model=name,
                 attr=n.attr,
             )
-    return None
 
 
 _MODE_WORDS: Final = re.compile(

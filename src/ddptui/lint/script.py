@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddptui.lint import reach as R
 from ddptui.lint.project import FuncNode, Module, Project, Shared
 from ddptui.lint.reach import Resolved, Scope, partial_target, reached, star
 
@@ -348,7 +349,11 @@ class Script:
     ) -> list[ast.expr]:
         scope = self.scope_of(expr)
         if isinstance(expr, ast.Name):
-            values = self.assigned(scope, expr.id, module_too=True)
+            # a parameter shadows the module's global of the same name
+            local = R.is_param(scope, expr.id)
+            values = self.assigned(scope, expr.id, module_too=not local)
+            if local and values:  # `loader = sample_data(loader)`: the parameter's value
+                values = [v for v in values if v.lineno < expr.lineno]
             out = [o for v in values for o in self.origins(v, depth + 1, params=params)]
             if not values and params and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
                 out += [
@@ -434,7 +439,9 @@ class Script:
         params = [a.arg for a in func.args.posonlyargs + func.args.args]
         if name not in params and name not in [a.arg for a in func.args.kwonlyargs]:
             return []
-        is_method = self.class_of(func) is not None and params[:1] == ["self"]
+        is_method = self.class_of(func) is not None and (
+            params[:1] == ["self"] or (params[:1] == ["cls"] and R.static_or_class(func))
+        )
         index = params.index(name) - (1 if is_method else 0) if name in params else -1
         out: list[ast.expr] = []
         for call in self.call_sites(func):
@@ -459,7 +466,7 @@ class Script:
         self._callees[call] = found
         return found
 
-    def _resolve_callees(self, call: ast.Call) -> tuple[FuncNode, ...]:  # noqa: PLR0911
+    def _resolve_callees(self, call: ast.Call) -> tuple[FuncNode, ...]:  # noqa: PLR0911, PLR0912
         """The project functions a call reaches: `f()` (of this file or imported from a
         project module), `utils.f()`, `self.m()`, `obj.m()` where obj was built from a
         class of the project, and `Cls()` (its __init__)."""
@@ -499,6 +506,9 @@ class Script:
                     if b is not None and b is not own
                     for m in self._methods(b, f.attr)
                 )
+            owner = self.class_named(f.value)
+            if owner is not None:  # `DeepSpeech.serialize(model)`: a static or class method
+                return tuple(m for m in self._methods(owner, f.attr) if R.static_or_class(m))
             module = self._module_value(f.value)
             if module is not None:
                 target = self.resolve_in(module, f.attr)

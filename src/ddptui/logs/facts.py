@@ -71,8 +71,9 @@ STORE_BARRIER: Final = re.compile(
     r"store.based barrier\b.*\(world_size=(?P<world>\d+), worker_count=(?P<count>\d+)"
 )
 # nccl-tests / rccl-tests list the devices they run on: "#   Rank  0 Pid   1688 on fastmoe device  0"
+# (pasted without the "#" too)
 TESTS_DEVICE: Final = re.compile(
-    r"#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+device"
+    r"(?:#|^)\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+device"
 )
 # torchrun's launch configuration, one line per key ("  max_nodes : 3"); under the static
 # rendezvous its node rank is in rdzv_configs ("{'timeout': '15', 'rank': 1}").

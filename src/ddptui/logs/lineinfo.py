@@ -14,6 +14,7 @@ role + local rank), [r3] / [l1] (ddptui's own tags), and at the very start of th
   worker-1: ...           DeepSpeed / pdsh (the host name; IPv4 addresses too)
   [pod/trainer-0/main] .. kubectl logs --prefix (the pod, read as the host)
   slurmstepd-gpu1: ...    Slurm's step daemon (gpu1 is the host; the line is kept whole)
+  [1,3]<stderr>: ...      mpirun --tag-output (horovodrun's too): [jobid,rank], the MPI rank
 
 API (stable; the shared-files helper attributes files through it):
   parse_head(text, year) -> (LineHead, stated year or None)
@@ -48,6 +49,7 @@ ELASTIC_LOCAL: Final = re.compile(r"local_rank: (?P<local>\d+) \(pid: (?P<pid>\d
 # Launcher prefixes that only stand at the start of a line.
 _SRUN_LABEL: Final = re.compile(r"\s{0,4}(?P<task>\d{1,6}): ")
 _KUBE_PREFIX: Final = re.compile(r"\[pod/(?P<pod>[\w.-]+)/[\w.-]+\] ")
+_MPI_TAG: Final = re.compile(r"\[\d+,(?P<task>\d+)\]<(?:stdout|stderr|stddiag)>:")
 _HOST_PREFIX: Final = re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62}): (?=\S)")
 # Words before ": " that are not host names (exception classes, tools, levels).
 _NOT_HOST_SUFFIXES: Final = ("Error", "Exception", "Warning", "Exit", "Interrupt", "Fault")
@@ -76,11 +78,12 @@ def _is_host(word: str) -> bool:
 def launcher_prefix(text: str) -> tuple[int | None, str | None, int]:
     """(srun task id, host, end of the prefix) of the prefix a launcher put at the very
     start of a line; (None, None, 0) when there is none."""
-    if not text or (text[0] == "[" and not text.startswith("[pod/")):
-        return None, None, 0
-    m = _SRUN_LABEL.match(text)
+    # srun --label's task id, or mpirun --tag-output's MPI rank: the global rank
+    m = (_MPI_TAG if text[:1] == "[" else _SRUN_LABEL).match(text)
     if m is not None:
         return int(m["task"]), None, m.end()
+    if not text or (text[0] == "[" and not text.startswith("[pod/")):
+        return None, None, 0
     m = _KUBE_PREFIX.match(text)
     if m is not None:
         return None, m["pod"], m.end()

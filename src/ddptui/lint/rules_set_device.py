@@ -1,0 +1,75 @@
+"""A process group whose processes never pick their GPU: each builds its tensors on
+`cuda:{rank}` by name, but `torch.cuda.set_device` is never called, so what uses the
+CURRENT device (empty_cache, synchronize, `.cuda()`, NCCL's own state) lands on GPU 0 in
+every process (DDP-INIT-BEFORE-SET-DEVICE, the case with no set_device at all)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script, const, kwarg, last
+
+# calls that act on the current CUDA device when given no device
+_CURRENT: Final = frozenset(
+    {"empty_cache", "synchronize", "memory_allocated", "max_memory_allocated",
+     "reset_peak_memory_stats", "current_device", "memory_reserved", "mem_get_info"}
+)  # fmt: skip
+_PICKERS: Final = frozenset({"set_device", "set_device_index"})
+
+
+def _current_device_use(s: Script, f: Flow, c: ast.Call) -> bool:
+    qn = s.call_name(c)
+    name = last(qn)
+    if qn.startswith("torch.cuda.") and name in _CURRENT and not c.args and not c.keywords:
+        return True
+    # not a barrier: ProcessGroupNCCL takes the device the process's collectives used
+    return isinstance(c.func, ast.Attribute) and name == "cuda" and not (c.args or c.keywords)
+
+
+def _picks_per_rank_gpu(s: Script, f: Flow) -> ast.expr | None:
+    """The rank a process names its GPU by (`device_ids=[rank]`), if it names one."""
+    for c in f.torch_ddp_calls:
+        ids = kwarg(c, "device_ids")
+        if isinstance(ids, ast.List | ast.Tuple) and len(ids.elts) == 1:
+            rank = ids.elts[0]
+            if any(
+                isinstance(o, ast.Call) and last(s.call_name(o)) == "current_device"
+                for o in [rank, *s.origins(rank)]
+            ):
+                return None  # `device_ids=[torch.cuda.current_device()]`: set elsewhere
+            return rank
+    return None
+
+
+def never_set_device(s: Script, f: Flow) -> Iterator[Hit]:
+    inits = [c for c in s.calls if last(s.call_name(c)) == "init_process_group"]
+    if not inits or any(last(s.call_name(c)) in _PICKERS for c in s.calls):
+        return
+    if f.uses("CUDA_VISIBLE_DEVICES", "device_id"):
+        return  # one GPU visible per process, or the group is told its device
+    init = inits[0]
+    backend = const(kwarg(init, "backend", 0))
+    if isinstance(backend, str) and backend != "nccl":
+        return  # a literal other backend (a name or a config value may well be nccl)
+    rank = _picks_per_rank_gpu(s, f)
+    used = next((c for c in s.calls if _current_device_use(s, f, c)), None)
+    if rank is None or used is None:
+        return
+    yield Hit.at(
+        "DDP-INIT-BEFORE-SET-DEVICE",
+        init,
+        (
+            f"no process ever calls `torch.cuda.set_device`: each names its GPU "
+            f"(`device_ids=[{ast.unparse(rank)}]`) but its current GPU stays 0, so "
+            f"`{ast.unparse(used)[:50]}` (line {used.lineno}) and NCCL's own state land on "
+            "GPU 0 in every process"
+        ),
+        device=ast.unparse(rank),
+    )
+
+
+RULES: Final = (never_set_device,)
