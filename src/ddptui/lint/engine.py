@@ -11,10 +11,13 @@ from typing import Final
 from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.lint import (
     rules_accum,
+    rules_branch_lint6,
     rules_data,
     rules_flag,
     rules_frameworks,
     rules_io,
+    rules_lint6,
+    rules_loader_lint6,
     rules_model,
     rules_project,
     rules_reach,
@@ -45,6 +48,9 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_flag.RULES,
     *rules_frameworks.RULES,
     *rules_set_device.RULES,
+    *rules_lint6.RULES,
+    *rules_loader_lint6.RULES,
+    *rules_branch_lint6.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

@@ -132,6 +132,14 @@ def _uneven_pick(s: Script, f: Flow, sub: ast.Subscript) -> bool:
         f.is_rank_expr(sl)
         and isinstance(value, ast.Call)
         and last(s.call_name(value)) in _SPLITTERS
+        # `idx.split(n // world)[rank]`: chunks of one size, the remainder in a chunk no
+        # rank takes (pytorch_geometric's distributed_sampling.py)
+        and not (
+            last(s.call_name(value)) == "split"
+            and value.args
+            and isinstance(value.args[0], ast.BinOp)
+            and isinstance(value.args[0].op, ast.FloorDiv)
+        )
     )
 
 
