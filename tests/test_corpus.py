@@ -47,11 +47,18 @@ CORPUS = load_corpus()
 # of the 21 wrong are [NEW] labels now named by a logs5 id (labels unchanged this round).
 # Round 4 E (12 failing, scored blind at a32de33: 8 right, 0 wrong, 3 unrecognized, 1
 # called clean) and one round 2 label that now accepts SLURM-OOM: 182 right of 233 (78 %),
-# 20 wrong, 17 unrecognized, 14 called clean.  Round logs6 (the schedulers' and
-# launchers' own messages; one node's block of Lightning ranks registered in a log that
-# stops there -> the other nodes never launched; c10d's gai warning pasted without its
-# "(host, port)"): 184 right (79 %), 20 wrong, 16 unrecognized, 13 called clean.
-RIGHT_CAUSE_FLOOR = 0.78
+# 20 wrong, 17 unrecognized, 14 called clean.  Round logs7 (general mechanisms for its
+# kinds: a watchdog or gloo timeout only the waiting side shows leads with the ranks
+# elsewhere; NCCL release facts from NVIDIA/nccl's history: the 2.25 Blackwell
+# shared-memory bug, an NCCL older than the GPU; NVSHMEM's same-node IPC across two hosts
+# of one name): 184 right (79 %), 20 wrong (two of them [NEW] labels a logs7 id now names,
+# two WATCHDOG labels of rank-0-only evaluation now answered LOGS-NOT-IN-COLLECTIVE), 17
+# unrecognized, 12 called clean.  Round logs6 (the schedulers' and launchers' own
+# messages; one node's block of Lightning ranks registered in a log that stops there ->
+# the other nodes never launched; c10d's gai warning pasted without its "(host, port)"):
+# 184 right (79 %), 20 wrong, 16 unrecognized, 13 called clean.  Both merged: 186 right
+# (80 %), 20 wrong, 16 unrecognized, 11 called clean.
+RIGHT_CAUSE_FLOOR = 0.785
 WRONG_CAUSE_CEILING = 0.10
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
@@ -65,8 +72,10 @@ WRONG_CAUSE_CEILING = 0.10
 # a log that stops in a step it started (NCCL init, Lightning's registration, torchrun's
 # rendezvous, a benchmark's first size, a progress bar at 0) is no longer clean (5 fewer).
 # Round 4 D and D2 (not tuned on) added 8 called clean; round logs5 took 3 of them back;
-# round 4 E added 1 (nccl-tests#287: its lines stop before the failure).
-CALLED_CLEAN_CEILING = 14
+# round 4 E added 1 (nccl-tests#287: its lines stop before the failure).  Round logs7 took
+# 2 back (nccl-tests#287: NCCL 2.25's shared-memory line on Blackwell; DeepEP#316:
+# NVSHMEM's IPC failure), round logs6 one more (c10d's gai warning without its tuple).
+CALLED_CLEAN_CEILING = 11
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"

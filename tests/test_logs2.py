@@ -32,7 +32,9 @@ def test_watchdog_header_or_stack_without_the_operation() -> None:
         "b-rank0-only-work-timeout-bergson-444",  # the bare header, indented
     ):
         d = excerpt(name)
-        assert d.first is not None and d.first.id == "WATCHDOG-BARE", name
+        assert "WATCHDOG-BARE" in [f.id for f in d.findings], name
+        # since round logs7 the ranks elsewhere lead (tests/test_logs7.py)
+        assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE", name
     # "[Rank 0] " prefix only, after Lightning's "`Trainer.fit` stopped": the others had
     # finished (round logs3, tests/test_logs3.py)
     d = excerpt("b-desync-save-ckpt-rank0-autocast-381")

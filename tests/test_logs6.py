@@ -90,6 +90,13 @@ def test_slurm_allocation_launch_and_node_failures() -> None:
         "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
     ]
     assert lead(launch) == "SLURM-LAUNCH-FAILED"
+    # pyxis (Slurm's container plugin) could not start or import the container (as pasted in
+    # public docs: `srun -lN1 --environment=alpine`, and a 23.08 image import killed with 137)
+    for pyxis in (
+        ["0: slurmstepd: error: pyxis: container start failed with error code: 1", "0: slurmstepd: error: pyxis: printing enroot log file:"],
+        ["pyxis: importing docker image: nvcr.io#nvidia/pytorch:23.08-py3", "slurmstepd: error: pyxis: child 12455 failed with error code: 137", "slurmstepd: error: pyxis: failed to import docker image"],
+    ):
+        assert lead(pyxis) == "SLURM-LAUNCH-FAILED", pyxis
 
 
 def test_srun_waiting_for_a_step_is_a_warning_until_it_starts() -> None:
@@ -165,6 +172,10 @@ def test_a_pod_the_scheduler_cannot_place_explains_the_others_waiting() -> None:
         event,
     ]
     assert lead(waits) == "K8S-UNSCHEDULABLE"
+    # gang schedulers keep every pod of the job pending (volcano-sh/volcano#1959's title;
+    # Kueue's admission check)
+    assert lead(["  Warning  Unschedulable  2m  volcano  1/2 tasks in gang unschedulable: pod group is not ready, 2 minAvailable"]) == "K8S-UNSCHEDULABLE"
+    assert lead(["couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 8 more needed"]) == "K8S-UNSCHEDULABLE"
 
 
 def test_a_pod_that_cannot_start_its_container() -> None:
@@ -194,6 +205,8 @@ def test_kubernetes_kills_from_outside_lead_the_lost_peers() -> None:
         ("  Normal   Killing    35s                kubelet  Container trainer failed liveness probe, will be restarted", "K8S-LIVENESS-KILL"),
         ("  Warning  NodeNotReady  2m  node-controller  Node is not ready", "K8S-NODE-LOST"),
         ("      Reason:       ContainerStatusUnknown", "K8S-NODE-LOST"),
+        # the kubelet's graceful node shutdown (a spot or preemptible node reclaimed)
+        ("      Message:      Pod was terminated in response to imminent node shutdown.", "K8S-NODE-LOST"),
         ("  Normal   Preempted  1m   default-scheduler  Preempted by pod 1234-abcd on node gpu-1", "K8S-PREEMPTED"),
     ):
         assert lead([sigkill, event]) == want, event
@@ -422,3 +435,24 @@ def test_a_launcher_hung_up_on_by_its_terminal() -> None:
         assert lead([line]) == "LAUNCH-SIGHUP", line
     term = diagnose_lines(["torch.distributed.elastic.multiprocessing.api.SignalException: Process 4021 got signal: 15"])
     assert not term.failed and [f.id for f in term.findings] == ["TORCHRUN-SIGTERM"]
+
+
+def test_lightnings_rank_prefix_names_the_rank() -> None:
+    """Lightning's rank_prefixed_message (lightning_fabric/utilities/rank_zero.py:
+    f"[rank: {rank}] {message}") prefixes its warnings and errors with the global rank."""
+    from ddptui.logs.lineinfo import parse_head
+
+    head, _ = parse_head("[rank: 3] Seed set to 42", 2024)
+    assert head.rank == 3 and head.body == "Seed set to 42"
+    d = diagnose_lines(["[rank: 1] RuntimeError: CUDA error: an illegal memory access was encountered"])
+    assert d.first is not None and d.first.rank == 1
+
+
+def test_rays_worker_prefix_names_the_host() -> None:
+    """Ray Train's worker prefix (ray-project/ray#40850: "(RayTrainWorker pid=83501,
+    ip=192.168.0.107)"): the ip is the host the line came from."""
+    from ddptui.logs.lineinfo import parse_head
+
+    head, _ = parse_head("(RayTrainWorker pid=83501, ip=192.168.0.107) [rank1]: RuntimeError: CUDA error: an illegal memory access was encountered", 2024)
+    assert (head.host, head.rank) == ("192.168.0.107", 1)
+    assert head.body.startswith("RuntimeError: CUDA error")

@@ -56,6 +56,10 @@ class Context:
     c10d_pairs: Mapping[tuple[str, str, str], list[str]] = dataclasses.field(default_factory=dict)
     # NCCL's intra-node edges (P2P, SHM): (rank, device, peer rank, device, "where: line")
     local_edges: tuple[tuple[int, int, int, int, str], ...] = ()
+    watchdog_unranked: str | None = None  # the first watchdog line naming no rank ("where: text")
+    gpus: Mapping[str, str] = dataclasses.field(default_factory=dict)  # GPU model -> "where: line"
+    gloo_waits: Mapping[int, str] = dataclasses.field(default_factory=dict)  # rank -> gloo timeout line
+    lone: bool = True  # the lines are a whole log (not one rank's share): lone_waiter may judge
 
     @property
     def hosts(self) -> list[str]:

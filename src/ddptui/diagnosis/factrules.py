@@ -34,6 +34,12 @@ from ddptui.diagnosis.factmodel import (
     ip_of,
 )
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
+from ddptui.diagnosis.factrules_logs7 import (
+    WAIT_IDS,
+    lone_gloo_or_unranked,
+    lone_waiter,
+    nccl_predates_gpu,
+)
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -364,7 +370,9 @@ _SPECIFIC: Final = ("IB-", "NET-", "BOOT-", "NCCL-", "SHM-", "P2P-", "CUDA-", "R
 
 
 def _specific_failure(ctx: Context) -> bool:
-    return any(i.startswith(_SPECIFIC) for i, sev in ctx.present.items() if sev == "error")
+    return any(
+        i.startswith(_SPECIFIC) and i not in WAIT_IDS for i, sev in ctx.present.items() if sev == "error"
+    )
 
 
 def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
@@ -373,7 +381,7 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
     wait (ranks count from 0: "ranks 1, 2 time out" leaves rank 0 elsewhere), or, after
     a line saying the run ended, the ranks that had finished."""
     if not ctx.collective:
-        return _fingerprints(ctx)
+        return _fingerprints(ctx) or lone_gloo_or_unranked(ctx)
     known = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.collective)
     known |= ctx.named_ranks
     # one group per sequence number (a line without the operation joins the one naming
@@ -406,7 +414,7 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
         said = f"{ranks_said(waiting)} {verb} in {op}; meanwhile {ran}"
         return [], [line, *ev], said, {**fill, "absent": who}
     if ctx.ended is None:
-        return None
+        return None if _specific_failure(ctx) else lone_waiter(ctx, waiting, op, ev)
     where, _, text = ctx.ended.partition(": ")
     others = f"the other ranks, which had left the loop (the log says {text[:120]!r}, {where})"
     verb = "waits" if len(waiting) == 1 else "wait"
@@ -459,6 +467,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "shm_context": shm_context,
     "local_across_hosts": local_across_hosts,
     "missing_nodes": missing_nodes,
+    "nccl_predates_gpu": nccl_predates_gpu,
     "stalled": stalled,
     "stalled_one_host": stalled_one_host,
     "registered_block_missing": registered_block_missing,

@@ -167,7 +167,9 @@ def classify(lines: Iterable[str], source: str) -> tuple[Finding | None, tuple[F
     """The knowledge base's reading of these lines: (root cause, every finding)."""
     from ddptui.logs.diagnose import diagnose_lines  # the diagnose command's machinery
 
-    result = diagnose_lines(lines, source=source, stalls=False)  # the job may be running
+    # the job may be running (no stalls); the job view knows its ranks and judges who
+    # waited itself, so one rank's timeout is not read as the others being elsewhere
+    result = diagnose_lines(lines, source=source, stalls=False, lone=False)
     return result.first, tuple(result.findings)
 
 

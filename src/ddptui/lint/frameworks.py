@@ -83,14 +83,25 @@ _DIST_WORDS: Final = re.compile(
 
 
 def quiet_alternative(self: Script, node: ast.AST) -> bool:
-    """`node` lies in a registered class (one of the alternatives a config picks: an IL
-    trainer beside the DD-PPO one) whose code, and its project base classes', shows
-    nothing distributed: it runs alone, so DDP rules have nothing to say about it."""
+    """`node` lies in a registered runner (one of the trainers a config picks: an IL
+    trainer beside the DD-PPO one: it loads data, saves or backpropagates itself) whose
+    code, and its project base classes', shows nothing distributed: it runs alone, so DDP
+    rules have nothing to say about it. A registered model, head or dataset is not a
+    runner: the distributed trainer runs it, and what is said about it stands."""
     cls = next(
         (a for a in self.ancestors(node) if isinstance(a, ast.ClassDef) and registered(a)),
         None,
     )
-    return cls is not None and not _shows_distributed(self, cls, 0)
+    return cls is not None and _runner(cls) and not _shows_distributed(self, cls, 0)
+
+
+def _runner(cls: ast.ClassDef) -> bool:
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name | ast.Attribute)
+        and ident_of(n.func) in ("backward", "DataLoader", "save", "save_checkpoint")
+        for n in ast.walk(cls)
+    )
 
 
 def _shows_distributed(self: Script, cls: ast.ClassDef, depth: int) -> bool:

@@ -137,8 +137,11 @@ def _rank_key(rank: int | None, local: int | None, source: str, many: bool) -> s
 class Diagnoser:
     """Consumes candidates in time order; `result()` builds the LogDiagnosis."""
 
-    def __init__(self, source: str, stalls: bool = True) -> None:
+    def __init__(self, source: str, stalls: bool = True, lone: bool = True) -> None:
         self.source = source
+        # a timeout only the waiting side shows may name the ranks elsewhere (off for one
+        # rank's share of a job's lines: the job view judges who waited itself)
+        self.lone = lone
         self.order = 0
         self.per_id: dict[str, list[LogHit]] = {}
         self.counts: dict[str, int] = {}
@@ -164,6 +167,8 @@ class Diagnoser:
         # rank -> (work, line) a watchdog stopped at: an error or a timeout; read as a
         # collective the rank waited in only when the log shows a timeout
         self.watchdog_at: dict[int, tuple[str, str]] = {}
+        self.watchdog_unranked: str | None = None  # the first watchdog line naming no rank
+        self.gloo_waits: dict[int, str] = {}  # rank -> its first gloo send/recv timeout line
         self._run_ended = load_factrules().run_ended
         self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
         self._hints = list(load_factrules().hints)
@@ -199,6 +204,8 @@ class Diagnoser:
             return
         if sig.id in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE"):
             self._watchdog(m.groups, rank, where, cand.text)
+        elif sig.id == "GLOO-OP-TIMEOUT":
+            self._gloo_wait(m.groups, rank, where, cand.text)
         if sig.id == "C10D-UIDGET":
             self._uid_wait(where, cand.text)
         hit = LogHit(
@@ -223,11 +230,28 @@ class Diagnoser:
         tmo = groups.get("tmo")
         if tmo is not None and tmo.isdigit():
             self.timeout_ms = min(int(tmo), self.timeout_ms or int(tmo))
+        if who is None and self.watchdog_unranked is None:
+            self.watchdog_unranked = f"{where}: {text.strip()[:300]}"
         if who is not None and len(self.collective) < 4096:
             op = groups.get("op", UNNAMED_OP)
             seq = groups.get("seq")
-            self.collective.setdefault(who, f"{op} (SeqNum {seq})" if seq else op)
+            said = f"{op} (SeqNum {seq})" if seq else op
+            old = self.collective.setdefault(who, said)
+            if old.startswith(UNNAMED_OP) and op != UNNAMED_OP and (not seq or old.endswith(f" {seq})")):
+                self.collective[who] = said  # a later line of that timeout names the operation
+                self.watchdog_lines[who] = f"{where}: {text.strip()[:300]}"
             self.watchdog_lines.setdefault(who, f"{where}: {text.strip()[:300]}")
+
+    def _gloo_wait(self, groups: dict[str, str], rank: int | None, where: str, text: str) -> None:
+        """gloo's own timeout of a collective's send or recv (logs7): the waiting side."""
+        ms = groups.get("ms")
+        if ms is not None and ms.isdigit():
+            self.timeout_ms = min(int(ms), self.timeout_ms or int(ms))
+        line = f"{where}: {text.strip()[:300]}"
+        if rank is None:
+            self.watchdog_unranked = self.watchdog_unranked or line
+        elif len(self.gloo_waits) < 4096:
+            self.gloo_waits.setdefault(rank, line)
 
     def _uid_wait(self, where: str, text: str) -> None:
         """A rank whose wait for the root's ncclUniqueId timed out: it waits in the
@@ -403,18 +427,22 @@ def merged(streams: Iterable[Iterator[Candidate]]) -> Iterator[Candidate]:
         yield item[3]
 
 
-def diagnose_candidates(stream: Iterable[Candidate], source: str, stalls: bool = True) -> Diagnoser:
-    d = Diagnoser(source, stalls)
+def diagnose_candidates(
+    stream: Iterable[Candidate], source: str, stalls: bool = True, lone: bool = True
+) -> Diagnoser:
+    d = Diagnoser(source, stalls, lone)
     for cand in stream:
         d.feed(cand)
     return d
 
 
-def diagnose_lines(lines: Iterable[str], source: str = "<lines>", stalls: bool = True) -> LogDiagnosis:
+def diagnose_lines(
+    lines: Iterable[str], source: str = "<lines>", stalls: bool = True, lone: bool = True
+) -> LogDiagnosis:
     """Classify lines held in memory (one source, in its order).  `stalls=False` for the
     logs of a job still running: that they stop where it waits says nothing yet."""
     counted = _Counted(lines)
-    d = diagnose_candidates(from_lines(counted, source), source, stalls)
+    d = diagnose_candidates(from_lines(counted, source), source, stalls, lone)
     d.lines_read, d.bytes_read = counted.lines, counted.chars
     return d.result()
 

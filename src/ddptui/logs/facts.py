@@ -87,6 +87,9 @@ C10D_NAME: Final = re.compile(
 C10D_TRIED: Final = re.compile(
     r"failed to connect to \[?(?P<addr>[^\s\[\]()]+?)\]?:(?P<port>\d+) \(errno"
 )
+# a GPU model as nccl-tests' device list and torch/framework device lines name it
+# ("device  0 [0000:00:06] NVIDIA H100 80GB HBM3"); read by the rule LOGS-NCCL-PREDATES-GPU
+GPU_MODEL: Final = re.compile(r"\bNVIDIA (?P<model>(?:GeForce )?[A-Z][\w-]*(?: [\w-]+){0,3})")
 KV: Final = re.compile(
     r"\b(?P<k>master_addr|master_port|group_world_size|dist_world_size|global_world_sizes|"
     r"MASTER_ADDR|MASTER_PORT|WORLD_SIZE|backend)\s*[=:]\s*'?(?P<v>\[[\d, ]*\]|[^\s,'\]]+)"
@@ -147,6 +150,7 @@ class FactCollector:
         self.claims: dict[tuple[str, int], int] = {}  # (source, rank) -> launcher lines
         # c10d: (name it was given, address it tried, port) -> the lines saying so
         self.c10d_pairs: dict[tuple[str, str, str], list[str]] = {}
+        self.gpus: dict[str, str] = {}  # GPU model named after "NVIDIA " -> "where: line"
         self._tried: list[tuple[str, str, str]] = []  # addresses failed, their name not yet said
         # NCCL's intra-node edges (P2P, SHM): (rank, device, peer rank, device, "where: line")
         self.local_edges: list[tuple[int, int, int, int, str]] = []
@@ -319,6 +323,8 @@ class FactCollector:
             self._c10d(where, text)
         if " via " in text and "] -> " in text:
             self._edge(where, text)
+        if "NVIDIA " in text and len(self.gpus) < 16 and (m := GPU_MODEL.search(text)):
+            self.gpus.setdefault(m["model"], f"{where}: {text.strip()[:300]}")
 
     def _edge(self, where: str, text: str) -> None:
         """An intra-node edge of a ring or channel (P2P or SHM) and its ranks' devices."""

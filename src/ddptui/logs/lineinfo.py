@@ -8,13 +8,15 @@ Formats (all seen in real output, see tests/fixtures/gpu-h100/):
   E1123 07:38:35.816000 821 torch/distributed/elastic/...                 torch's Python glog
   [2026-11-23 08:06:32,981] torch.distributed.run: [WARNING] ...          torchrun logging
   2026-11-23 08:06:32,981 - INFO - ...  /  2026-11-23T08:06:32.981Z ...   Python logging, ISO
-and launcher prefixes before any of them: [rank3]: (global rank), [default0]: (torchrun's
+and launcher prefixes before any of them: [rank3]: (global rank; Lightning's rank_prefixed_message
+writes [rank: 3]), [default0]: (torchrun's
 role + local rank), [r3] / [l1] (ddptui's own tags), and at the very start of the line:
   12: ...                 srun --label (the task id, SLURM_PROCID: read as the global rank)
   worker-1: ...           DeepSpeed / pdsh (the host name; IPv4 addresses too)
   [pod/trainer-0/main] .. kubectl logs --prefix (the pod, read as the host)
   slurmstepd-gpu1: ...    Slurm's step daemon (gpu1 is the host; the line is kept whole)
   [1,3]<stderr>: ...      mpirun --tag-output (horovodrun's too): [jobid,rank], the MPI rank
+  (RayTrainWorker pid=83501, ip=10.0.0.7) ...   Ray's worker prefix (the ip, read as the host)
 
 API (stable; the shared-files helper attributes files through it):
   parse_head(text, year) -> (LineHead, stated year or None)
@@ -30,7 +32,7 @@ from typing import Final
 
 # Launcher prefixes, possibly stacked ("[default1]:[rank1]: Traceback ...").
 _PREFIX: Final = re.compile(
-    r"\s*\[(?:rank(?P<rank>\d+)|r(?P<r>\d+)|l(?P<l>\d+)|(?P<role>[A-Za-z_][\w-]*?)(?P<local>\d+))\]:?\s?"
+    r"\s*\[(?:rank(?::\s?)?(?P<rank>\d+)|r(?P<r>\d+)|l(?P<l>\d+)|(?P<role>[A-Za-z_][\w-]*?)(?P<local>\d+))\]:?\s?"
 )
 _ISO: Final = re.compile(
     r"\[?(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
@@ -49,6 +51,8 @@ ELASTIC_LOCAL: Final = re.compile(r"local_rank: (?P<local>\d+) \(pid: (?P<pid>\d
 # Launcher prefixes that only stand at the start of a line.
 _SRUN_LABEL: Final = re.compile(r"\s{0,4}(?P<task>\d{1,6}): ")
 _KUBE_PREFIX: Final = re.compile(r"\[pod/(?P<pod>[\w.-]+)/[\w.-]+\] ")
+# Ray's worker prefix: "(RayTrainWorker pid=83501, ip=192.168.0.107) ..." (the ip is the host)
+_RAY_PREFIX: Final = re.compile(r"\((?:[A-Za-z_][\w.]*\s)?pid=\d+, ip=(?P<pod>[0-9A-Fa-f.:]+)\)\s")
 _MPI_TAG: Final = re.compile(r"\[\d+,(?P<task>\d+)\]<(?:stdout|stderr|stddiag)>:")
 _HOST_PREFIX: Final = re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62}): (?=\S)")
 # Words before ": " that are not host names (exception classes, tools, levels).
@@ -84,8 +88,8 @@ def launcher_prefix(text: str) -> tuple[int | None, str | None, int]:
         return int(m["task"]), None, m.end()
     if not text or (text[0] == "[" and not text.startswith("[pod/")):
         return None, None, 0
-    m = _KUBE_PREFIX.match(text)
-    if m is not None:
+    m = _KUBE_PREFIX.match(text) or _RAY_PREFIX.match(text)
+    if m is not None:  # kubectl logs --prefix's pod, Ray's worker ip: the host
         return None, m["pod"], m.end()
     m = _HOST_PREFIX.match(text)
     if m is not None and _is_host(m["host"]):

@@ -80,6 +80,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # NCCL's intra-node channels (printed at communicator init): the ranks share a host
     "via P2P",
     "via SHM",
+    # a GPU model ("NVIDIA H100 80GB HBM3"), for the NCCL release that supports it
+    "NVIDIA ",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

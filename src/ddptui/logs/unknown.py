@@ -75,6 +75,12 @@ class Diagnoser(Protocol):
     def hints(self) -> dict[str, str]: ...
     @property
     def stalls(self) -> StallWatch: ...
+    @property
+    def watchdog_unranked(self) -> str | None: ...
+    @property
+    def gloo_waits(self) -> dict[int, str]: ...
+    @property
+    def lone(self) -> bool: ...
 
 MAX_KEYS: Final = 1024
 SHOWN: Final = 8
@@ -226,6 +232,10 @@ def conclude(
         stopped=tuple((s.stall, s.where) for s in d.stalls.stopped),
         c10d_pairs=d.facts.c10d_pairs,
         local_edges=tuple(d.facts.local_edges),
+        watchdog_unranked=d.watchdog_unranked,
+        gpus=d.facts.gpus,
+        gloo_waits=d.gloo_waits,
+        lone=d.lone,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
