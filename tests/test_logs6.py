@@ -456,3 +456,15 @@ def test_rays_worker_prefix_names_the_host() -> None:
     head, _ = parse_head("(RayTrainWorker pid=83501, ip=192.168.0.107) [rank1]: RuntimeError: CUDA error: an illegal memory access was encountered", 2024)
     assert (head.host, head.rank) == ("192.168.0.107", 1)
     assert head.body.startswith("RuntimeError: CUDA error")
+
+
+def test_a_pytorchjob_whose_workers_never_resolve_the_master() -> None:
+    """kubeflow/trainer#2034: the worker's init container (init-pytorch, which waits for the
+    master pod's name to resolve) keeps failing: a cause of its own, not a crash loop of
+    the training container."""
+    events = [
+        "  Normal   Pulled          9m32s                  kubelet            Successfully pulled image \"quay.io/bharathappali/alpine:3.10\" in 1.065165424s (1.065174057s including waiting)",
+        "  Warning  BackOff         2m49s                  kubelet            Back-off restarting failed container init-pytorch in pod random-exp-jw6qxmrm-worker-0_sampler(8d6860a7-204d-45c8-bb57-8d84a6cf8e66)",
+    ]
+    assert lead(events) == "K8S-INIT-MASTER-WAIT"
+    assert lead(["nslookup: can't resolve 'pytorch-simple-master-0'"]) == "K8S-INIT-MASTER-WAIT"

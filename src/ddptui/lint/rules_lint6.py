@@ -377,6 +377,13 @@ def _reduced(s: Script, value: ast.expr, loop: ast.AST, test: ast.If) -> bool:
     return False
 
 
+def _syncs_after(s: Script, f: Flow, loop: ast.AST, node: ast.If) -> bool:
+    """A backward or a wait for the other ranks later in the same iteration."""
+    end = node.end_lineno or node.lineno
+    later = [c for c in calls_in(getattr(loop, "body", [])) if c.lineno > end]
+    return any(f.is_backward(c) or f.call_sync(c) or _object_trains(s, f, c) for c in later)
+
+
 def _nonfinite_name(s: Script, test: ast.expr) -> ast.expr | None:
     for n in ast.walk(test):
         if (
@@ -413,6 +420,8 @@ def nonfinite_break(s: Script, f: Flow) -> Iterator[Hit]:
             continue  # a value reduced over the ranks is the same on all of them
         if not _loop_syncs(s, f, loop):
             continue
+        if isinstance(exits[0], ast.Continue) and not _syncs_after(s, f, loop, node):
+            continue  # `continue` after the backward: this iteration's sync already ran
         kind = type(exits[0]).__name__.lower()
         yield Hit.at(
             "DDP-RANK-DIVERGENCE",
