@@ -17,6 +17,7 @@ from ddptui.lint import (
     rules_frameworks,
     rules_io,
     rules_lint6,
+    rules_lint7,
     rules_loader_lint6,
     rules_model,
     rules_project,
@@ -51,6 +52,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_lint6.RULES,
     *rules_loader_lint6.RULES,
     *rules_branch_lint6.RULES,
+    *rules_lint7.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

@@ -1,0 +1,95 @@
+"""Round 5b (lint7) rules: the GPU count of one node used as the job's size where data
+is split between ranks (in any module the entry reaches, loaders and helpers included)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddptui.lint.flow import Flow
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script, last
+
+_SHARE_OPS = (ast.Mult, ast.Div, ast.FloorDiv)
+
+
+def _stmt_of(s: Script, node: ast.AST) -> ast.AST:
+    for a in s.ancestors(node):
+        if isinstance(a, ast.stmt):
+            return a
+    return node
+
+
+def _global_rank_call(s: Script, expr: ast.AST) -> ast.Call | None:
+    """A `get_rank()` call (torch.distributed's or a project helper's) in `expr`."""
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call) and last(s.call_name(n)) == "get_rank":
+            return n
+    return None
+
+
+def _share_expr(s: Script, count: ast.Call) -> ast.BinOp | None:
+    """The outermost `*`, `/`, `//` chain `count` takes part in (not `%`: `rank %
+    device_count()` is the usual local-GPU index)."""
+    node: ast.AST = count
+    top: ast.BinOp | None = None
+    for a in s.ancestors(count):
+        if isinstance(a, ast.BinOp) and isinstance(a.op, _SHARE_OPS):
+            top, node = a, a
+            continue
+        if isinstance(a, ast.Call) and node in a.args and last(s.call_name(a)) in {"int", "round"}:
+            node = a
+            continue
+        break
+    return top
+
+
+def device_count_shards(s: Script, f: Flow) -> Iterator[Hit]:
+    """`batch_size / torch.cuda.device_count() * dist.get_rank()`: a rank's offset or
+    share of the data computed from this node's GPU count and the job-wide rank. On two
+    nodes (or with fewer processes than GPUs) ranks read overlapping or missing shards
+    (TextBox aef13a6 replaced device_count() by get_world_size()). The other
+    `x / device_count()` divisions of a batch size in the same class or function are
+    said too: they are the per-rank step of the same split."""
+    if not f.distributed and not any(last(s.call_name(c)) == "get_rank" for c in s.calls):
+        return
+    counts = [c for c in s.calls if last(s.call_name(c)) == "device_count"]
+    homes: set[ast.AST] = set()
+    for c in counts:
+        share = _share_expr(s, c)
+        rank = _global_rank_call(s, share) if share is not None else None
+        if share is None or rank is None:
+            continue
+        homes.add(s.class_of(c) or s.scope_of(c))
+        yield Hit.at(
+            "DDP-WORLD-FROM-DEVICE-COUNT",
+            c,
+            (
+                f"`{ast.unparse(share)}` combines this node's GPU count with the job-wide "
+                f"rank `{ast.unparse(rank)}`: on more than one node (or with fewer "
+                "processes than GPUs) ranks take overlapping or missing shards; use "
+                "`dist.get_world_size()`"
+            ),
+        )
+    for c in counts:
+        share = _share_expr(s, c)
+        if share is None or (s.class_of(c) or s.scope_of(c)) not in homes:
+            continue
+        if _global_rank_call(s, share) is not None or not isinstance(
+            share.op, ast.Div | ast.FloorDiv
+        ):
+            continue
+        if share.right is not c or "batch" not in ast.unparse(share.left).lower():
+            continue
+        yield Hit.at(
+            "DDP-WORLD-FROM-DEVICE-COUNT",
+            c,
+            (
+                f"`{ast.unparse(share)}`: each rank's share of the batch divided by this "
+                "node's GPU count, not by the number of processes in the job "
+                "(`dist.get_world_size()`)"
+            ),
+        )
+
+
+RULES = (device_count_shards,)
