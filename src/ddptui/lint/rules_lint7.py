@@ -4,6 +4,7 @@ is split between ranks (in any module the entry reaches, loaders and helpers inc
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow
@@ -92,4 +93,70 @@ def device_count_shards(s: Script, f: Flow) -> Iterator[Hit]:
         )
 
 
-RULES = (device_count_shards,)
+def _steps(body: list[ast.stmt]) -> bool:
+    """The optimizer's step in these statements (`optimizer.step()`, `scaler.step(opt)`)."""
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
+        and re.search(r"optim|scaler|opt\b", ast.unparse(n.func.value), re.I) is not None
+        for st in body
+        for n in ast.walk(st)
+    )  # fmt: skip
+
+
+def no_sync_on_update(s: Script, f: Flow) -> Iterator[Hit]:
+    """`if update_grads: with model.no_sync(): backward` and later `if update_grads:
+    optimizer.step()`: no_sync holds the one micro-step whose gradients the optimizer
+    uses, and the accumulation steps all-reduce (LVSM PR #22 swapped the branches)."""
+    if not f.wrapper_calls:
+        return
+    for w in [n for n in s.nodes if isinstance(n, ast.With | ast.AsyncWith)]:
+        if not any(
+            isinstance(it.context_expr, ast.Call)
+            and isinstance(it.context_expr.func, ast.Attribute)
+            and it.context_expr.func.attr == "no_sync"
+            for it in w.items
+        ):
+            continue
+        gate = next((a for a in s.ancestors(w) if isinstance(a, ast.If)), None)
+        if gate is None or w not in _flat(gate.body) or _negated(gate.test):
+            continue
+        test = ast.unparse(gate.test)
+        steps = [
+            n
+            for n in ast.walk(s.scope_of(w))
+            if isinstance(n, ast.If)
+            and n is not gate
+            and n.lineno > w.lineno
+            and test in _conjuncts(n.test)
+            and _steps(n.body)
+        ]
+        if not steps and not _steps(gate.body):
+            continue
+        at = steps[0] if steps else gate
+        yield Hit.at(
+            "DDP-NO-SYNC",
+            w,
+            (
+                f"`{ast.unparse(w.items[0].context_expr)}` is entered when "
+                f"`{ast.unparse(gate.test)}`, the test the optimizer step takes too (line "
+                f"{at.lineno}): the update's gradients are not all-reduced and every "
+                "accumulation step is; swap the branches"
+            ),
+        )
+
+
+def _negated(test: ast.expr) -> bool:
+    return any(isinstance(u, ast.UnaryOp) and isinstance(u.op, ast.Not) for u in ast.walk(test))
+
+
+def _conjuncts(test: ast.expr) -> list[str]:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [ast.unparse(v) for v in test.values]
+    return [ast.unparse(test)]
+
+
+def _flat(body: list[ast.stmt]) -> list[ast.AST]:
+    return [n for st in body for n in ast.walk(st)]
+
+
+RULES = (device_count_shards, no_sync_on_update)
