@@ -350,6 +350,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
     seen: dict[tuple[str, str], list[int]] = {}  # one finding per file and writer
+    owned: set[ast.AST] = set()
     for c in s.calls:
         found = _writer(s, f, c)
         if found is None or not _referenced(s, c):
@@ -365,10 +366,15 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         # a helper of another file: said at the entry's call; a writer a project class
         # builds into `self.x` in `__init__` (a logger class): said there, its fix is there
-        at = c if _class_owned(s, c) else s.entry_anchor(c)
-        if at is c and path is not None and last(s.call_name(c)) in _MEDIA_WRITERS:
+        anchor = s.entry_anchor(c)
+        at = c if _class_owned(s, c) else anchor
+        if at is c and anchor is not c:  # once per entry line, as when said there
+            if anchor in owned:
+                continue
+            owned.add(anchor)
+        if anchor is c and path is not None and last(s.call_name(c)) in _MEDIA_WRITERS:
             at = path  # `make_video(frames, ...,\n  video_dir + "/update_" + ...)`: the path
-        lines = seen.setdefault((s.path_of(at), what), [])
+        lines = seen.setdefault((s.path_of(anchor), what), [])
         lines.append(at.lineno if isinstance(at, ast.stmt | ast.expr) else 0)
         if len(lines) > 1:
             continue

@@ -214,17 +214,30 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     if kind == "continue"
                     else f"leaves the loop (line {loop.lineno})"
                 )
+                # a collective only this branch runs is where the ranks part (a skip
+                # flag all_reduced by the ranks that skip): said there
+                coll = next(iter(_branch_colls(f, node, exit_)), None) if inner is node else None
                 yield Hit.at(
                     "DDP-RANK-DIVERGENCE",
-                    exit_,
+                    coll or exit_,
                     (
-                        f"`{kind}` under `{ast.unparse(node.test)}` ({why}) {effect} on some "
+                        (f"`{ast.unparse(coll.func)}` and " if coll else "")
+                        + f"`{kind}` under `{ast.unparse(node.test)}` ({why}) {effect} on some "
                         f"ranks, while the others wait in {skipped}"
                     ),
                     condition=ast.unparse(node.test),
                     collective=skipped,
                 )
                 break
+
+
+def _branch_colls(f: Flow, node: ast.If, exit_: ast.stmt) -> list[ast.Call]:
+    return [
+        n
+        for st in node.body
+        for n in ast.walk(st)
+        if isinstance(n, ast.Call) and n.lineno < exit_.lineno and f.collective(n)
+    ]
 
 
 def _varies(s: Script, f: Flow, test: ast.expr, loop: ast.For | ast.AsyncFor | ast.While) -> bool:
@@ -394,7 +407,9 @@ def no_sync(s: Script, f: Flow) -> Iterator[Hit]:
                     f"`{ast.unparse(backward)}` all-reduces gradients on every micro-batch, but "
                     f"the optimizer steps only every few (line {step.lineno})"
                 ),
-                model=ast.unparse(f.torch_ddp_calls[0].args[0]) if f.torch_ddp_calls[0].args else "model",
+                model=ast.unparse(f.torch_ddp_calls[0].args[0])
+                if f.torch_ddp_calls[0].args
+                else "model",
             )
             return
 
