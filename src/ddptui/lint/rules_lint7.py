@@ -159,4 +159,46 @@ def _flat(body: list[ast.stmt]) -> list[ast.AST]:
     return [n for st in body for n in ast.walk(st)]
 
 
-RULES = (device_count_shards, no_sync_on_update)
+_SEEDS = frozenset(
+    {"random.seed", "torch.manual_seed", "numpy.random.seed", "np.random.seed",
+     "torch.cuda.manual_seed", "torch.cuda.manual_seed_all"}
+)  # fmt: skip
+_SPLIT_DRAWS = frozenset(
+    {"numpy.random.choice", "np.random.choice", "numpy.random.permutation",
+     "np.random.permutation", "random.sample", "torch.randperm", "random.shuffle",
+     "numpy.random.shuffle", "np.random.shuffle"}
+)  # fmt: skip
+_SPLIT_FUNC = re.compile(r"split|labeled|subset|partition|fold|sample_\w*data", re.I)
+
+
+def rank_seed_before_split(s: Script, f: Flow) -> Iterator[Hit]:
+    """`torch.manual_seed(args.seed + args.gpu)` (a per-rank seed) in a project whose
+    data-split helper draws the subset at random (`np.random.choice` in
+    `sample_labeled_data`): every rank trains on a different split (TorchSSL ee56376)."""
+    seeds = [
+        c for c in s.calls if s.call_name(c) in _SEEDS and c.args and f.is_rank_expr(c.args[0])
+    ]
+    if not seeds:
+        return
+    for c in s.calls:
+        if s.call_name(c) not in _SPLIT_DRAWS:
+            continue
+        fn = s.scope_of(c)
+        if not isinstance(fn, ast.FunctionDef) or not _SPLIT_FUNC.search(fn.name):
+            continue
+        first = min(seeds, key=lambda x: (s.path_of(x) != s.path, x.lineno))
+        yield Hit.at(
+            "DDP-SEED",
+            first,
+            (
+                f"`{ast.unparse(first)}` seeds each rank differently, and "
+                f"`{fn.name}` ({s.path_of(c)}:{c.lineno}) draws the data split with "
+                f"`{ast.unparse(c.func)}`: every rank trains on a different split"
+            ),
+            severity="warning",
+            model="the dataset split",
+        )
+        return
+
+
+RULES = (device_count_shards, no_sync_on_update, rank_seed_before_split)
