@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.branches import branch_colls as _branch_colls
+from ddptui.lint.branches import dead_nest as _dead_nest
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
@@ -132,7 +134,7 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
         if guard is None or kwarg(call, "group") is not None:
             continue
         what = f.call_sync(call)
-        if what:
+        if what and not _dead_nest(s, call):
             found.append((call, guard, what))
     for call, guard, what in found:
         if _paired(s, call, guard, what, found):
@@ -229,15 +231,6 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     collective=skipped,
                 )
                 break
-
-
-def _branch_colls(f: Flow, node: ast.If, exit_: ast.stmt) -> list[ast.Call]:
-    return [
-        n
-        for st in node.body
-        for n in ast.walk(st)
-        if isinstance(n, ast.Call) and n.lineno < exit_.lineno and f.collective(n)
-    ]
 
 
 def _varies(s: Script, f: Flow, test: ast.expr, loop: ast.For | ast.AsyncFor | ast.While) -> bool:
