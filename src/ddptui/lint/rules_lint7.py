@@ -201,4 +201,68 @@ def rank_seed_before_split(s: Script, f: Flow) -> Iterator[Hit]:
         return
 
 
-RULES = (device_count_shards, no_sync_on_update, rank_seed_before_split)
+def rank_only_loop_bound(s: Script, f: Flow) -> Iterator[Hit]:
+    """`if rank_0: opt.train_epoch_count = visualizer.load_data()` and then
+    `for epoch in range(opt.train_epoch_count, ...)` whose iterations run DDP's forward
+    and backward: the other ranks keep the old start and run a different number of
+    iterations (joliGEN 471fbbc: resume restored on rank 0 only). Silent when the value
+    is broadcast between the two."""
+    if not f.wrapper_calls:
+        return
+    for loop in [n for n in s.nodes if isinstance(n, ast.For)]:
+        it = loop.iter
+        if not (isinstance(it, ast.Call) and last(s.call_name(it)) == "range"):
+            continue
+        sync = f.stmts_sync(loop.body)
+        if not sync:
+            continue
+        scope = s.scope_of(loop)
+        keys = {
+            ast.unparse(n)
+            for a in it.args
+            for n in ast.walk(a)
+            if isinstance(n, ast.Attribute | ast.Name)
+        }
+        assigns = sorted(
+            (
+                n
+                for n in ast.walk(scope)
+                if isinstance(n, ast.Assign)
+                and n.lineno < loop.lineno
+                and s.scope_of(n) is scope
+                and any(ast.unparse(t) in keys for t in n.targets)
+            ),
+            key=lambda n: n.lineno,
+        )
+        for key in sorted(keys):
+            mine = [a for a in assigns if any(ast.unparse(t) == key for t in a.targets)]
+            if not mine or f.local_guard(mine[-1]) is None:
+                continue
+            between = [
+                c
+                for c in s.function_calls(scope)
+                if mine[-1].lineno < c.lineno < loop.lineno
+                and ("broadcast" in s.call_name(c) or f.collective(c))
+            ]
+            if between:
+                continue
+            guard = f.local_guard(mine[-1])
+            cond = (
+                ast.unparse(guard.test) if isinstance(guard, ast.If | ast.IfExp) else "a rank test"
+            )
+            yield Hit.at(
+                "DDP-RANK-DIVERGENCE",
+                mine[-1],
+                (
+                    f"`{key}` is set only where `{cond}` "
+                    f"(line {getattr(guard, 'lineno', 0)}), and bounds the loop at line "
+                    f"{loop.lineno} whose iterations wait in {sync}: the ranks run different "
+                    "numbers of iterations"
+                ),
+                condition=cond,
+                collective=sync,
+            )
+            break
+
+
+RULES = (device_count_shards, no_sync_on_update, rank_seed_before_split, rank_only_loop_bound)
