@@ -79,6 +79,9 @@ def _unused_wrap(s: Script, f: Flow) -> Iterator[Hit]:
         if not isinstance(st, ast.Assign) or st.value is not c or len(st.targets) != 1:
             continue
         tgt = st.targets[0]
+        if isinstance(tgt, ast.Name):
+            yield from _unused_local(s, st, tgt, c)
+            continue
         if not (isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name)):
             continue
         inner = c.args[0] if c.args else None
@@ -100,6 +103,31 @@ def _unused_wrap(s: Script, f: Flow) -> Iterator[Hit]:
                 f"the code keeps using `{ast.unparse(inner)}` (the bare model)."
             ),
         )
+
+
+def _unused_local(s: Script, st: ast.Assign, tgt: ast.Name, c: ast.Call) -> Iterator[Hit]:
+    """`ddp_model = DDP(model)` in a function that never reads `ddp_model` again."""
+    fn = s.scope_of(st)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or not c.args:
+        return
+    if tgt.id.startswith("_"):
+        return  # `_ = DDP(model)`: kept for the broadcast of rank 0's weights, on purpose
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Global | ast.Nonlocal) and tgt.id in n.names:
+            return
+        if isinstance(n, ast.Name) and n.id == tgt.id and not isinstance(n.ctx, ast.Store):
+            return
+        if isinstance(n, ast.Call) and ast.unparse(n.func) in {"locals", "vars"}:
+            return
+    inner = ast.unparse(c.args[0])
+    yield Hit.at(
+        "DDP-NOT-APPLIED",
+        st,
+        f"`{tgt.id}` receives the DDP wrapper of `{inner}` and is never read again: "
+        f"training uses the unwrapped `{inner}`",
+        why=f"The wrapper is stored in `{tgt.id}`, which nothing reads, while the code keeps "
+        f"using `{inner}` (the bare model).",
+    )
 
 
 def _bool_valued(s: Script, expr: ast.expr, depth: int = 0) -> bool:  # noqa: PLR0911
