@@ -1,0 +1,97 @@
+"""Round logs8 (issue 15): schedulers', launchers' and network facts the blind batch F
+missed, read from the programs' own message formats, each checked on real excerpts quoted
+from public threads (tests/fixtures/corpus/) - the ones it fires on, and the neighbours it
+must leave alone."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
+
+from score import load_corpus
+
+from ddptui.logs.diagnose import LogDiagnosis, diagnose_lines
+
+CORPUS = {e.id: e for e in load_corpus()}
+
+
+def excerpt(name: str) -> LogDiagnosis:
+    return diagnose_lines(list(CORPUS[name].lines), name)
+
+
+def lines(text: str) -> LogDiagnosis:
+    return diagnose_lines(text.splitlines(), "paste")
+
+
+def first(d: LogDiagnosis) -> str | None:
+    return d.first.id if d.first else None
+
+
+def ids(d: LogDiagnosis) -> list[str]:
+    return [f.id for f in d.findings]
+
+
+# ------------------------------------------------------------- Slurm's and runc's words
+
+
+def test_srun_step_creation_is_read_from_slurms_format_whatever_the_job_id_looks_like() -> None:
+    """Slurm's "Unable to create step for job %u: %m" with the id redacted in the paste
+    (verl#548: two node names given to `srun -w`) and its older "Unable to create job
+    step: %m" both name the step failure; the id, when there is one, is quoted."""
+    d = excerpt("h-slurm-step-create-verl-548")
+    assert first(d) == "SLURM-STEP-CREATE", ids(d)
+    assert d.first is not None and "Requested node configuration is not available" in d.first.cause
+    assert "scontrol show hostnames" in d.first.fix
+    old = lines("srun: error: Unable to create job step: Job/step already completing or completed")
+    assert first(old) == "SLURM-STEP-CREATE", ids(old)
+    numbered = lines("srun: error: Unable to create step for job 4359715: More processors requested than permitted")
+    assert numbered.first is not None and "scontrol show job 4359715" in numbered.first.fix
+
+
+def test_a_container_whose_init_runc_saw_oom_killed_is_an_oom_kill_not_a_pod_that_did_not_start() -> None:
+    """kubeflow/trainer#1661: the kubelet reports CreateContainerError, and the same event
+    says runc's "container init was OOM-killed (memory limit too low?)": the OOM kill leads
+    and the container error stays listed; a plain CreateContainerError stays the pod
+    that did not start."""
+    d = excerpt("h-k8s-oomkilled-kubeflow-trainer-1661")
+    assert first(d) == "K8S-OOMKILLED", ids(d)
+    assert "K8S-POD-NOT-STARTED" in ids(d)
+    plain = lines(
+        "training-operator-5cc8cdfdd6-fpthk   0/1     CreateContainerError   0          2m29s\n"
+        '  Warning  Failed  113s  kubelet  Error: container create failed: time="2022-09-14T11:35:13Z" level=error msg="runc create failed: unable to start container process: exec: \\"torchrun\\": executable file not found in $PATH"'
+    )
+    assert first(plain) == "K8S-POD-NOT-STARTED", ids(plain)
+
+
+# ------------------------------------------------------------------- launchers' host lists
+
+
+def test_a_host_slots_spec_ssh_could_not_resolve_is_the_launchers_syntax_not_dns() -> None:
+    """athena#139: horovodrun under an old Open MPI handed "localhost:4" to ssh; a name
+    with ":N" is a host:slots spec, not a DNS miss.  A plain unresolvable name stays
+    LAUNCH-SSH-RESOLVE (the corpus' eva#4 and volcano#2952)."""
+    d = excerpt("g-launcher-oldompi-athena-139")
+    assert first(d) == "LAUNCH-HOSTSPEC-AS-NAME", ids(d)
+    assert d.first is not None and '"localhost:4"' in d.first.cause
+    assert "localhost slots=4" in d.first.fix
+    for name in ("r2e-host-eva-4", "r2e-host-volcano-2952"):
+        assert first(excerpt(name)) == "LAUNCH-SSH-RESOLVE", name
+
+
+# ------------------------------------------------------------ torch's port-in-use, by version
+
+
+def test_the_store_port_in_use_is_named_by_torchs_own_log_prefix() -> None:
+    """Before torch 2.4 the TCPStore's only backend logged "[W socket.cpp:436] [c10d] The
+    server socket has failed to bind to [::]:50002 (errno: 98 ...)" (GR-MG#11: a leftover
+    run held the port): the master port in use, not the legacy (non-libuv) backend of
+    torch >= 2.4, whose c10 prefix carries a timestamp ("[W1122 13:52:25.57 socket.cpp")."""
+    d = excerpt("g-port-inuse-lingering-grmg-11")
+    assert first(d) == "PORT-INUSE", ids(d)
+    assert d.first is not None and "sport = :50002" in d.first.fix
+    new = lines("[W1122 13:52:25.570934259 socket.cpp:752] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).")
+    assert first(new) == "PORT-INUSE-LEGACY", ids(new)
