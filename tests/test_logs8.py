@@ -95,3 +95,47 @@ def test_the_store_port_in_use_is_named_by_torchs_own_log_prefix() -> None:
     assert d.first is not None and "sport = :50002" in d.first.fix
     new = lines("[W1122 13:52:25.570934259 socket.cpp:752] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).")
     assert first(new) == "PORT-INUSE-LEGACY", ids(new)
+
+
+# ------------------------------------------------------ InfiniBand NCCL could not use
+
+
+def test_nccl_on_sockets_over_ipoib_after_failing_to_open_verbs_is_ib_unused_not_clean() -> None:
+    """sglang#1427: the container had no libibverbs, so NCCL fell back to NET/Socket on
+    ib0 (an IPoIB interface): IB hardware the all-reduces do not use.  The log holds no
+    error, so the fact leads as a warning rather than a clean bill.  The same "Failed to
+    open libibverbs" beside sockets on an Ethernet interface (detectron2#4730, a machine
+    without IB) stays healthy noise."""
+    d = excerpt("h-ib-no-verbs-sglang-1427")
+    assert d.first is not None and d.first.id == "AR-IB-UNUSED", ids(d)
+    assert d.first.severity == "warning"
+    assert any("libibverbs" in e for e in d.first.evidence) and any("ib0" in e for e in d.first.evidence)
+    healthy = excerpt("a-healthy-libibverbs-warn-socket-detectron2-4730")
+    assert "AR-IB-UNUSED" not in ids(healthy) and not healthy.failed, ids(healthy)
+
+
+# ------------------------------------------------------------- a rank killed while loading
+
+
+def test_a_rank_sigkilled_while_loading_its_model_is_the_host_oom_killer() -> None:
+    """AnomalyGPT#43: DeepSpeed's launcher saw a rank end with return code -9 right after
+    "Initializing language decoder from ../pretrained_ckpt/..." (host RAM too small): the
+    kernel's OOM killer leads, the launcher's SIGKILL line stays listed.  SIGKILLs with no
+    loading line (the corpus' rank_crash excerpts) stay C10D-CHILD-SIGKILL, and a scheduler
+    that names the kill (Slurm's oom-kill, 3DRS#7) keeps its lead."""
+    d = excerpt("g-rank-hostoom-anomalygpt-43")
+    assert d.first is not None and d.first.id == "HOST-OOM-KILL", ids(d)
+    assert "C10D-CHILD-SIGKILL" in ids(d)
+    assert any("Initializing language decoder" in e for e in d.first.evidence)
+    assert "loaded its model or checkpoint" in d.first.summary
+    for name in ("crash-tomotwin-122", "crash-acumen-4", "r2c-crash-qwenvl-79"):
+        assert excerpt(name).first.id == "C10D-CHILD-SIGKILL", name  # type: ignore[union-attr]
+    slurm = excerpt("r2c-crash-3drs-7")
+    assert slurm.first is not None and slurm.first.id != "HOST-OOM-KILL", ids(slurm)
+    # the same kill after a loading line under Slurm's own oom-kill report: Slurm leads
+    both = lines(
+        "Loading checkpoint shards:  50%|#####     | 1/2 [00:31<00:31, 31.2s/it]\n"
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=2236.0. Some of the step tasks have been OOM Killed.\n"
+        "    exitcode  : -9 (pid: 1181)"
+    )
+    assert both.first is not None and both.first.id == "SLURM-OOM", ids(both)
