@@ -112,6 +112,10 @@ def test_nccl_on_sockets_over_ipoib_after_failing_to_open_verbs_is_ib_unused_not
     assert any("libibverbs" in e for e in d.first.evidence) and any("ib0" in e for e in d.first.evidence)
     healthy = excerpt("a-healthy-libibverbs-warn-socket-detectron2-4730")
     assert "AR-IB-UNUSED" not in ids(healthy) and not healthy.failed, ids(healthy)
+    # MeshTransformer#38: a working one-node run on an IB machine prints the same two
+    # lines and names no rank: the same fact, a warning only, never a failure
+    one_node = excerpt("b-healthy-ibverbs-warn-mpi-meshtransformer-38")
+    assert not one_node.failed and all(f.severity != "error" for f in one_node.findings)
 
 
 # ------------------------------------------------------------- a rank killed while loading
@@ -139,3 +143,17 @@ def test_a_rank_sigkilled_while_loading_its_model_is_the_host_oom_killer() -> No
         "    exitcode  : -9 (pid: 1181)"
     )
     assert both.first is not None and both.first.id == "SLURM-OOM", ids(both)
+
+
+# ------------------------------------------------------ a traceback pasted without its error
+
+
+def test_traceback_frames_without_their_exception_are_an_honest_unknown_not_clean() -> None:
+    """meta-pytorch/data#1142: the paste holds only the frames of a traceback that ends in
+    dist.new_group(backend="gloo") (the nodes resolved to loopback); no line names the
+    error.  Python's frame lines say something failed: an honest unknown, not a clean bill.
+    A healthy log that prints no frame stays clean."""
+    d = excerpt("h-gloo-loopback-meta-pytorch-data-1142")
+    assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED", ids(d)
+    clean = lines('  with open("run.py") as f:  # a quoted line of code is no frame\nEpoch 1: loss 0.31')
+    assert clean.first is None, ids(clean)

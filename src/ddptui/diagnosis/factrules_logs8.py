@@ -24,14 +24,21 @@ def ib_verbs_unusable(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | N
     """NCCL could not use InfiniBand (its "Failed to open libibverbs.so[.1]", or "NET/IB :
     No device found") and then opened its data sockets on an IPoIB interface (NET/Socket
     on ib*): the node has IB hardware, yet the all-reduces run over TCP.  A node without IB
-    prints the first line too (healthy noise); the IPoIB socket is what proves the fabric."""
+    prints the first line too (healthy noise); the IPoIB socket is what proves the fabric.
+    A log whose processes all name one host is a one-node job: its network is not used."""
     missing = ctx.hints.get("ib_unusable")
     on_ipoib = ctx.hints.get("socket_ipoib")
     if missing is None or on_ipoib is None:
         return None
+    hosts = {(p.host or "").partition("#")[0] for p in ctx.procs}
+    if len(ctx.procs) >= 2 and len(hosts) == 1 and "" not in hosts:
+        # every process on one host: a one-node job, whose ranks talk over P2P/SHM, not
+        # the network (MeshTransformer#38's working run prints the same two lines)
+        return None
     said = (
         "NCCL could not use InfiniBand and runs its network over TCP sockets on an IPoIB "
-        "interface: the node has IB hardware that NCCL does not use"
+        "interface: the node has IB hardware that NCCL does not use (it matters between "
+        "nodes; a one-node job talks over P2P/SHM)"
     )
     return [], [missing, on_ipoib], said, {}
 
