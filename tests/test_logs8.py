@@ -157,3 +157,28 @@ def test_traceback_frames_without_their_exception_are_an_honest_unknown_not_clea
     assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED", ids(d)
     clean = lines('  with open("run.py") as f:  # a quoted line of code is no frame\nEpoch 1: loss 0.31')
     assert clean.first is None, ids(clean)
+
+
+def test_horovodruns_own_host_list_check_names_the_list_not_an_unknown() -> None:
+    """horovod#1325: horovodrun 0.17.0's check of -H (its pattern allowed no ".") rejected
+    "10.0.0.3:1"; its ValueError is horovodrun's own format string. ([NEW] in the corpus:
+    counted wrong there while its label stays as collected.)"""
+    d = excerpt("g-launcher-ip-host-horovod-1325")
+    assert d.first is not None and d.first.id == "LAUNCH-HOROVOD-HOSTS", ids(d)
+    assert "horovod#1327" in d.first.cause
+
+
+def test_slurms_own_error_format_is_never_called_clean() -> None:
+    """Slurm's commands write every error as "<program>: error: <message>" (its log.c);
+    a message no signature knows (a gres or CPU request srun cannot satisfy, salloc's
+    account check) is an honest unknown that fails the log, not a clean bill.  srun's
+    ioctl(TIOCGWINSZ) complaint, printed by any srun without a terminal, stays silent."""
+    for text in (
+        "srun: error: CPU count per node can not be satisfied",
+        "salloc: error: Job submit/allocate failed: Invalid account or account/partition combination specified",
+        "slurmstepd: error: *** STEP 123.0 ON gpu01 CANCELLED AT 2024-01-01T00:00:00 ***",
+    ):
+        d = lines(text)
+        assert d.first is not None and d.failed, (text, ids(d))
+    quiet = lines("srun: error: ioctl(TIOCGWINSZ): Inappropriate ioctl for device\nEpoch 1: loss 0.31")
+    assert quiet.first is None and not quiet.failed, ids(quiet)
