@@ -182,3 +182,40 @@ def test_slurms_own_error_format_is_never_called_clean() -> None:
         assert d.first is not None and d.failed, (text, ids(d))
     quiet = lines("srun: error: ioctl(TIOCGWINSZ): Inappropriate ioctl for device\nEpoch 1: loss 0.31")
     assert quiet.first is None and not quiet.failed, ids(quiet)
+
+
+# ------------------------------------------------------------ host memory: Ray, the kernel
+
+
+def test_rays_memory_monitor_kill_is_host_memory_and_leads_the_launchers_exit() -> None:
+    """Ray's memory monitor kills a worker before the kernel would; its own words (a
+    worker-exit report pasted in a public repository's notes, Ray 2.x) name host RAM.
+    Beside torchrun's SIGKILL summary it leads; the kernel's own OOM line does too."""
+    d = lines(
+        "Worker exit type: SYSTEM_ERROR Worker exit detail: Task was killed due to the node running low on memory.\n"
+        "    Memory on the node (IP: 172.17.0.2, ID: 3a4b60759256926fd0e84a9ff596dab3d7be854134107ef21b0e0260) where the task was running was 32.91GB / 33.28GB (0.988698), which exceeds the memory usage threshold of 0.969955.\n"
+    )
+    assert first(d) == "RAY-OOM-KILL", ids(d)
+    after = lines(
+        "    exitcode  : -9 (pid: 1181)\n"
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."
+    )
+    assert first(after) == "RAY-OOM-KILL" and "C10D-CHILD-SIGKILL" in ids(after), ids(after)
+    kernel = lines(
+        "    exitcode  : -9 (pid: 31337)\n"
+        "[Tue May  7 10:11:12 2024] Out of memory: Killed process 31337 (python) total-vm:123456789kB, anon-rss:98765432kB"
+    )
+    assert first(kernel) == "HOST-OOM-KILL", ids(kernel)
+
+
+def test_vllms_one_address_per_node_check_names_nodes_that_share_an_address() -> None:
+    """vLLM's Ray executor check added for vllm#7699 (the same VLLM_HOST_IP on every node),
+    as its source formats it (no paste of it was found in the batches)."""
+    d = lines(
+        "RuntimeError: Every node should have a unique IP address. Got 2 nodes with node ids "
+        "['e161bb4b4023b8fe68152672794804629f3995241b7cc60fd9fe8ae2', '0fcb74c428a1f8e66d45d27879bfc50cc73e80bf268f27ded6284b5c'] "
+        "and 1 unique IP addresses {'10.0.0.5'}. Please check your network configuration. If you set `VLLM_HOST_IP` "
+        "environment variable, make sure it is unique for each node."
+    )
+    assert first(d) == "HOST-IP-NOT-UNIQUE", ids(d)
+    assert d.first is not None and "counted 2 nodes but 1 distinct addresses" in d.first.cause
