@@ -219,3 +219,21 @@ def test_vllms_one_address_per_node_check_names_nodes_that_share_an_address() ->
     )
     assert first(d) == "HOST-IP-NOT-UNIQUE", ids(d)
     assert d.first is not None and "counted 2 nodes but 1 distinct addresses" in d.first.cause
+
+
+def test_open_mpis_and_rays_own_failure_reports_are_never_called_clean() -> None:
+    """Open MPI's help text when it cannot start a rank (a paste on the Open MPI users'
+    list) and the raylet's report of a dead worker (a verl run's log) hold no exception
+    and no signature's line: each is an honest unknown that fails the log."""
+    for text in (
+        "--------------------------------------------------------------------------\n"
+        "mpirun was unable to launch the specified application as it could not access\n"
+        "or execute an executable:\n"
+        "Executable: /home/gordon/Desktop/openmpi-1.3.3/examples/hello_c.out\n"
+        "Node: node1\n"
+        "while attempting to start process rank 1.",
+        "(WorkerDict pid=150008) log_probs = logprobs_from_logits(logits=logits_rmpad, labels=input_ids_rmpad_rolled), shape: torch.Size([6235])\n"
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the problem, check the logs for the dead worker. RayTask ID: ffffffffffffffff8c22c88e5dbb3e566fc0518001000000 Worker ID: 1efd167431990baae8361c1abf2e5773e42430b6a530fd0bf81be063",
+    ):
+        d = lines(text)
+        assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED" and d.failed, (text[:60], ids(d))
