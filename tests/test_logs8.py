@@ -237,3 +237,34 @@ def test_open_mpis_and_rays_own_failure_reports_are_never_called_clean() -> None
     ):
         d = lines(text)
         assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED" and d.failed, (text[:60], ids(d))
+
+
+# ------------------------------------------------------------------ Kubernetes' own tables
+
+
+def test_kubernetes_warning_events_and_failed_pod_statuses_are_never_called_clean() -> None:
+    """`kubectl describe pod`'s events (TYPE REASON AGE FROM MESSAGE) of type Warning that
+    no signature knows (a sandbox the kubelet could not create, from a public cluster
+    notes file) keep the log from being called clean; `kubectl get pods` rows whose
+    STATUS is Error (a training operator's workers, from a public issue's paste) fail it.
+    Normal events and Running/Completed rows stay silent."""
+    events = lines(
+        "Events:\n"
+        "  Type     Reason                  Age    From     Message\n"
+        "  ----     ------                  ----   ----     -------\n"
+        "  Warning  FailedCreatePodSandBox  3m57s  kubelet  Failed to create pod sandbox: open /run/systemd/resolve/resolv.conf: no such file or directory\n"
+        '  Normal   Pulled                  3m42s  kubelet  Container image "registry.k8s.io/etcd:3.5.9-0" already present on machine'
+    )
+    assert events.first is not None and events.first.id == "LOGS-UNRECOGNIZED", ids(events)
+    pods = lines(
+        "tftest-ps-0       1/1     Running             0          3s    192.168.221.137   las1     <none>           <none>\n"
+        "tftest-worker-1   1/1     Running             0          3s    192.168.221.183   las1     <none>           <none>\n"
+        "tftest-worker-0   0/1     Error               0          13s   192.168.221.129   las1     <none>           <none>"
+    )
+    assert pods.first is not None and pods.first.id == "LOGS-UNRECOGNIZED" and pods.failed, ids(pods)
+    fine = lines(
+        "tftest-worker-0   1/1     Running             1 (3s ago)   14s   192.168.221.140   las1     <none>           <none>\n"
+        "tftest-worker-1   0/1     Completed           0          2m    192.168.221.183   las1     <none>           <none>\n"
+        '  Normal   Pulled     3m42s  kubelet  Container image "registry.k8s.io/etcd:3.5.9-0" already present on machine'
+    )
+    assert fine.first is None and not fine.failed, ids(fine)
