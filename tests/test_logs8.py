@@ -268,3 +268,20 @@ def test_kubernetes_warning_events_and_failed_pod_statuses_are_never_called_clea
         '  Normal   Pulled     3m42s  kubelet  Container image "registry.k8s.io/etcd:3.5.9-0" already present on machine'
     )
     assert fine.first is None and not fine.failed, ids(fine)
+
+
+def test_the_kernels_oom_report_is_read_from_its_first_and_summary_lines() -> None:
+    """The kernel's OOM report (mm/oom_kill.c: dump_header's "X invoked oom-killer:
+    gfp_mask=...", dump_oom_summary's "oom-kill:constraint=...,task=X,pid=N") was called
+    clean when the "Killed process" line was not pasted (a docker --memory run's
+    kern.log, grepped for "oom", in a public report)."""
+    d = lines(
+        "$ grep oom /var/log/kern.log\n"
+        "[ 1016.926650] python invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0\n"
+        "[ 1016.926670]  oom_kill_process.cold+0xb/0x10\n"
+        "[ 1016.926715] [  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name"
+    )
+    assert first(d) == "HOST-OOM-KILL" and d.failed, ids(d)
+    summary = lines("oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/init.scope,task=python,pid=14078,uid=1000")
+    assert first(summary) == "HOST-OOM-KILL", ids(summary)
+    assert "<" not in (summary.first.cause if summary.first else "<")  # no unfilled placeholder

@@ -55,9 +55,9 @@ def sigkill_while_loading(rules: FactRules, rule: FactRule, ctx: Context) -> Hit
     if any(_KILLERS.match(i) for i in ctx.present):
         return None
     m = _PID.search(kill)
-    pid = (m["pid"] or m["sub"]) if m else "not in the log"
+    pid = f" (pid {m['pid'] or m['sub']})" if m else ""
     said = (
-        "a rank was killed with SIGKILL while it loaded its model or checkpoint, where host "
-        "memory peaks; no scheduler or container limit is named: the kernel's OOM killer"
+        f"a rank{pid} was killed with SIGKILL while it loaded its model or checkpoint, where "
+        "host memory peaks; no scheduler or container limit is named: the kernel's OOM killer"
     )
-    return [], [loading, kill], said, {"comm": "a rank's process", "pid": pid}
+    return [], [loading, kill], said, {}
