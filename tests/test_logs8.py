@@ -285,3 +285,24 @@ def test_the_kernels_oom_report_is_read_from_its_first_and_summary_lines() -> No
     summary = lines("oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/init.scope,task=python,pid=14078,uid=1000")
     assert first(summary) == "HOST-OOM-KILL", ids(summary)
     assert "<" not in (summary.first.cause if summary.first else "<")  # no unfilled placeholder
+
+
+# ------------------------------------------------------------------------- command lines
+
+
+def test_the_launchers_local_rank_argument_and_argparse_errors_are_read() -> None:
+    """torch.distributed.launch (torch >= 2.0) appends --local-rank=N, which a script
+    declaring only --local_rank rejects (a public training repository's notes: "TCL:
+    error: unrecognized arguments: --local-rank=1" under its usage line); any other
+    argparse error of a launcher or script (horovodrun's -H without a value) fails the
+    log as an honest unknown; Open MPI's "mpirun: Error:" too."""
+    d = lines(
+        "           [--start_epoch N] [--save_freq SAVE_FREQ] [--eval_freq EVAL_FREQ] [--num_workers NUM_WORKERS] [--pin_mem] [--dist_eval] [--world_size WORLD_SIZE] [--local_rank LOCAL_RANK] [--dist_on_itp]\n"
+        "           [--dist_url DIST_URL]\n"
+        "TCL: error: unrecognized arguments: --local-rank=1"
+    )
+    assert first(d) == "LAUNCH-LOCAL-RANK-ARG" and d.failed, ids(d)
+    assert d.first is not None and "torchrun" in d.first.fix
+    for text in ("horovodrun: error: argument -H/--hosts: expected one argument", 'mpirun: Error: unknown option "--map-by"'):
+        other = lines(text)
+        assert first(other) == "LOGS-UNRECOGNIZED" and other.failed, (text, ids(other))
