@@ -306,3 +306,18 @@ def test_the_launchers_local_rank_argument_and_argparse_errors_are_read() -> Non
     for text in ("horovodrun: error: argument -H/--hosts: expected one argument", 'mpirun: Error: unknown option "--map-by"'):
         other = lines(text)
         assert first(other) == "LOGS-UNRECOGNIZED" and other.failed, (text, ids(other))
+
+
+def test_a_server_that_cannot_bind_its_port_fails_the_log() -> None:
+    """uvicorn (vLLM's and SGLang's API server) prints "Application startup complete"
+    and then "ERROR: [Errno 98] error while attempting to bind on address (...): address
+    already in use" (a public project's notes): the server never listened, the log fails
+    instead of ending as a warning."""
+    d = lines(
+        "INFO:     Started server process [56195]\n"
+        "INFO:     Waiting for application startup.\n"
+        "INFO:     Application startup complete.\n"
+        "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use\n"
+        "INFO:     Application shutdown complete."
+    )
+    assert d.first is not None and d.failed, ids(d)
