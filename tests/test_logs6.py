@@ -245,13 +245,13 @@ def test_ssh_that_cannot_connect_or_resolve() -> None:
         "ssh: connect to host 192.168.0.119 port 12345: Connection refused",
     ]) == "LAUNCH-SSH-CONN"
     # horovod/horovod#655: a host:slots spec taken as a host name, then mpirun's daemons
-    # never start: the name leads
+    # never start: the name leads (logs8: named as the host spec it is)
     lines = [
         "ssh: Could not resolve hostname localhost:4: Name or service not known",
         "--------------------------------------------------------------------------",
         "ORTE was unable to reliably start one or more daemons.",
     ]
-    assert lead(lines) == "LAUNCH-SSH-RESOLVE"
+    assert lead(lines) == "LAUNCH-HOSTSPEC-AS-NAME"
     assert "LAUNCH-MPI-TCP" in ids(lines)
     # corpus: DeepSpeed's "not reachable via ssh" is the wrapper, the name still leads
     assert excerpt("r2e-host-volcano-2952").first.id == "LAUNCH-SSH-RESOLVE"  # type: ignore[union-attr]

@@ -40,6 +40,7 @@ from ddptui.diagnosis.factrules_logs7 import (
     lone_waiter,
     nccl_predates_gpu,
 )
+from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_loading
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -48,7 +49,10 @@ FACTRULES_FILE: Final = Path(__file__).with_name("factrules.yaml")
 NEEDS: Final = frozenset({"explains", "several_hosts", "failure", "itself"})
 ASPECTS: Final = frozenset({"family", "kind", "network"})
 FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"})
-HINTS: Final = frozenset({"sigbus", "system_error", "container", "shm", "nccl"})
+HINTS: Final = frozenset(
+    {"sigbus", "system_error", "container", "shm", "nccl"}
+    | {"ib_unusable", "socket_ipoib", "sigkill", "loading"}  # logs8
+)
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
@@ -473,6 +477,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "registered_block_missing": registered_block_missing,
     "independent_rank0": independent_rank0,
     "name_elsewhere": name_elsewhere,
+    "ib_verbs_unusable": ib_verbs_unusable,
+    "sigkill_while_loading": sigkill_while_loading,
 }
 
 

@@ -82,6 +82,11 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "via SHM",
     # a GPU model ("NVIDIA H100 80GB HBM3"), for the NCCL release that supports it
     "NVIDIA ",
+    # logs8 (factrules.yaml hints): NCCL could not use IB verbs; a model being loaded
+    "Failed to open libibverbs",
+    "NET/IB : No device",
+    "Loading checkpoint",
+    "Initializing ",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

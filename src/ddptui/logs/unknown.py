@@ -245,8 +245,11 @@ def conclude(
     else:
         if lead is None:
             lead = next((f for f in facts if f.severity == "error"), None)
-        if lead is None:  # a log that stops where a job waits (the stall rules): say so
-            stall_ids = {r.id for r in load_factrules().rules if r.when.startswith("stalled")}
+        if lead is None:  # a log that stops where a job waits (the stall rules), or a
+            # fact that must not be called clean (factrules.yaml not_clean): say so
+            rules = load_factrules()
+            stall_ids = {r.id for r in rules.rules if r.when.startswith("stalled")}
+            stall_ids.update(rules.not_clean)
             lead = next((f for f in facts if f.id in stall_ids and f.severity != "info"), None)
     if lead is None:  # an info line that must not be called clean leads as a warning
         keep = load_factrules().not_clean
