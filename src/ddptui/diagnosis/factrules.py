@@ -40,6 +40,7 @@ from ddptui.diagnosis.factrules_logs7 import (
     lone_waiter,
     nccl_predates_gpu,
 )
+from ddptui.diagnosis.factrules_logs9 import timeout_short
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -473,6 +474,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "registered_block_missing": registered_block_missing,
     "independent_rank0": independent_rank0,
     "name_elsewhere": name_elsewhere,
+    "timeout_short": timeout_short,
 }
 
 

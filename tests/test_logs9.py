@@ -1,0 +1,133 @@
+"""Round logs9 (issue 15): versions, desync, timeouts and RDMA registration, each read
+from the printing program's own message and checked on the real excerpt quoted from a
+public thread (tests/fixtures/corpus/) it came from, and on the neighbours it must leave
+alone."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
+
+from score import load_corpus
+
+from ddptui.logs.diagnose import LogDiagnosis, diagnose_lines
+
+CORPUS = {e.id: e for e in load_corpus()}
+
+
+def excerpt(name: str) -> LogDiagnosis:
+    return diagnose_lines(list(CORPUS[name].lines), name)
+
+
+def lead(d: LogDiagnosis) -> str | None:
+    return d.first.id if d.first else None
+
+
+def ids(d: LogDiagnosis) -> list[str]:
+    return [f.id for f in d.findings]
+
+
+# ------------------------------------------------------------------- version skew
+
+
+def test_ray_refusing_a_process_of_other_versions_is_named() -> None:
+    """Ray's check_version_info message (ray#1263: cloudpickle differs between two nodes;
+    Logic-RL#30: the driver runs Ray 2.42/Python 3.9 against a 2.12/3.11 cluster) was an
+    honest unknown; it is Ray's own refusal of a node's environment."""
+    for name in ("h-version-skew-ray-1263", "h-version-skew-ray-logic-rl-30"):
+        d = excerpt(name)
+        assert lead(d) == "RAY-VERSION-MISMATCH", (name, ids(d))
+        assert "ray stop" in d.first.fix
+
+
+def test_an_older_libnccl_rejecting_torchs_config_is_the_library_mismatch() -> None:
+    """vllm#1726: NCCL 2.14.3 loaded under a torch built for a newer NCCL reads the
+    config's "not set" marker (INT_MIN) as a bad value.  A user's own bad value (another
+    number) is not that."""
+    d = excerpt("h-nccl-lib-mismatch-vllm-1726")
+    assert lead(d) == "NCCL-LIB-MISMATCH", ids(d)
+    own = diagnose_lines(["node1:2345:2400 [0] init.cc:1854 NCCL WARN Invalid config blocking attribute value 2"], "own")
+    assert "NCCL-LIB-MISMATCH" not in ids(own)
+
+
+# ------------------------------------------------------------------- desync
+
+
+def test_horovods_stall_and_mismatch_messages_are_a_desync() -> None:
+    """horovod#100 (two ranks naming their tensors differently) was called clean: its
+    stall inspector's warning is horovod's desync message.  Its controller's own checks
+    (controller.cc, format strings filled) say the same of one collective."""
+    d = excerpt("g-desync-tensornames-horovod-100")
+    assert lead(d) == "DESYNC-MISMATCH", ids(d)
+    for line in (
+        "[2021-02-02 21:19:07.345988: W /tmp/pip-install-dxtho7yu/horovod_0bde588442554cf4b80c76441efc4e03/horovod/common/stall_inspector.cc:105] One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than 10 seconds. This may indicate that different ranks are trying to submit different tensors or that only subset of ranks is submitting tensors, which will cause deadlock. ",
+        "horovod.common.exceptions.HorovodInternalError: Mismatched ALLREDUCE tensor shapes: One rank sent a tensor of shape [10], but another rank sent a tensor of shape [12].",
+        "Mismatched data types: One rank had type float32, but another rank had type int64.",
+        "Mismatched MPI operations: One rank did an ALLREDUCE, but another rank did an ALLGATHER.",
+    ):
+        assert lead(diagnose_lines([line], "h")) == "DESYNC-MISMATCH", line
+
+
+# ------------------------------------------------------------------- timeouts
+
+
+def test_horovods_gloo_rendezvous_timeout_says_which_knob() -> None:
+    """horovod#2015 (50+ machines, the rendezvous outlasts the 30 s default) was an honest
+    unknown.  gloo's own stores' wait (torch's gloo, no horovod) stays GLOO-STORE-WAIT."""
+    d = excerpt("g-timeout-gloo-rendezvous-scale-horovod-2015")
+    assert lead(d) == "HOROVOD-GLOO-TIMEOUT", ids(d)
+    assert "--gloo-timeout-seconds" in d.first.fix
+    g = diagnose_lines(["RuntimeError: [../third_party/gloo/gloo/rendezvous/prefix_store.cc:53] [../third_party/gloo/gloo/rendezvous/file_store.cc:151] Wait timeout for key(s): rank_1"], "g")
+    assert "HOROVOD-GLOO-TIMEOUT" not in ids(g)
+
+
+def test_a_stack_through_main_process_first_names_the_main_processs_work() -> None:
+    """transformers#17106: the ranks failed inside main_process_first() while the main
+    process tokenised for longer than the 30-minute timeout; torchrun's summary alone
+    was an honest unknown.  A specific failure inside the block (NCCL cannot connect)
+    keeps its lead."""
+    d = excerpt("h-timeout-transformers-17106")
+    assert lead(d) == "LOGS-MAIN-FIRST-WAIT", ids(d)
+    assert "ddp_timeout" in d.first.fix
+    lines = [*CORPUS["h-timeout-transformers-17106"].lines[:6],
+             "node1:2345:2400 [0] socket.cc:619 NCCL WARN socketPollConnect: connect to 10.0.0.2<43517> returned Connection refused, exceeded error retry count after 34 attempts"]
+    other = diagnose_lines(lines, "x")
+    assert lead(other) != "LOGS-MAIN-FIRST-WAIT", ids(other)
+
+
+def test_a_timeout_set_far_below_the_default_is_said_beside_the_lead() -> None:
+    """yolov5#4400 (a 60 s process-group timeout while rank 0 validated), horovod#1374
+    (horovod's 30 s gloo timeout against a compiling first step) and Automodel#1038 (60 s
+    against a slow checkpoint consolidation): the stated timeout is told as a warning; the
+    lead stays what the waiting side shows.  30 minutes, or instructlab#520's 1 ms (a test
+    of the knob), are not."""
+    for name, secs in (
+        ("h-timeout-short-pg-timeout-yolov5-4400", "60"),
+        ("g-timeout-gloo-first-iteration-horovod-1374", "30"),
+        ("c-consolidation-barrier-timeout-automodel-1038", "60"),
+    ):
+        d = excerpt(name)
+        short = [f for f in d.findings if f.id == "LOGS-TIMEOUT-SHORT"]
+        assert short and short[0].severity == "warning", (name, ids(d))
+        assert f"is {secs} s" in short[0].cause
+        assert lead(d) == "LOGS-NOT-IN-COLLECTIVE", (name, ids(d))
+    for name in ("b-desync-timelimit-anemoi-core-1064", "timeout-instructlab-520"):
+        assert "LOGS-TIMEOUT-SHORT" not in ids(excerpt(name)), name
+
+
+# ------------------------------------------------------------------- RDMA registration
+
+
+def test_dmabuf_registration_out_of_memory_is_not_the_memlock_limit() -> None:
+    """vllm#19613: ibv_reg_dmabuf_mr failing with ENOMEM came from an oversized
+    NCCL_BUFFSIZE (GPU memory exported to the NIC, which ulimit -l does not govern); it was
+    answered IB-MEMLOCK.  Host-memory registration (ibv_reg_mr) stays IB-MEMLOCK."""
+    d = excerpt("h-ib-buffsize-vllm-19613")
+    assert lead(d) == "IB-DMABUF-NOMEM", ids(d)
+    assert "NCCL_BUFFSIZE" in d.first.fix
+    host = diagnose_lines(["misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory"], "h")
+    assert lead(host) == "IB-MEMLOCK"
