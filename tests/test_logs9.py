@@ -131,3 +131,23 @@ def test_dmabuf_registration_out_of_memory_is_not_the_memlock_limit() -> None:
     assert "NCCL_BUFFSIZE" in d.first.fix
     host = diagnose_lines(["misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory"], "h")
     assert lead(host) == "IB-MEMLOCK"
+
+
+# ------------------------------------------------------------------- devices
+
+
+def test_nccl_invalid_usage_inside_barrier_is_the_guessed_device() -> None:
+    """Lightning#8139 (gpus=[1,2,3]: barrier() set NCCL up on the GPU it guessed from the
+    rank) was answered with the peers' broken pipe.  With NCCL's "Duplicate GPU detected"
+    line (Megatron on nccl#1241) that line's ENV-DUPGPU stays the cause; a barrier that
+    fails on a connection (no invalid usage) is not this."""
+    d = excerpt("g-device-barrier-guess-lightning-8139")
+    assert lead(d) == "ENV-GUESS-DEVICE", ids(d)
+    assert "inside barrier()" in d.first.summary
+    dup = excerpt("d-dupgpu-megatron-nodes-nccl-1241")
+    assert lead(dup) == "ENV-DUPGPU" and "ENV-GUESS-DEVICE" not in ids(dup)
+    lines = [
+        line for line in CORPUS["g-device-barrier-guess-lightning-8139"].lines
+        if "nvalid" not in line and "invalid usage" not in line
+    ]
+    assert "ENV-GUESS-DEVICE" not in ids(diagnose_lines(lines, "conn"))

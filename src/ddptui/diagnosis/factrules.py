@@ -40,7 +40,7 @@ from ddptui.diagnosis.factrules_logs7 import (
     lone_waiter,
     nccl_predates_gpu,
 )
-from ddptui.diagnosis.factrules_logs9 import timeout_short
+from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -49,7 +49,7 @@ FACTRULES_FILE: Final = Path(__file__).with_name("factrules.yaml")
 NEEDS: Final = frozenset({"explains", "several_hosts", "failure", "itself"})
 ASPECTS: Final = frozenset({"family", "kind", "network"})
 FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"})
-HINTS: Final = frozenset({"sigbus", "system_error", "container", "shm", "nccl"})
+HINTS: Final = frozenset({"sigbus", "system_error", "container", "shm", "nccl", "barrier", "invalid_usage"})
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 )
@@ -475,6 +475,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "independent_rank0": independent_rank0,
     "name_elsewhere": name_elsewhere,
     "timeout_short": timeout_short,
+    "barrier_device_guess": barrier_device_guess,
 }
 
 

@@ -36,3 +36,18 @@ def timeout_short(rules: object, rule: object, ctx: Context) -> Hit | None:
     ranks = sorted({*ctx.watchdog_lines, *ctx.gloo_waits})
     said = f"the collectives here time out after {tmo / 1000:g} s, set far below torch's default (10 to 30 minutes)"
     return ranks, ev, said, {"seconds": f"{tmo / 1000:g}"}
+
+
+def barrier_device_guess(rules: object, rule: object, ctx: Context) -> Hit | None:
+    """NCCL's "invalid usage" raised from torch's barrier() (the traceback's
+    `default_pg.barrier(opts=opts)`), and no line of NCCL's saying two ranks share a GPU:
+    barrier() with no device_ids and a process group that knows no device guesses the GPU
+    from the rank (rank % GPUs), so with non-consecutive or remapped GPUs (gpus=[1,2,3],
+    CUDA_VISIBLE_DEVICES per rank) NCCL is set up on a GPU other than the rank's own."""
+    barrier, usage = ctx.hints.get("barrier"), ctx.hints.get("invalid_usage")
+    if barrier is None or usage is None:
+        return None
+    if any(i.startswith(("ENV-DUPGPU", "ENV-ORDINAL")) for i in ctx.present):
+        return None  # NCCL named the GPU two ranks share: that finding says it
+    said = "NCCL's invalid usage was raised inside barrier(), which picks the GPU from the rank when no device is bound"
+    return [], [usage, barrier], said, {}

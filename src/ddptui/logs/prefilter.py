@@ -82,6 +82,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "via SHM",
     # a GPU model ("NVIDIA H100 80GB HBM3"), for the NCCL release that supports it
     "NVIDIA ",
+    # logs9: torch's barrier() in a traceback (factrules.yaml hints.barrier)
+    "_pg.barrier(",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
