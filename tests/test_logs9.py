@@ -151,3 +151,16 @@ def test_nccl_invalid_usage_inside_barrier_is_the_guessed_device() -> None:
         if "nvalid" not in line and "invalid usage" not in line
     ]
     assert "ENV-GUESS-DEVICE" not in ids(diagnose_lines(lines, "conn"))
+
+
+# ------------------------------------------------------------------- never clean
+
+
+def test_nccls_own_error_string_in_any_wrapper_is_never_clean() -> None:
+    """horovod#108 (an NCCL package built for CUDA 9 on a CUDA 8 system) was called clean:
+    its only failure line is horovod's "ncclCommInitRank failed: unhandled cuda error"
+    inside TensorFlow's UnknownError.  NCCL's error string makes it a failure; no line
+    names which CUDA, so it is an honest unknown that quotes the line."""
+    d = excerpt("g-version-nccl-cuda9-on-cuda8-horovod-108")
+    assert lead(d) == "LOGS-UNRECOGNIZED" and d.first.severity == "error", ids(d)
+    assert "ncclCommInitRank failed: unhandled cuda error" in d.first.cause
