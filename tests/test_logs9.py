@@ -164,3 +164,18 @@ def test_nccls_own_error_string_in_any_wrapper_is_never_clean() -> None:
     d = excerpt("g-version-nccl-cuda9-on-cuda8-horovod-108")
     assert lead(d) == "LOGS-UNRECOGNIZED" and d.first.severity == "error", ids(d)
     assert "ncclCommInitRank failed: unhandled cuda error" in d.first.cause
+
+
+def test_horovodruns_start_timeout_names_its_knob_and_the_connectivity() -> None:
+    """horovodrun's own start timeout (horovod.runner.common.util.timeout's message), as
+    pasted in ray#15300 (Ray's worker prefix, the line wrapped by the terminal) and in
+    horovod#1089, where the thread found a connectivity problem, not the timeout."""
+    for lines in (
+        ["(pid=23323, ip=172.31.19.90) Exception: Timed out waiting for tasks to start. Please check connectivity between servers. You may need to increase the --start-timeout parameter if",
+         " you have too many servers. Timeout after 30 seconds."],
+        ["    raise Exception(self._message.format(activity=activity))",
+         "Exception: Timed out waiting for tasks to start. Please check connectivity between servers. You may need to increase the --start-timeout parameter if you have too many servers."],
+    ):
+        d = diagnose_lines(lines, "h")
+        assert lead(d) == "HOROVOD-START-TIMEOUT", ids(d)
+        assert "tasks to start" in d.first.cause and "--network-interface" in d.first.fix
