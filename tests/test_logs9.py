@@ -179,3 +179,18 @@ def test_horovodruns_start_timeout_names_its_knob_and_the_connectivity() -> None
         d = diagnose_lines(lines, "h")
         assert lead(d) == "HOROVOD-START-TIMEOUT", ids(d)
         assert "tasks to start" in d.first.cause and "--network-interface" in d.first.fix
+
+
+def test_a_cuda_driver_library_of_another_version_than_the_kernel_driver() -> None:
+    """CUDA's error 803 as torch prints it (atorch#2, a container on a node whose driver
+    it does not match) and as Caffe's check prints it (nvidia-docker#1256): the driver
+    library and the kernel module differ, not a driver that is merely old."""
+    for line in (
+        "/opt/conda/lib/python3.8/site-packages/torch/cuda/__init__.py:138: UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 803: system has unsupported display driver / cuda driver combination (Triggered internally at ../c10/cuda/CUDAFunctions.cpp:108.)",
+        "CUDA: Check failed: e == cudaSuccess (803 vs. 0) : system has unsupported display driver / cuda driver combination",
+    ):
+        d = diagnose_lines([line], "c")
+        assert lead(d) == "CUDA-DRIVER-MISMATCH", ids(d)
+        assert "/proc/driver/nvidia/version" in d.first.fix
+    old = diagnose_lines(["RuntimeError: The NVIDIA driver on your system is too old (found version 10010)."], "o")
+    assert lead(old) == "CUDA-DRIVER-OLD"
