@@ -194,3 +194,26 @@ def test_a_cuda_driver_library_of_another_version_than_the_kernel_driver() -> No
         assert "/proc/driver/nvidia/version" in d.first.fix
     old = diagnose_lines(["RuntimeError: The NVIDIA driver on your system is too old (found version 10010)."], "o")
     assert lead(old) == "CUDA-DRIVER-OLD"
+
+
+# ------------------------------------------------------------------- DDP's own check
+
+
+def test_ddps_parameter_check_tells_zeros_received_from_a_different_model() -> None:
+    """DDP's _verify_params_across_processes (torch's reducer.cpp formats).  "inconsistent
+    0 params" means the first allgather delivered nothing: accelerate#3510's paste,
+    F5-TTS#1008's (solved by the NCCL/IB settings), pytorch#68735's A100 P2P.  A nonzero
+    count or a shape that differs is a model that really differs (the message as a real
+    run printed it: hidden size 64 on rank 0, 96 on rank 1)."""
+    for line in (
+        "[rank1]: RuntimeError: DDP expects same model across all ranks, but Rank 1 has 240 params, while rank 0 has inconsistent 0 params",
+        "**RuntimeError: DDP expects same model across all ranks, but Rank 2 has 363 params, while rank 0 has inconsistent 0 params.**",
+    ):
+        d = diagnose_lines([line], "z")
+        assert lead(d) == "DDP-VERIFY-ZEROS", ids(d)
+        assert "NCCL_P2P_DISABLE=1" in d.first.fix and "received 0 for rank 0" in d.first.cause
+    for line in (
+        "RuntimeError: [1]: params[0] in this process with sizes [96, 32] appears not to match sizes of the same param in process 0.",
+        "RuntimeError: DDP expects same model across all ranks, but Rank 1 has 70 params, while rank 0 has inconsistent 68 params.",
+    ):
+        assert lead(diagnose_lines([line], "m")) == "DDP-MODEL-DIFFERS", line
