@@ -27,7 +27,7 @@ from ddptui.lint import (
     rules_sync,
 )
 from ddptui.lint.flow import Flow
-from ddptui.lint.frameworks import quiet_alternative
+from ddptui.lint.frameworks import framework_called, quiet_alternative
 from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
 from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
 from ddptui.lint.script import Script
@@ -110,6 +110,8 @@ def _findings(script: Script) -> list[LintFinding]:
             continue
         if hit.node is not None and quiet_alternative(script, hit.node):
             continue  # a registered alternative that never runs distributed
+        if hit.id == "DDP-ALL-RANKS-IO" and hit.node and framework_called(script, hit.node):
+            continue  # a registered dataset's or model's method: the framework picks ranks
         f = kb_finding(
             hit.id,
             (),

@@ -9,8 +9,9 @@ import ast
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow
+from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
+from ddptui.lint.rules_setup import _touches_gpu
 from ddptui.lint.script import Script, const, kwarg, last
 
 # calls that act on the current CUDA device when given no device
@@ -72,4 +73,60 @@ def never_set_device(s: Script, f: Flow) -> Iterator[Hit]:
     )
 
 
-RULES: Final = (never_set_device,)
+def _on_current_gpu(f: Flow, c: ast.Call) -> bool:
+    """A collective that runs on the current GPU (not `new_group`, which allocates
+    nothing, nor a barrier told its device)."""
+    name = f.collective(c)
+    return bool(name) and name != "dist.new_group" and kwarg(c, "device_ids") is None
+
+
+def set_device_after_helper(s: Script, f: Flow) -> Iterator[Hit]:
+    """`setup()` starts the group and runs a collective (or a `.cuda()`); its caller picks
+    the GPU only after `setup()` returns: what setup ran landed on GPU 0 in every process
+    (the same-function case is rules_setup.init_before_set_device)."""
+    for init in (c for c in s.calls if last(s.call_name(c)) == "init_process_group"):
+        helper = s.scope_of(init)
+        if not isinstance(helper, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        own = [c for c in own_nodes(helper) if isinstance(c, ast.Call)]
+        if kwarg(init, "device_id") is not None or any(
+            last(s.call_name(c)) in _PICKERS for c in own
+        ):
+            continue
+        after = [
+            c
+            for c in own
+            if c.lineno > init.lineno and (_on_current_gpu(f, c) or _touches_gpu(s, c))
+        ]
+        for site in s.call_sites(helper):
+            caller = s.scope_of(site)
+            picks = [
+                c
+                for c in own_nodes(caller)
+                if isinstance(c, ast.Call)
+                and last(s.call_name(c)) in _PICKERS
+                and c.lineno > site.lineno
+            ]
+            earlier = [
+                c
+                for c in own_nodes(caller)
+                if isinstance(c, ast.Call)
+                and last(s.call_name(c)) in _PICKERS
+                and c.lineno < site.lineno
+            ]
+            if after and picks and not earlier:
+                yield Hit.at(
+                    "DDP-INIT-BEFORE-SET-DEVICE",
+                    init,
+                    (
+                        f"`{helper.name}()` starts NCCL and runs `{ast.unparse(after[0])[:50]}` "
+                        f"(line {after[0].lineno}); its caller picks the GPU only afterwards "
+                        f"(`{ast.unparse(picks[0])}`, line {picks[0].lineno}): on GPU 0 in "
+                        "every process"
+                    ),
+                    device=ast.unparse(picks[0].args[0]) if picks[0].args else "local_rank",
+                )
+                return
+
+
+RULES: Final = (never_set_device, set_device_after_helper)

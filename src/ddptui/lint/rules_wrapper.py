@@ -32,13 +32,19 @@ def wrapper_attr_passed(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def _wrapper_reads(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
-    """Each line that reads a model attribute on the wrapper (`generator.mapping(...)`
+    """Each statement that reads a model attribute on the wrapper (`generator.mapping(...)`
     in two branches, then `generator.synthesis(...)`: three places to unwrap)."""
-    said: set[tuple[str, str]] = set()
+    said: set[ast.AST] = set()
     for hit in _wrapper_read(s, f, fn):
-        key = (str(hit.facts.get("attr")), str(hit.line))
-        if key not in said:
-            said.add(key)
+        # once per statement: `package = {"version": model.version, "hidden_size": ...}`
+        # is one place to unwrap, however many attributes it reads
+        stmt = (
+            next((a for a in s.ancestors(hit.node) if isinstance(a, ast.stmt)), hit.node)
+            if hit.node is not None
+            else None
+        )
+        if stmt is not None and stmt not in said:
+            said.add(stmt)
             yield hit
 
 
