@@ -217,3 +217,16 @@ def test_ddps_parameter_check_tells_zeros_received_from_a_different_model() -> N
         "RuntimeError: DDP expects same model across all ranks, but Rank 1 has 70 params, while rank 0 has inconsistent 68 params.",
     ):
         assert lead(diagnose_lines([line], "m")) == "DDP-MODEL-DIFFERS", line
+
+
+def test_a_cpu_tensor_in_an_nccl_only_group_in_torch_2s_words() -> None:
+    """torch 2.x's ProcessGroup::getBackend refusal, as pasted from a verl/sglang run
+    (broadcast of a CPU tensor over an NCCL group): the older "Tensors must be CUDA and
+    dense" entry's cause.  Another accelerator's device type (npu, xpu) is not it."""
+    d = diagnose_lines([
+        '    work = group.broadcast([tensor], opts)',
+        "RuntimeError: No backend type associated with device type cpu",
+    ], "v")
+    assert lead(d) == "C10D-NCCL-CPU-TENSOR", ids(d)
+    npu = diagnose_lines(["RuntimeError: No backend type associated with device type npu"], "n")
+    assert "C10D-NCCL-CPU-TENSOR" not in ids(npu)
