@@ -230,3 +230,18 @@ def test_a_cpu_tensor_in_an_nccl_only_group_in_torch_2s_words() -> None:
     assert lead(d) == "C10D-NCCL-CPU-TENSOR", ids(d)
     npu = diagnose_lines(["RuntimeError: No backend type associated with device type npu"], "n")
     assert "C10D-NCCL-CPU-TENSOR" not in ids(npu)
+
+
+def test_horovods_shutdown_is_a_wrapper_the_first_exception_leads() -> None:
+    """horovod's shutdown message (horovod#534, horovod#2097 with mpirun's tag prefix):
+    alone it says the job stopped and what to read; with the rank's own failure before it
+    (a NCCL error, here NCCL's own CUDA line) that failure leads."""
+    alone = diagnose_lines([
+        "Fri Sep 25 16:52:53 2020[0]<stderr>:2020-09-25 16:52:53.640992: W tensorflow/core/framework/op_kernel.cc:1651] OP_REQUIRES failed at mpi_ops.cc:402 : Unknown: Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution. If the shutdown was caused by an exception, you should see the exception in the log before the first shutdown message.",
+    ], "a")
+    assert lead(alone) == "HOROVOD-SHUTDOWN", ids(alone)
+    first = diagnose_lines([
+        "node1:2345:2400 [0] misc/cudawrap.cc:182 NCCL WARN Cuda failure 'CUDA driver version is insufficient for CUDA runtime version'",
+        "AbortedError (see above for traceback): Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution. If the shutdown was caused by an exception, you should see the exception in the log before the first shutdown message.",
+    ], "f")
+    assert lead(first) == "CUDA-DRIVER-OLD", ids(first)
