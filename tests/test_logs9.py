@@ -97,6 +97,10 @@ def test_a_stack_through_main_process_first_names_the_main_processs_work() -> No
              "node1:2345:2400 [0] socket.cc:619 NCCL WARN socketPollConnect: connect to 10.0.0.2<43517> returned Connection refused, exceeded error retry count after 34 attempts"]
     other = diagnose_lines(lines, "x")
     assert lead(other) != "LOGS-MAIN-FIRST-WAIT", ids(other)
+    # the main process's own exception inside the block (no signature knows it) leads
+    own = diagnose_lines([*CORPUS["h-timeout-transformers-17106"].lines[:6],
+                          "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.json'"], "e")
+    assert lead(own) == "LOGS-UNRECOGNIZED" and "FileNotFoundError" in own.first.cause, ids(own)
     for frame in ('    with training_args.main_process_first(local=False, desc="grouping texts"):',
                   "    with accelerator.local_main_process_first():"):
         assert "LOGS-MAIN-FIRST-WAIT" in ids(diagnose_lines([frame, *CORPUS["h-timeout-transformers-17106"].lines[-8:]], "f"))
