@@ -150,7 +150,7 @@ def test_nccl_invalid_usage_inside_barrier_is_the_guessed_device() -> None:
     fails on a connection (no invalid usage) is not this."""
     d = excerpt("g-device-barrier-guess-lightning-8139")
     assert lead(d) == "ENV-GUESS-DEVICE", ids(d)
-    assert "inside barrier()" in d.first.summary
+    assert "inside barrier()" in d.first.summary and "device_ids=[local_rank]" in d.first.fix
     dup = excerpt("d-dupgpu-megatron-nodes-nccl-1241")
     assert lead(dup) == "ENV-DUPGPU" and "ENV-GUESS-DEVICE" not in ids(dup)
     lines = [
