@@ -252,3 +252,15 @@ def test_horovods_shutdown_is_a_wrapper_the_first_exception_leads() -> None:
         "AbortedError (see above for traceback): Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution. If the shutdown was caused by an exception, you should see the exception in the log before the first shutdown message.",
     ], "f")
     assert lead(first) == "CUDA-DRIVER-OLD", ids(first)
+
+
+def test_invalid_device_function_is_code_not_built_for_the_gpu() -> None:
+    """CUDA error 98 (8 before CUDA 10.1), "invalid device function": the kernel has no
+    code for this GPU's architecture.  NCCL's "Cuda failure '%s'" format filled with it
+    (the WARN nccl#932's title quotes: NCCL under horovod on GTX 1080 Ti) and relion#149's
+    pasted line (a build for another sm_XX): CUDA-NO-KERNEL's cause in CUDA's other words."""
+    for line in (
+        "node1:1234:1300 [0] enqueue.cc:215 NCCL WARN Cuda failure 'invalid device function'",
+        "KERNEL_ERROR: invalid device function in /sw/relion/2.0beta-git/src/gpu_utils/cuda_ml_optimiser.cu at line 273 (error-code 8)",
+    ):
+        assert lead(diagnose_lines([line], "k")) == "CUDA-NO-KERNEL", line
