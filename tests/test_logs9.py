@@ -264,3 +264,13 @@ def test_invalid_device_function_is_code_not_built_for_the_gpu() -> None:
         "KERNEL_ERROR: invalid device function in /sw/relion/2.0beta-git/src/gpu_utils/cuda_ml_optimiser.cu at line 273 (error-code 8)",
     ):
         assert lead(diagnose_lines([line], "k")) == "CUDA-NO-KERNEL", line
+
+
+def test_ptx_from_a_newer_toolchain_than_the_driver_is_the_old_driver() -> None:
+    """CUDA error 222 (the driver cannot JIT PTX from a newer CUDA): cuda_memtest#31's
+    line (CUDA 11.3 build, 460 driver) and chatglm.cpp#12's (solved by a driver upgrade)."""
+    for line in (
+        "[05/23/2021 18:30:06][computer][0]:ERROR: CUDA error: the provided PTX was compiled with an unsupported toolchain., line 148, file /var/tmp/pamac-build-user/cuda_memtest/src/cuda_memtest/cuda_memtest.cu",
+        "CUDA error 222 at xxxxxx/chatglm.cpp/third_party/ggml/src/ggml-cuda.cu:1835: the provided PTX was compiled with an unsupported toolchain.",
+    ):
+        assert lead(diagnose_lines([line], "p")) == "CUDA-DRIVER-OLD", line
