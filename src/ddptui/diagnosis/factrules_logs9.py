@@ -10,7 +10,7 @@ from ddptui.diagnosis.factcontext import Context, Hit
 from ddptui.diagnosis.factrules_logs7 import LONE_MIN_TIMEOUT_MS
 
 # torch's defaults: 30 minutes for a process group (constants.default_pg_timeout), 10
-# minutes for NCCL's in releases since 2.2 (default_pg_nccl_timeout); HF's ddp_timeout and
+# minutes for NCCL's in recent releases (default_pg_nccl_timeout); HF's ddp_timeout and
 # DeepSpeed follow the 30 minutes.  A stated timeout under this was set by someone (a
 # script's timeout=timedelta(seconds=60), horovod's 30 s Gloo timeout), and legitimate work
 # on one rank (validation, a checkpoint, a first step that compiles) outlasts it.
