@@ -17,8 +17,10 @@ from ddptui.lint import (
     rules_frameworks,
     rules_io,
     rules_lint6,
+    rules_lint7,
     rules_loader_lint6,
     rules_model,
+    rules_notapplied,
     rules_project,
     rules_reach,
     rules_seed,
@@ -51,6 +53,8 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_lint6.RULES,
     *rules_loader_lint6.RULES,
     *rules_branch_lint6.RULES,
+    *rules_lint7.RULES,
+    *rules_notapplied.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
@@ -81,6 +85,7 @@ RULE_IDS: Final = (
     "DDP-SAMPLER-SEED",
     "DDP-SYNCBN-AFTER-OPTIMIZER",
     "DDP-FORWARD-BYPASS",
+    "DDP-NOT-APPLIED",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")

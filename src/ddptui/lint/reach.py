@@ -167,3 +167,22 @@ def static_or_class(fn: FuncNode) -> bool:
         isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
         for d in fn.decorator_list
     )
+
+
+def setattr_stores(calls: list[ast.Call], call: ast.Call) -> list[ast.expr]:
+    """For `getattr(self, "net" + name)`: the values `setattr(self, "net" + name, v)` calls
+    store under the same key expression (joligen's networks are wrapped in DDP that way)."""
+    if not (isinstance(call.func, ast.Name) and call.func.id == "getattr" and len(call.args) > 1):
+        return []
+    if ast.unparse(call.args[0]) != "self":
+        return []
+    key = ast.unparse(call.args[1])
+    return [
+        c.args[2]
+        for c in calls
+        if isinstance(c.func, ast.Name)
+        and c.func.id == "setattr"
+        and len(c.args) == 3
+        and ast.unparse(c.args[0]) == "self"
+        and ast.unparse(c.args[1]) == key
+    ]

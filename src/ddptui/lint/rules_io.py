@@ -288,7 +288,10 @@ def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | No
         ):
             return None
         return "torch.save", path
-    if name == "SummaryWriter":
+    if name == "SummaryWriter" or (
+        # `importlib.import_module(module).SummaryWriter(log_dir)` (palette's VisualWriter)
+        isinstance(c.func, ast.Attribute) and c.func.attr == "SummaryWriter"
+    ):
         return "SummaryWriter", _path(c, 0, "log_dir", "logdir")
     if qn == "wandb.init":
         return "wandb.init", None
@@ -347,6 +350,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
     seen: dict[tuple[str, str], list[int]] = {}  # one finding per file and writer
+    owned: set[ast.AST] = set()
     for c in s.calls:
         found = _writer(s, f, c)
         if found is None or not _referenced(s, c):
@@ -360,10 +364,17 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             continue  # `tmp_<uuid4>` then an atomic os.replace: no two writers share it
         if f.guarded(c):
             continue
-        at = s.entry_anchor(c)  # a helper of another file: said at the entry's call
-        if at is c and path is not None and last(s.call_name(c)) in _MEDIA_WRITERS:
+        # a helper of another file: said at the entry's call; a writer a project class
+        # builds into `self.x` in `__init__` (a logger class): said there, its fix is there
+        anchor = s.entry_anchor(c)
+        at = c if _class_owned(s, c) else anchor
+        if at is c and anchor is not c:  # once per entry line, as when said there
+            if anchor in owned:
+                continue
+            owned.add(anchor)
+        if anchor is c and path is not None and last(s.call_name(c)) in _MEDIA_WRITERS:
             at = path  # `make_video(frames, ...,\n  video_dir + "/update_" + ...)`: the path
-        lines = seen.setdefault((s.path_of(at), what), [])
+        lines = seen.setdefault((s.path_of(anchor), what), [])
         lines.append(at.lineno if isinstance(at, ast.stmt | ast.expr) else 0)
         if len(lines) > 1:
             continue
@@ -377,6 +388,19 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             ),
             what=what,
         )
+
+
+def _class_owned(s: Script, c: ast.Call) -> bool:
+    """`self.writer = SummaryWriter(...)` in a class's `__init__`."""
+    fn = s.scope_of(c)
+    if not (isinstance(fn, ast.FunctionDef) and fn.name == "__init__" and s.class_of(c)):
+        return False
+    stmt = next((a for a in s.ancestors(c) if isinstance(a, ast.stmt)), None)
+    return (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and ast.unparse(stmt.targets[0]).startswith("self.")
+    )
 
 
 _UNIQUE: Final = frozenset({"uuid4", "uuid1", "getpid", "mkstemp", "mkdtemp", "NamedTemporaryFile"})

@@ -252,12 +252,13 @@ def _forward_like(s: Script, f: Flow, c: ast.Call, receiver: str) -> bool:
 def _forward_before(
     s: Script, f: Flow, scope: ast.AST, before: int, receiver: str
 ) -> ast.Call | None:
+    found = None  # the last forward before the `with` (not the wrap itself)
     for c in calls_in(getattr(scope, "body", [])):
         if c.lineno >= before:
             break
-        if _forward_like(s, f, c, receiver):
-            return c
-    return None
+        if c not in f.wrapper_calls and _forward_like(s, f, c, receiver):
+            found = c
+    return found
 
 
 def no_sync_scope(s: Script, f: Flow) -> Iterator[Hit]:

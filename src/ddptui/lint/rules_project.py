@@ -466,9 +466,11 @@ def wrapper_attr(s: Script, f: Flow) -> Iterator[Hit]:
             and n.lineno > assign.lineno
         ]
         end = min(rebound, default=10**9)
+        said: set[str] = set()  # each attribute once: each is a place to unwrap
         for n in ast.walk(scope):
             if (
                 isinstance(n, ast.Attribute)
+                and n.attr not in said
                 and isinstance(n.ctx, ast.Load)
                 and ast.unparse(n.value) == name
                 and assign.lineno < n.lineno < end
@@ -487,7 +489,7 @@ def wrapper_attr(s: Script, f: Flow) -> Iterator[Hit]:
                     model=name,
                     attr=n.attr,
                 )
-                break
+                said.add(n.attr)
 
 
 def _checks_wrapper(s: Script, node: ast.AST) -> bool:

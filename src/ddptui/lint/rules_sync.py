@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.branches import branch_colls as _branch_colls
+from ddptui.lint.branches import dead_nest as _dead_nest
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
@@ -132,7 +134,7 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
         if guard is None or kwarg(call, "group") is not None:
             continue
         what = f.call_sync(call)
-        if what:
+        if what and not _dead_nest(s, call):
             found.append((call, guard, what))
     for call, guard, what in found:
         if _paired(s, call, guard, what, found):
@@ -214,11 +216,15 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     if kind == "continue"
                     else f"leaves the loop (line {loop.lineno})"
                 )
+                # a collective only this branch runs is where the ranks part (a skip
+                # flag all_reduced by the ranks that skip): said there
+                coll = next(iter(_branch_colls(f, node, exit_)), None) if inner is node else None
                 yield Hit.at(
                     "DDP-RANK-DIVERGENCE",
-                    exit_,
+                    coll or exit_,
                     (
-                        f"`{kind}` under `{ast.unparse(node.test)}` ({why}) {effect} on some "
+                        (f"`{ast.unparse(coll.func)}` and " if coll else "")
+                        + f"`{kind}` under `{ast.unparse(node.test)}` ({why}) {effect} on some "
                         f"ranks, while the others wait in {skipped}"
                     ),
                     condition=ast.unparse(node.test),
@@ -394,7 +400,9 @@ def no_sync(s: Script, f: Flow) -> Iterator[Hit]:
                     f"`{ast.unparse(backward)}` all-reduces gradients on every micro-batch, but "
                     f"the optimizer steps only every few (line {step.lineno})"
                 ),
-                model=ast.unparse(f.torch_ddp_calls[0].args[0]) if f.torch_ddp_calls[0].args else "model",
+                model=ast.unparse(f.torch_ddp_calls[0].args[0])
+                if f.torch_ddp_calls[0].args
+                else "model",
             )
             return
 

@@ -14,7 +14,7 @@ from ddptui.lint.callers import dead_for_callers
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper
-from ddptui.lint.script import Script
+from ddptui.lint.script import Pick, Script
 
 # --- 2. an attribute of the model read on the wrapper, in a helper it is passed to ----
 
@@ -50,6 +50,7 @@ def _wrapper_reads(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
 
 def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
     params = {a.arg for a in fn.args.args + fn.args.kwonlyargs} - {"self", "cls"}
+    unpacked = _unpacked_params(s, fn, params)
     reads = sorted(
         (
             n
@@ -57,7 +58,7 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
             if isinstance(n, ast.Attribute)
             and isinstance(n.ctx, ast.Load)
             and isinstance(n.value, ast.Name)
-            and n.value.id in params
+            and (n.value.id in params or n.value.id in unpacked)
             and not n.attr.startswith("_")
             and n.attr not in _WRAPPER_API
         ),
@@ -68,10 +69,11 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
         name = n.value.id if isinstance(n.value, ast.Name) else ""
         if name not in checked:
             checked[name] = (
-                not s.assigned(fn, name)
+                any(_ddp_before(s, f, v) for v in unpacked[name])
+                if name in unpacked
+                else not s.assigned(fn, name)
                 and any(_ddp_before(s, f, a) for a in s.param_args(fn, name))
-                and not _tells_wrapper(fn, name)
-            )
+            ) and not _tells_wrapper(fn, name)
         if checked[name] and not (
             _checks_wrapper(s, n) or _mode_branch(s, n) or dead_for_callers(s, fn, n)
         ):
@@ -87,6 +89,24 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
             )
 
 
+def _unpacked_params(s: Script, fn: ast.FunctionDef, params: set[str]) -> dict[str, list[Pick]]:
+    """Names given only by unpacking a parameter (`net_g, net_d = nets`)."""
+    out: dict[str, list[Pick]] = {}
+    for n in own_nodes(fn):
+        if not (isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)):
+            continue
+        if n.value.id not in params or len(n.targets) != 1:
+            continue
+        tgt = n.targets[0]
+        if isinstance(tgt, ast.Tuple | ast.List):
+            for elt in tgt.elts:
+                if isinstance(elt, ast.Name) and elt.id not in params:
+                    values = s.assigned(fn, elt.id)
+                    if values and all(isinstance(v, Pick) for v in values):
+                        out[elt.id] = [v for v in values if isinstance(v, Pick)]
+    return out
+
+
 _MODE_WORDS: Final = re.compile(
     r"module|isinstance|hasattr|parallel|distributed|ddp|deepspeed|fsdp|engine|world|dist\b"
     r"|use_|multi_gpu|num_gpus|n_gpu|accelerat",
@@ -97,15 +117,21 @@ _MODE_WORDS: Final = re.compile(
 def _mode_branch(s: Script, node: ast.AST) -> bool:
     """Under a test of the run's mode (`if self.use_deepspeed:`): the value there may be
     another engine than the DDP wrapper."""
+    child = node
     for a in s.ancestors(node):
-        if isinstance(a, ast.If | ast.IfExp) and _MODE_WORDS.search(ast.unparse(a.test)):
+        if (
+            isinstance(a, ast.If | ast.IfExp)
+            and a.test is not child  # the test itself is read whatever the mode
+            and _MODE_WORDS.search(ast.unparse(a.test))
+        ):
             return True
+        child = a
         if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
             return False
     return False
 
 
-def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:
+def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:  # noqa: PLR0911
     """The value holds the DDP wrapper where it is used: for a name, one of the values
     it was given ABOVE this line (`model_without_ddp = model` before `model = DDP(model)`
     is the plain model), followed through names and parameters (bounded)."""
@@ -113,6 +139,8 @@ def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:
         return False
     if isinstance(expr, ast.Attribute) and expr.attr == "module":
         return False
+    if isinstance(expr, Pick):
+        return _pick_ddp(s, f, expr, depth)
     if not isinstance(expr, ast.Name):
         return f.is_ddp_value(expr)
     scope = s.scope_of(expr)
@@ -123,9 +151,23 @@ def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:
         return any(_ddp_before(s, f, a, depth + 1) for a in s.param_args(scope, expr.id))
     return any(
         (isinstance(v, ast.Call) and v in f.ddp_calls)
-        or (isinstance(v, ast.Name) and _ddp_before(s, f, v, depth + 1))
+        or (isinstance(v, ast.Name | Pick) and _ddp_before(s, f, v, depth + 1))
         or (isinstance(v, ast.Call) and v not in f.ddp_calls and s.callees(v) and f.is_ddp_value(v))
         for v in values
+    )
+
+
+def _pick_ddp(s: Script, f: Flow, expr: Pick, depth: int) -> bool:
+    """`net_g, net_d = nets` with `nets` a parameter its callers give `[net_g, net_d]`."""
+    if not isinstance(expr.value, ast.Name):
+        return False
+    home = s.scope_of(expr.value)
+    if not isinstance(home, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    return any(
+        _ddp_before(s, f, a.elts[expr.index], depth + 1)
+        for a in s.param_args(home, expr.value.id)
+        if isinstance(a, ast.List | ast.Tuple) and len(a.elts) > expr.index
     )
 
 
@@ -197,10 +239,10 @@ def _class_tells_wrapper(cls: ast.ClassDef, held: str) -> bool:
 
 def _tells_wrapper(fn: ast.FunctionDef, name: str) -> bool:
     """The function looks at the wrapper itself (`hasattr(model, "module")`,
-    `isinstance(model, DDP)`, `model.module`): it knows what it holds."""
+    `isinstance(model, DDP)`): it knows what it holds. A plain `model.module.x` read does
+    not count: it says the value is the wrapper, and `model.y` beside it is the pitfall
+    (vits2_pytorch bb36fc6: `net_g.use_noise_scaled_mas` next to `net_g.module....`)."""
     for n in ast.walk(fn):
-        if isinstance(n, ast.Attribute) and n.attr == "module" and ast.unparse(n.value) == name:
-            return True
         if (
             isinstance(n, ast.Call)
             and ident(n.func) in ("hasattr", "isinstance", "getattr")

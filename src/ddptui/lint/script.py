@@ -376,7 +376,8 @@ class Script:
             f = expr.func
             if isinstance(f, ast.Attribute) and f.attr in SELF_RETURNING:
                 return [expr, *self.origins(f.value, depth + 1, params=params)]
-            out = [expr]
+            stored = R.setattr_stores(self.calls, expr)  # getattr(self, k) <- setattr(self, k, v)
+            out = [expr, *(o for v in stored for o in self.origins(v, depth + 1, params=params))]
             for func in self.callees(expr):
                 for ret in ast.walk(func):
                     if (
@@ -582,8 +583,7 @@ def kwarg(call: ast.Call, name: str, position: int | None = None) -> ast.expr | 
 
 
 def const(expr: ast.expr | None) -> object:
-    """A literal's value (`-1` included: a minus sign and a number); `...` (Ellipsis)
-    when it is not a literal."""
+    """A literal's value (`-1` included); `...` (Ellipsis) when it is not a literal."""
     if (
         isinstance(expr, ast.UnaryOp)
         and isinstance(expr.op, ast.USub)

@@ -1,0 +1,213 @@
+"""DDP-NOT-APPLIED: a DistributedDataParallel wrap whose result nothing uses (stored
+under a name no code reads: PICK-pytorch 5799a11 `self.mode = DDP(self.model)`), or
+that sits under a test that is never true (SparK 85d96dd `if dist.initialized() > 1:`:
+a bool compared with 1)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddptui.lint.flow import Flow
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script, last
+
+_BOOL_CALLS = frozenset(
+    {"is_initialized", "is_available", "isinstance", "hasattr", "callable", "exists", "is_file",
+     "is_dir", "is_nccl_available", "is_torchelastic_launched", "startswith", "endswith"}
+)  # fmt: skip
+
+
+def _stmt_of(s: Script, node: ast.AST) -> ast.stmt | None:
+    for a in s.ancestors(node):
+        if isinstance(a, ast.stmt):
+            return a
+    return None
+
+
+_CONFIG_NAMES = frozenset({"args", "opt", "opts", "cfg", "config", "hparams", "hp", "params"})
+
+
+def _family(s: Script, cls: ast.ClassDef) -> set[str]:
+    """Names of `cls`, its project base classes and the project classes derived from it."""
+    names = {cls.name}
+    todo = [cls]
+    while todo:
+        c = todo.pop()
+        for b in c.bases:
+            base = s.class_named(b)
+            if base is not None and base.name not in names:
+                names.add(base.name)
+                todo.append(base)
+    classes = [n for m in s.modules for n in ast.walk(m.tree) if isinstance(n, ast.ClassDef)]
+    for _ in range(3):
+        for c in classes:
+            if c.name not in names and any(last(ast.unparse(b)) in names for b in c.bases):
+                names.add(c.name)
+    return names
+
+
+def _attr_read(s: Script, name: str, family: set[str]) -> bool:
+    """`self.name` read in a class of `family`, `obj.name` read on anything but `self`
+    or a config object, or `getattr(x, "name")`, anywhere in the modules the entry
+    reaches (whole files)."""
+    for m in s.modules:
+        for n in ast.walk(m.tree):
+            if (
+                isinstance(n, ast.Call)
+                and last(ast.unparse(n.func)) in {"getattr", "hasattr"}
+                and any(isinstance(a, ast.Constant) and a.value == name for a in n.args)
+            ):
+                return True
+            if not (isinstance(n, ast.Attribute) and n.attr == name):
+                continue
+            if isinstance(n.ctx, ast.Store | ast.Del):
+                continue
+            owner = n.value.id if isinstance(n.value, ast.Name) else None
+            if owner == "self":
+                cls = s.class_of(n)
+                if cls is None or cls.name in family:
+                    return True
+            elif owner not in _CONFIG_NAMES:
+                return True
+    return False
+
+
+def _unused_wrap(s: Script, f: Flow) -> Iterator[Hit]:
+    for c in f.torch_ddp_calls:
+        st = _stmt_of(s, c)
+        if not isinstance(st, ast.Assign) or st.value is not c or len(st.targets) != 1:
+            continue
+        tgt = st.targets[0]
+        if isinstance(tgt, ast.Name):
+            yield from _unused_local(s, st, tgt, c)
+            continue
+        if not (isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name)):
+            continue
+        inner = c.args[0] if c.args else None
+        if not (isinstance(inner, ast.Attribute) and inner.attr != tgt.attr):
+            continue
+        cls = s.class_of(st)
+        if tgt.value.id != "self" or cls is None or _attr_read(s, tgt.attr, _family(s, cls)):
+            continue
+        yield Hit.at(
+            "DDP-NOT-APPLIED",
+            st,
+            (
+                f"`{ast.unparse(tgt)}` receives the DDP wrapper of `{ast.unparse(inner)}` but "
+                f"no code reads `.{tgt.attr}`: training uses the unwrapped "
+                f"`{ast.unparse(inner)}`"
+            ),
+            why=(
+                f"The wrapper is stored in `{ast.unparse(tgt)}`, which nothing reads, while "
+                f"the code keeps using `{ast.unparse(inner)}` (the bare model)."
+            ),
+        )
+
+
+def _unused_local(s: Script, st: ast.Assign, tgt: ast.Name, c: ast.Call) -> Iterator[Hit]:
+    """`ddp_model = DDP(model)` in a function that never reads `ddp_model` again."""
+    fn = s.scope_of(st)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or not c.args:
+        return
+    if tgt.id.startswith("_"):
+        return  # `_ = DDP(model)`: kept for the broadcast of rank 0's weights, on purpose
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Global | ast.Nonlocal) and tgt.id in n.names:
+            return
+        if isinstance(n, ast.Name) and n.id == tgt.id and not isinstance(n.ctx, ast.Store):
+            return
+        if isinstance(n, ast.Call) and ast.unparse(n.func) in {"locals", "vars"}:
+            return
+    inner = ast.unparse(c.args[0])
+    yield Hit.at(
+        "DDP-NOT-APPLIED",
+        st,
+        f"`{tgt.id}` receives the DDP wrapper of `{inner}` and is never read again: "
+        f"training uses the unwrapped `{inner}`",
+        why=f"The wrapper is stored in `{tgt.id}`, which nothing reads, while the code keeps "
+        f"using `{inner}` (the bare model).",
+    )
+
+
+def _bool_valued(s: Script, expr: ast.expr, depth: int = 0) -> bool:  # noqa: PLR0911
+    if depth > 2:
+        return False
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, bool)
+    if isinstance(expr, ast.Compare):
+        return True
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        return True
+    if isinstance(expr, ast.BoolOp):
+        return all(_bool_valued(s, v, depth + 1) for v in expr.values)
+    if isinstance(expr, ast.Name):
+        mod = s.module_of(expr).tree
+        values = [
+            n.value
+            for n in ast.walk(mod)
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == expr.id for t in n.targets)
+        ]
+        return bool(values) and all(_bool_valued(s, v, depth + 1) for v in values)
+    if isinstance(expr, ast.Call):
+        if last(s.call_name(expr)) in _BOOL_CALLS:
+            return True
+        fns = s.callees(expr)
+        rets = [
+            r.value
+            for fn in fns
+            for r in ast.walk(fn)
+            if isinstance(r, ast.Return) and r.value is not None
+        ]
+        return bool(fns) and bool(rets) and all(_bool_valued(s, v, depth + 1) for v in rets)
+    return False
+
+
+def _never_true(s: Script, test: ast.expr) -> bool:
+    """`flag > 1`, `flag >= 2`, `flag == 2` where `flag` can only be a bool."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    right = test.comparators[0]
+    if not (isinstance(right, ast.Constant) and type(right.value) is int):
+        return False
+    op, n = test.ops[0], right.value
+    if not (
+        (isinstance(op, ast.Gt) and n >= 1)
+        or (isinstance(op, ast.GtE) and n >= 2)
+        or (isinstance(op, ast.Eq) and n >= 2)
+    ):
+        return False
+    return _bool_valued(s, test.left)
+
+
+def _dead_branch(s: Script, f: Flow) -> Iterator[Hit]:
+    seen: set[ast.If] = set()
+    for c in f.wrapper_calls:
+        for a in s.ancestors(c):
+            if isinstance(a, ast.If) and a not in seen and _never_true(s, a.test):
+                if not any(c is n for st in a.body for n in ast.walk(st)):
+                    continue
+                seen.add(a)
+                yield Hit.at(
+                    "DDP-NOT-APPLIED",
+                    a,
+                    (
+                        f"`if {ast.unparse(a.test)}:` is never true (`{ast.unparse(a.test.left)}`"  # type: ignore[attr-defined]
+                        f" is a bool), so `{ast.unparse(c.func)}` (line {c.lineno}) never runs"
+                    ),
+                    why=(
+                        f"`{ast.unparse(a.test)}` compares a bool with a number it can never "
+                        "exceed, so the branch that wraps the model never runs."
+                    ),
+                )
+            if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+                break
+
+
+def ddp_not_applied(s: Script, f: Flow) -> Iterator[Hit]:
+    yield from _unused_wrap(s, f)
+    yield from _dead_branch(s, f)
+
+
+RULES = (ddp_not_applied,)
