@@ -63,8 +63,15 @@ CORPUS = load_corpus()
 # Round logs8 (Slurm's, runc's, horovodrun's, ssh's and NCCL's own formats; a SIGKILL while
 # loading): 197 right (74 %), 26 wrong (9.8 %; two of them [NEW] labels a logs8 id names),
 # 26 unrecognized, 16 called clean.
-RIGHT_CAUSE_FLOOR = 0.74
-WRONG_CAUSE_CEILING = 0.10
+# Round logs9 (horovod's and Ray's own messages, NCCL's config marker, dma-buf
+# registration, main_process_first, NCCL's invalid usage inside barrier()): 195 right,
+# 31 wrong, 21 unrecognized, 18 called clean.  Of the 31 wrong, 24 are [NEW] labels (kept
+# as collected), 4 more than before because a logs9 id now names them: the wrong answers
+# on excerpts labelled with an id fell from 8 to 7, held below on their own.
+# logs8 and logs9 merged: 200 right (75.5 %), 29 wrong, 22 unrecognized, 14 called clean.
+RIGHT_CAUSE_FLOOR = 0.754
+WRONG_CAUSE_CEILING = 0.11
+WRONG_LABELLED_CEILING = 4
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
 # with the host replaced by "<container id>", nccl#697's NET/Socket device list as the
@@ -83,7 +90,11 @@ WRONG_CAUSE_CEILING = 0.10
 # Round 5 F (not tuned on) added 8; round logs8 took 3 back (sglang#1427: sockets on ib0
 # after NCCL failed to open IB verbs; verl#548: srun's step creation with the job id
 # redacted; meta-pytorch/data#1142: traceback frames without their exception).
-CALLED_CLEAN_CEILING = 16
+# Round 5 F (not tuned on) added 8.
+# Round logs9 took 2 back (horovod#100: horovod's stall inspector; horovod#108: NCCL's own
+# error string "unhandled cuda error" inside a wrapper is a failure line).
+# Both merged: 14.
+CALLED_CLEAN_CEILING = 14
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"
@@ -133,6 +144,8 @@ def test_right_cause_rate(capsys: pytest.CaptureFixture[str]) -> None:
                 print(f"  {v.outcome:12} {e.id}: got {v.got}, want {'|'.join(e.expected)}")
     assert f["recall"] >= RIGHT_CAUSE_FLOOR
     assert f["wrong"] / f["failing"] <= WRONG_CAUSE_CEILING
+    labelled_wrong = [v for v in verdicts if v.outcome == "wrong" and "NEW" not in v.excerpt.expected]
+    assert len(labelled_wrong) <= WRONG_LABELLED_CEILING, [v.excerpt.id for v in labelled_wrong]
     assert f["called-clean"] <= CALLED_CLEAN_CEILING
     assert f["false-alarm"] == 0
 

@@ -41,6 +41,7 @@ from ddptui.diagnosis.factrules_logs7 import (
     nccl_predates_gpu,
 )
 from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_loading
+from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -52,6 +53,7 @@ FACTS: Final = frozenset({"nccl_version", "world_size", "network", "net_plugin"}
 HINTS: Final = frozenset(
     {"sigbus", "system_error", "container", "shm", "nccl"}
     | {"ib_unusable", "socket_ipoib", "sigkill", "loading"}  # logs8
+    | {"barrier", "invalid_usage"}  # logs9
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -479,6 +481,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "name_elsewhere": name_elsewhere,
     "ib_verbs_unusable": ib_verbs_unusable,
     "sigkill_while_loading": sigkill_while_loading,
+    "timeout_short": timeout_short,
+    "barrier_device_guess": barrier_device_guess,
 }
 
 

@@ -87,6 +87,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "NET/IB : No device",
     "Loading checkpoint",
     "Initializing ",
+    # logs9: torch's barrier() in a traceback (factrules.yaml hints.barrier)
+    "_pg.barrier(",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -9,6 +9,7 @@ factrules.yaml; a fact finding that explains the leading finding (ranking.yaml) 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -83,6 +84,10 @@ class Diagnoser(Protocol):
     def lone(self) -> bool: ...
 
 MAX_KEYS: Final = 1024
+# logs9: a rank's own Python exception (its last traceback line) that no signature knows: it
+# outranks a consequence line (a secondary signature) even when that line came first (a
+# frame of the traceback, a launcher's report printed earlier)
+OWN_EXCEPTION: Final = re.compile(r"(?:^|[\]>|:]\s?)\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:: .*|\s*$)")
 SHOWN: Final = 8
 
 
@@ -206,6 +211,7 @@ def conclude(
         first is None
         or first.severity != "error"
         or (root_secondary and root_order is not None and hard[0].order < root_order)
+        or (root_secondary and any(OWN_EXCEPTION.search(h.text) for h in hard))
     ):
         unknown = unrecognized(hard, d.unknown.count, True)
     elif soft and not hard and first is None:
