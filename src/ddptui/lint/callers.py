@@ -83,22 +83,71 @@ def _all_pass_objects(s: Script, fn: FuncNode, param: str) -> bool:
 def moved_with_owner(s: Script, c: ast.Call, moved: Callable[[ast.Call], bool]) -> bool:
     """`self.x = Loss(...)` in a class the project builds and moves as a whole (its
     submodules go with it), or in a class it never builds by name (a registry or a
-    config builds it: nothing says it stays on the CPU). `moved(call)` says whether one
-    construction is moved."""
-    parent = s.parents.get(c)
-    if not (
-        isinstance(parent, ast.Assign)
-        and len(parent.targets) == 1
-        and isinstance(parent.targets[0], ast.Attribute)
-        and isinstance(parent.targets[0].value, ast.Name)
-        and parent.targets[0].value.id == "self"
-    ):
+    config builds it: nothing says it stays on the CPU). A loss held in a module
+    container of the class counts too (`self.losses += [Loss()]`, `.append(Loss())` on
+    an `nn.ModuleList`). `moved(call)` says whether one construction is moved."""
+    if not _held_by_self(s, c):
         return False
     cls = s.class_of(c)
     if cls is None:
         return False
     built = [k for k in s.calls if s.class_named(k.func) is cls]
     return not built or any(moved(k) for k in built)
+
+
+_CONTAINERS: Final = ("ModuleList", "ModuleDict", "Sequential")
+
+
+def _self_attr(e: ast.expr) -> str | None:
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        return e.attr
+    return None
+
+
+def _held_by_self(s: Script, c: ast.Call) -> bool:
+    """The value of `c` becomes a submodule of `self`: assigned to `self.x`, or put in a
+    torch module container that `self.x` holds (denoiser's MultiResolutionSTFTLoss keeps
+    its STFTLoss modules in `self.stft_losses = torch.nn.ModuleList()`)."""
+    node: ast.AST = c
+    boxed = False  # inside `nn.ModuleList(...)` and the like
+    parent = s.parents.get(node)
+    while isinstance(parent, ast.List | ast.Tuple | ast.ListComp | ast.GeneratorExp | ast.Call):
+        if isinstance(parent, ast.Call):
+            fn = parent.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            held = _self_attr(fn.value) if isinstance(fn, ast.Attribute) else None
+            if name in ("append", "extend", "insert", "add_module") and held is not None:
+                return _holds_container(s, c, held)
+            if name in ("add_module", "register_module") and isinstance(fn, ast.Attribute):
+                return isinstance(fn.value, ast.Name) and fn.value.id == "self"
+            if name not in _CONTAINERS:
+                return False
+            boxed = True
+        node, parent = parent, s.parents.get(parent)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        attr = _self_attr(parent.targets[0])
+        return attr is not None and (node is c or boxed)
+    if isinstance(parent, ast.AugAssign) and node is not c:
+        attr = _self_attr(parent.target)
+        return attr is not None and _holds_container(s, c, attr)
+    return False
+
+
+def _holds_container(s: Script, c: ast.Call, attr: str) -> bool:
+    """`self.<attr>` is assigned a torch module container in the class of `c`."""
+    cls = s.class_of(c)
+    return cls is not None and any(
+        isinstance(n, ast.Assign)
+        and any(_self_attr(t) == attr for t in n.targets)
+        and isinstance(n.value, ast.Call)
+        and (
+            n.value.func.attr
+            if isinstance(n.value.func, ast.Attribute)
+            else getattr(n.value.func, "id", "")
+        )
+        in _CONTAINERS
+        for n in ast.walk(cls)
+    )
 
 
 def local_predicate(

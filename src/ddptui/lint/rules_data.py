@@ -353,6 +353,7 @@ def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
                 shard = sharded(s, f, data) if data is not None else None
                 if (
                     shard is None
+                    or _sampler_alternative(s, shard)
                     or _has(o, "sampler", 3)
                     or const(kwarg(o, "drop_last", 8)) is True
                 ):
@@ -362,9 +363,36 @@ def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
                 yield _uneven(s, at, shard, ident(data) if data else None)
                 return
         shard = sharded(s, f, it)
-        if shard is not None:
+        if shard is not None and not _sampler_alternative(s, shard):
             yield _uneven(s, shard, shard, ident(it))
             return
+
+
+def _sampler_alternative(s: Script, shard: ast.AST) -> bool:
+    """The hand split is the other branch of one that builds a DistributedSampler
+    (`if shuffle: DistributedSampler(...) else: Subset(data, range(rank, n, world))`,
+    denoiser's distrib.loader): the author chose the split for the loaders that do not
+    train (no shuffle, no backward, metrics averaged with their counts after the loop),
+    where DistributedSampler would pad with repeated samples."""
+
+    def samples(nodes: list[ast.stmt]) -> bool:
+        return any(
+            isinstance(n, ast.Call) and last(s.call_name(n)) == "DistributedSampler"
+            for st in nodes
+            for n in ast.walk(st)
+        )
+
+    for a in s.ancestors(shard):
+        if not isinstance(a, ast.If):
+            continue
+        inside = [a.body, a.orelse]
+        mine = next((b for b in inside if any(shard in set(ast.walk(st)) for st in b)), None)
+        if mine is None:
+            continue
+        other = a.orelse if mine is a.body else a.body
+        if samples(other):
+            return True
+    return False
 
 
 def strided_sampler(s: Script, f: Flow) -> Iterator[Hit]:

@@ -155,7 +155,10 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
             and receiver(c) in names
         ]
         built_here = any(
-            isinstance(o, ast.Call) and _is_constructor(s, o) and not _holds_moved(s, o)
+            isinstance(o, ast.Call)
+            and _is_constructor(s, o)
+            and not _holds_moved(s, o)
+            and not _after_or_wrapper(s, f, o, call, end)
             for o in s.origins(arg)
         )
         if later:
@@ -178,6 +181,17 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 model=ast.unparse(arg),
             )
+
+
+def _after_or_wrapper(s: Script, f: Flow, o: ast.Call, call: ast.Call, end: int) -> bool:
+    """An origin that cannot be what this DDP call wraps: a DDP wrapper itself (`module =
+    DDP(module, ...)` in a loop rebinds the name to the wrapper) or a value assigned
+    later in the same function (StyleGAN2-ADA's snapshot `module = copy.deepcopy(module)
+    .cpu()` after the wrapping loop, whose `for name, module in [...]` reads modules moved
+    with `.to(device)`)."""
+    return o is call or o in f.ddp_calls or (
+        s.scope_of(o) is s.scope_of(call) and o.lineno > end
+    )
 
 
 def _holds_moved(s: Script, call: ast.Call) -> bool:
