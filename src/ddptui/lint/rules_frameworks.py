@@ -349,7 +349,8 @@ def _bypass(call: ast.Call, wrapper: str, module: str) -> Hit:
 # (Under DeepSpeed or FSDP the engine forwards attributes, and Lightning Fabric's
 # `_FabricModule.__getattr__` forwards them too: those are not said.)
 _MODEL_WORDS: Final = re.compile(
-    r"model|net|encoder|decoder|generator|discriminator|policy|critic|transformer", re.I
+    r"model|net|encoder|decoder|generator|discriminator|policy|critic|transformer|agent|actor",
+    re.I,
 )
 
 
@@ -404,7 +405,10 @@ def prepared_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
     for prep, name, _ in _prepared_models(s, f):
         scope = s.scope_of(prep)
         start = prep.end_lineno or prep.lineno
-        said = False
+        said: set[str] = set()  # each attribute once: each is its own fix
+        bypass = _prepared_bypass(s, scope, name.id, start)
+        yield from bypass
+        bypassed = {h.line for h in bypass}
         for n in sorted(
             (
                 n
@@ -431,12 +435,13 @@ def prepared_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                     model=name.id,
                 )
             elif (
-                not said
+                n.attr not in said
+                and n.lineno not in bypassed
                 and not n.attr.startswith("_")
                 and n.attr not in _WRAPPER_API
                 and not _mode_branch(s, n)
             ):
-                said = True
+                said.add(n.attr)
                 yield _prepared_attr(n, name.id, prep)
         helpers: dict[ast.AST, ast.Attribute] = {}  # the first read in each helper
         for n, p in _passed_reads(s, scope, name.id, start):
@@ -449,6 +454,39 @@ def prepared_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             ):
                 helpers[fn] = n
                 yield _prepared_attr(n, p, prep)
+
+
+def _prepared_bypass(s: Script, scope: Scope, name: str, start: int) -> list[Hit]:
+    """The prepared model never run through its forward (no `agent(x)`, never handed to
+    another call), while a method of it computes the loss (`agent.get_action_and_value(b)`
+    then `accelerator.backward(loss)`): DDP's reducer never sees these gradients (cleanrl
+    ppo_atari_accelerate.py before 6d61b99)."""
+    calls = [n for n in own_nodes(scope) if isinstance(n, ast.Call) and n.lineno > start]
+    for c in calls:
+        fn = c.func
+        if (isinstance(fn, ast.Name) and fn.id == name) or (
+            isinstance(fn, ast.Attribute) and fn.attr == "forward" and ident(fn.value) == name
+        ):
+            return []
+        if any(
+            isinstance(a, ast.Name) and a.id == name
+            for a in [*c.args, *(k.value for k in c.keywords)]
+        ):
+            return []  # handed on: the callee may run it
+    for c in calls:
+        fn = c.func
+        if (
+            isinstance(fn, ast.Attribute)
+            and isinstance(fn.value, ast.Name)
+            and fn.value.id == name
+            and not fn.attr.startswith("_")
+            and fn.attr not in _WRAPPER_API
+            and not _rebound_between(s, scope, name, start, c.lineno)
+            and not _without_grad(s, c)
+            and _feeds_backward(s, c)
+        ):
+            return [_bypass(c, f"accelerator.prepare's DDP wrapper `{name}`", name)]
+    return []
 
 
 def _prepared_attr(n: ast.Attribute, held: str, prep: ast.Call) -> Hit:
