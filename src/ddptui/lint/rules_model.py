@@ -12,6 +12,7 @@ from ddptui.lint.callers import moved_with_owner
 from ddptui.lint.flow import Flow, ident
 from ddptui.lint.frameworks import moved_held
 from ddptui.lint.model import Hit
+from ddptui.lint.rules_seed import rank_seed, seed_calls
 from ddptui.lint.script import Script, const, kwarg, last
 
 _CUDA_N: Final = re.compile(r"^cuda:\d+$")
@@ -51,14 +52,6 @@ NCCL_TUNING: Final = frozenset(
         "NCCL_LAUNCH_MODE",
         "NCCL_NET_SHARED_BUFFERS",
     }
-)
-_SEEDS: Final = frozenset({"manual_seed", "manual_seed_all", "seed_everything", "set_seed", "seed"})
-# a re-seed per epoch or step (`torch.manual_seed(epoch)` for a permutation every rank
-# shares) is not the run's seed: it comes after the model is built
-_STEP_SEED: Final = re.compile(r"^(\w+\.)?(epoch|cur_epoch|ep|step|global_step|it|iter|iteration|i)$")
-_AUGMENT: Final = re.compile(
-    r"^(Random\w+|RandAugment|AutoAugment|TrivialAugmentWide|AugMix"
-    r"|Dropout\d?d?|dropout\d?d?)$"
 )
 _WEIGHTED_LOSS: Final = frozenset({"CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss"})
 
@@ -499,18 +492,8 @@ def _criterion_moved(s: Script, c: ast.Call) -> bool:
     )
 
 
-def _seed_calls(s: Script) -> list[ast.Call]:
-    return [
-        c
-        for c in s.calls
-        if last(s.call_name(c)) in _SEEDS
-        and (last(s.call_name(c)) != "seed" or "random" in s.call_name(c))
-        and not (c.args and _STEP_SEED.match(ast.unparse(c.args[0])))
-    ]
-
-
 def seed(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.distributed or _seed_calls(s):
+    if not f.distributed or seed_calls(s):
         return
     if f.ddp_calls and f.ddp_calls[0].args:
         arg = f.ddp_calls[0].args[0]
@@ -543,32 +526,6 @@ def seed(s: Script, f: Flow) -> Iterator[Hit]:
             severity="error",
             model="model",
         )
-
-
-def rank_seed(s: Script, f: Flow) -> Iterator[Hit]:
-    seeds = _seed_calls(s)
-    if not f.distributed or not seeds or any(f.is_rank_expr(c) for c in seeds):
-        return
-    if f.uses("worker_init_fn") or not any(_random_op(s.call_name(c)) for c in s.calls):
-        return
-    yield Hit.at(
-        "DDP-RANK-SEED",
-        seeds[0],
-        (
-            f"`{ast.unparse(seeds[0])}` gives every rank the same random stream for dropout "
-            "and augmentation"
-        ),
-        seed=ast.unparse(seeds[0].args[0]) if seeds[0].args else "seed",
-    )
-
-
-def _random_op(qn: str) -> bool:
-    """A random augmentation (torchvision transforms) or dropout (torch)."""
-    name = last(qn)
-    return bool(_AUGMENT.match(name)) and (
-        ("transforms" in qn and not name.startswith(("Dropout", "dropout")))
-        or (qn.startswith("torch") and name.lower().startswith("dropout"))
-    )
 
 
 def autocast_scaler(s: Script, f: Flow) -> Iterator[Hit]:

@@ -25,6 +25,14 @@ _DRAWS: Final = re.compile(
     r"|multinomial|normal|poisson)$|^(numpy|np)\.random\.(?!seed)\w+$|^random\.(?!seed)\w+$"
 )
 _SEED_NAME: Final = re.compile(r"seed", re.I)
+_SEEDS: Final = frozenset({"manual_seed", "manual_seed_all", "seed_everything", "set_seed", "seed"})
+# a re-seed per epoch or step (`torch.manual_seed(epoch)` for a permutation every rank
+# shares) is not the run's seed: it comes after the model is built
+_STEP_SEED: Final = re.compile(r"^(\w+\.)?(epoch|cur_epoch|ep|step|global_step|it|iter|iteration|i)$")
+_AUGMENT: Final = re.compile(
+    r"^(Random\w+|RandAugment|AutoAugment|TrivialAugmentWide|AugMix"
+    r"|Dropout\d?d?|dropout\d?d?)$"
+)
 
 
 def _multi_process(s: Script, f: Flow) -> bool:
@@ -42,10 +50,44 @@ def _seeding(s: Script, c: ast.Call, depth: int = 0) -> bool:
     return any(_seeding(s, inner, depth + 1) for fn in s.callees(c) for inner in calls_in(fn.body))
 
 
-def _old_rule_fires(s: Script, f: Flow) -> bool:
-    from ddptui.lint.rules_model import _random_op, _seed_calls
+def seed_calls(s: Script) -> list[ast.Call]:
+    return [
+        c
+        for c in s.calls
+        if last(s.call_name(c)) in _SEEDS
+        and (last(s.call_name(c)) != "seed" or "random" in s.call_name(c))
+        and not (c.args and _STEP_SEED.match(ast.unparse(c.args[0])))
+    ]
 
-    seeds = _seed_calls(s)
+
+def rank_seed(s: Script, f: Flow) -> Iterator[Hit]:
+    seeds = seed_calls(s)
+    if not f.distributed or not seeds or any(f.is_rank_expr(c) for c in seeds):
+        return
+    if f.uses("worker_init_fn") or not any(_random_op(s.call_name(c)) for c in s.calls):
+        return
+    yield Hit.at(
+        "DDP-RANK-SEED",
+        seeds[0],
+        (
+            f"`{ast.unparse(seeds[0])}` gives every rank the same random stream for dropout "
+            "and augmentation"
+        ),
+        seed=ast.unparse(seeds[0].args[0]) if seeds[0].args else "seed",
+    )
+
+
+def _random_op(qn: str) -> bool:
+    """A random augmentation (torchvision transforms) or dropout (torch)."""
+    name = last(qn)
+    return bool(_AUGMENT.match(name)) and (
+        ("transforms" in qn and not name.startswith(("Dropout", "dropout")))
+        or (qn.startswith("torch") and name.lower().startswith("dropout"))
+    )
+
+
+def _old_rule_fires(s: Script, f: Flow) -> bool:
+    seeds = seed_calls(s)
     return (
         f.distributed
         and bool(seeds)
