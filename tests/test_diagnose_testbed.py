@@ -58,7 +58,7 @@ def test_logs_read_on_the_nodes_redacted_bounded_and_nothing_left(make_testbed) 
     # Read-only: the files are as they were; nothing of ddptui runs on the nodes.
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in logs.rglob("*.log")} == before
     for i in range(2):
-        assert tb.pids(i) == [], tb.pids(i)
+        assert tb.wait_quiet(i, 10) == [], tb.pids(i)
 
     # Bounded: only the last --max-mb of a file is read (its cut line dropped).
     big = logs / "node0" / "big.log"

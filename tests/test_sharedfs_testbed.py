@@ -86,7 +86,7 @@ def test_shared_rank_logs_are_read_once_and_a_node_local_tmpfs_keeps_its_node(ma
     assert nogpu["nodes"] == [f"{names[1]}:{scratch}/local.log"]
     assert "shared (" in result.stderr or "shared (" in result.output
     for i in range(3):
-        assert tb.pids(i) == [], tb.pids(i)
+        assert tb.wait_quiet(i, 10) == [], tb.pids(i)
 
 
 FR = Path(__file__).parent / "fixtures" / "job" / "flight-recorder-rank_0.json"
@@ -139,7 +139,7 @@ def test_job_reads_each_ranks_dump_in_a_shared_fr_trace_once(make_testbed, tmp_p
     assert "rank(s) 1 never enqueued it" in fr[0]["summary"]
     assert "ranks with the entry: 0, 2" in " ".join(fr[0]["evidence"]), fr[0]["evidence"]
     for i in range(3):
-        assert tb.pids(i) == [], tb.pids(i)
+        assert tb.wait_quiet(i, 10) == [], tb.pids(i)
 
 
 def test_captured_logs_diagnosed_on_the_nodes_equal_their_local_diagnosis(make_testbed) -> None:  # type: ignore[no-untyped-def]
@@ -185,4 +185,4 @@ def test_captured_logs_diagnosed_on_the_nodes_equal_their_local_diagnosis(make_t
     data = there["steps"][0]["data"]  # type: ignore[index]
     assert sorted(f["label"] for f in data["files"]) == files  # each read once, named by path
     for i in range(2):
-        assert tb.pids(i) == [], tb.pids(i)
+        assert tb.wait_quiet(i, 10) == [], tb.pids(i)

@@ -333,7 +333,10 @@ def test_interrupted_run_ends_every_step_it_started(bed: Bed) -> None:
             "ddptui-allreduce" in s for s in bed.slurm.steps(bed.job)
         ):
             time.sleep(0.2)
-        time.sleep(2.0)  # torchrun is starting on the nodes
+        # torchrun is starting on the nodes (seconds on a loaded 2-core machine)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not bed.probes_on_nodes():
+            time.sleep(0.2)
         assert bed.probes_on_nodes(), "the allreduce never started"
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
