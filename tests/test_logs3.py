@@ -6,21 +6,9 @@ missed, each checked on real excerpts quoted from public threads (tests/fixtures
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from corpus_excerpts import CORPUS, excerpt
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
-sys.path.insert(0, str(Path(__file__).parent))
-
-from score import load_corpus
-
-from ddptui.logs.diagnose import LogDiagnosis, diagnose_lines
-
-CORPUS = {e.id: e for e in load_corpus()}
-
-
-def excerpt(name: str) -> LogDiagnosis:
-    return diagnose_lines(list(CORPUS[name].lines), name)
+from ddptui.logs.diagnose import diagnose_lines
 
 
 def first(name: str) -> str | None:

@@ -8,20 +8,11 @@ corpus excerpts (tests/fixtures/corpus/), and on the neighbours it must leave al
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
+from corpus_excerpts import excerpt
 
-from score import load_corpus
-
-from ddptui.logs.diagnose import LogDiagnosis, diagnose_lines
-
-CORPUS = {e.id: e for e in load_corpus()}
-
-
-def excerpt(name: str) -> LogDiagnosis:
-    return diagnose_lines(list(CORPUS[name].lines), name)
+from ddptui.logs.diagnose import diagnose_lines
 
 
 def lead(lines: list[str]) -> str | None:

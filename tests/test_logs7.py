@@ -7,25 +7,11 @@ alone."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
+from corpus_excerpts import CORPUS, excerpt, ids
 
-from score import load_corpus
-
-from ddptui.logs.diagnose import LogDiagnosis, diagnose_lines
-
-CORPUS = {e.id: e for e in load_corpus()}
-
-
-def excerpt(name: str) -> LogDiagnosis:
-    return diagnose_lines(list(CORPUS[name].lines), name)
-
-
-def ids(d: LogDiagnosis) -> list[str]:
-    return [f.id for f in d.findings]
-
+from ddptui.logs.diagnose import diagnose_lines
 
 # ------------------------------------------- a watchdog timeout only the waiter shows
 

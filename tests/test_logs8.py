@@ -7,20 +7,9 @@ must leave alone."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
-
-from score import load_corpus
+from corpus_excerpts import excerpt, ids
 
 from ddptui.logs.diagnose import LogDiagnosis, diagnose_lines
-
-CORPUS = {e.id: e for e in load_corpus()}
-
-
-def excerpt(name: str) -> LogDiagnosis:
-    return diagnose_lines(list(CORPUS[name].lines), name)
 
 
 def lines(text: str) -> LogDiagnosis:
@@ -29,10 +18,6 @@ def lines(text: str) -> LogDiagnosis:
 
 def first(d: LogDiagnosis) -> str | None:
     return d.first.id if d.first else None
-
-
-def ids(d: LogDiagnosis) -> list[str]:
-    return [f.id for f in d.findings]
 
 
 # ------------------------------------------------------------- Slurm's and runc's words

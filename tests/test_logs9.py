@@ -7,29 +7,9 @@ alone."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from corpus_excerpts import CORPUS, excerpt, ids, lead
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
-
-from score import load_corpus
-
-from ddptui.logs.diagnose import LogDiagnosis, diagnose_lines
-
-CORPUS = {e.id: e for e in load_corpus()}
-
-
-def excerpt(name: str) -> LogDiagnosis:
-    return diagnose_lines(list(CORPUS[name].lines), name)
-
-
-def lead(d: LogDiagnosis) -> str | None:
-    return d.first.id if d.first else None
-
-
-def ids(d: LogDiagnosis) -> list[str]:
-    return [f.id for f in d.findings]
-
+from ddptui.logs.diagnose import diagnose_lines
 
 # ------------------------------------------------------------------- version skew
 
