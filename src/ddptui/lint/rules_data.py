@@ -25,7 +25,8 @@ def is_loader(s: Script, call: ast.AST) -> bool:
     return isinstance(call, ast.Call) and last(s.call_name(call)) == "DataLoader"
 
 
-def _iterated(s: Script, loop: ast.AST) -> ast.expr | None:
+def iterated(s: Script, loop: ast.AST) -> ast.expr | None:
+    """What a for loop iterates, through enumerate/tqdm/zip/... (None for other nodes)."""
     if not isinstance(loop, ast.For | ast.AsyncFor):
         return None
     it = loop.iter
@@ -38,7 +39,7 @@ def training_loaders(s: Script, f: Flow) -> list[ast.Call]:
     """The DataLoaders that training loops iterate, names followed across functions."""
     found: list[ast.Call] = []
     for loop in f.training_loops():
-        it = _iterated(s, loop)
+        it = iterated(s, loop)
         if it is None:
             continue
         for o in s.origins(it):
@@ -285,7 +286,7 @@ def _reiterated(s: Script) -> list[ast.For]:
             isinstance(a, ast.For | ast.While) for a in _enclosing(s, n)
         ):
             continue
-        it = _iterated(s, n)
+        it = iterated(s, n)
         if it is not None and any(is_loader(s, o) for o in s.origins(it)):
             out.append(n)
     return out
@@ -343,7 +344,7 @@ def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
     ):
         return  # DDP's join() evens out the batches
     for loop in f.training_loops():
-        it = _iterated(s, loop)
+        it = iterated(s, loop)
         if it is None:
             continue
         for o in s.origins(it):

@@ -11,7 +11,7 @@ from typing import Final
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
-from ddptui.lint.rules_data import is_loader, split_by_rank
+from ddptui.lint.rules_data import is_loader, iterated, split_by_rank
 from ddptui.lint.script import Script, const, kwarg, last
 
 # Launchers that run every process as a data-parallel rank of torch DDP
@@ -21,7 +21,6 @@ _DIST_SAMPLERS: Final = (
     "DistributedSamplerWrapper",
     "DistributedBatchSampler",
 )
-_UNWRAP: Final = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "cycle", "track"})
 
 
 def _loader_class(s: Script, func: ast.expr, depth: int = 0) -> bool:
@@ -42,15 +41,6 @@ def _given(call: ast.Call, name: str) -> bool:
     return v is not None and const(v) is not None
 
 
-def _iterated(s: Script, loop: ast.For | ast.AsyncFor | ast.While) -> ast.expr | None:
-    if not isinstance(loop, ast.For | ast.AsyncFor):
-        return None
-    it = loop.iter
-    while isinstance(it, ast.Call) and it.args and last(s.call_name(it)) in _UNWRAP:
-        it = it.args[0]
-    return it
-
-
 def _ddp_launched(s: Script) -> bool:
     return any(s.call_name(c).startswith(_DDP_LAUNCH) for c in s.calls)
 
@@ -66,7 +56,7 @@ def helper_loaders(s: Script, f: Flow) -> Iterator[Hit]:
         return
     found: list[ast.Call] = []
     for loop in f.training_loops():
-        it = _iterated(s, loop)
+        it = iterated(s, loop)
         for o in s.origins(it) if it is not None else []:
             if not isinstance(o, ast.Call) or o in found:
                 continue

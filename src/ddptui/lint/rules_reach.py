@@ -14,7 +14,7 @@ from ddptui.lint.callers import local_predicate
 from ddptui.lint.flow import Flow, calls_in, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
-from ddptui.lint.rules_data import _UNWRAP, is_loader, split_by_rank
+from ddptui.lint.rules_data import is_loader, iterated, split_by_rank
 from ddptui.lint.rules_io import _writer
 from ddptui.lint.rules_wrapper import wrapper_attr_passed, wrapper_attr_self
 from ddptui.lint.script import Script, const, kwarg, last
@@ -385,11 +385,9 @@ def distributed_loader(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.inits_group or f.wrapper_calls or f.uses("DistributedSampler", "prepare"):
         return
     for loop in s.nodes:
-        if not isinstance(loop, ast.For | ast.AsyncFor):
+        it = iterated(s, loop)  # None for anything but a for loop
+        if it is None or not isinstance(loop, ast.For | ast.AsyncFor):
             continue
-        it = loop.iter
-        while isinstance(it, ast.Call) and it.args and last(s.call_name(it)) in _UNWRAP:
-            it = it.args[0]
         loaders = [o for o in s.origins(it) if is_loader(s, o)]
         if not loaders or _writes(s, f, list(loop.body)) is None:
             continue
