@@ -333,9 +333,12 @@ def test_interrupted_run_ends_every_step_it_started(bed: Bed) -> None:
             "ddptui-allreduce" in s for s in bed.slurm.steps(bed.job)
         ):
             time.sleep(0.2)
-        # torchrun is starting on the nodes (seconds on a loaded 2-core machine)
+        # in the middle of the allreduce: torchrun up on every node (seconds on a loaded
+        # 2-core machine); a Ctrl-C while the step is still starting is another case
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not bed.probes_on_nodes():
+        while time.monotonic() < deadline and (
+            len({p.split(":")[0] for p in bed.probes_on_nodes()}) < bed.tb.n
+        ):
             time.sleep(0.2)
         assert bed.probes_on_nodes(), "the allreduce never started"
         proc.send_signal(signal.SIGINT)
