@@ -256,7 +256,24 @@ def sweep(torch, dist, device):
         dist.destroy_process_group(group)
 
 
+def die_with_torchrun():
+    """SIGKILL this rank when torchrun ends however it ends: torchrun starts each rank in a
+    session of its own, so a rank whose torchrun was SIGKILLed would otherwise outlive the
+    run (torchrun's own SIGTERM path stops its ranks itself). Linux only; best effort."""
+    try:
+        import ctypes
+        import signal
+
+        parent = os.getppid()
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the bootstrap's tree kill remains
+        return
+    if os.getppid() != parent:
+        os._exit(137)
+
+
 def main():
+    die_with_torchrun()
     threading.Thread(target=heartbeat, daemon=True).start()
     phase("start", pid=os.getpid(), host=os.uname()[1])
     import torch

@@ -52,7 +52,7 @@ def _descendants(root):
         if fields[0] == "Z":
             continue
         parents[int(entry)] = int(fields[1])
-        sessions[int(entry)] = int(fields[4])
+        sessions[int(entry)] = int(fields[3])  # state ppid pgrp SESSION tty_nr ...
     found = {root} if root in parents else set()
     changed = True
     while changed:
@@ -73,18 +73,60 @@ def _signal_all(pids, sig):
 
 
 def kill_tree(child):
-    """SIGTERM the whole tree, then SIGKILL what is left after a grace period."""
+    """SIGTERM the whole tree, then SIGKILL what is left after a grace period. The tree is
+    read again on every pass: a process forked meanwhile (torchrun starting a worker) is
+    signalled too, and this returns only once none is left (or after a bounded wait)."""
     me = os.getpid()
-    pids = _descendants(child.pid) - {me}
-    _signal_all(pids, signal.SIGTERM)
+    seen = _descendants(child.pid) - {me}
+    _signal_all(seen, signal.SIGTERM)
+    sig = signal.SIGTERM
     deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline:
+    while True:
         child.poll()
-        pids = (_descendants(child.pid) | {p for p in pids if _alive(p)}) - {me}
-        if not pids:
+        live = (_descendants(child.pid) | {p for p in seen if _alive(p)}) - {me}
+        if not live:
             return
+        _signal_all(live - seen, sig)
+        seen |= live
+        if time.monotonic() >= deadline:
+            if sig == signal.SIGKILL:
+                return  # unkillable (D state): nothing more a signal can do
+            sig = signal.SIGKILL
+            _signal_all(live, sig)
+            deadline = time.monotonic() + GRACE_S
         time.sleep(0.05)
-    _signal_all((pids | _descendants(child.pid)) - {me}, signal.SIGKILL)
+
+
+def _become_subreaper():
+    """Orphans in the probe's tree are re-parented to this process, not to init: torchrun
+    starts each worker in a session of its own, and a worker whose torchrun died first
+    would otherwise leave the tree that kill_tree reads (and, under Slurm's
+    proctrack/linuxproc, the step that scancel ends). Linux only; best effort."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:  # noqa: BLE001, S110 - not Linux, or no libc: ancestry and session remain
+        pass
+
+
+def _pdeathsig_setter():
+    """A preexec_fn for the probe's own children (DIE_WITH_PROBE): they get SIGKILL when
+    this process ends, however it ends (even SIGKILL from slurmstepd). None off Linux."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except Exception:  # noqa: BLE001
+        return None
+    parent = os.getpid()
+
+    def setter():
+        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the probe already ended while this one forked
+            os._exit(137)
+
+    return setter
 
 
 def _alive(pid):
@@ -130,6 +172,7 @@ CLEANUP = []  # paths a probe asks to have removed however it ends (temp dirs)
 def _shutdown(me, code):
     kill_tree(me)
     _cleanup()
+    kill_tree(me)  # what the main thread forked during the cleanup
     _exit(code)
 
 
@@ -187,6 +230,7 @@ def main():
     payload = json.loads(_read_exact(size).decode("utf-8"))
     params = _select_params(payload)
     me = _Self()
+    _become_subreaper()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: _shutdown(me, 128 + signum))
     watcher = threading.Thread(target=_lifeline, args=(me,), daemon=True)
@@ -200,6 +244,7 @@ def main():
                 "PARAMS": params,
                 "CLEANUP": CLEANUP,
                 "INBOX": INBOX,
+                "DIE_WITH_PROBE": _pdeathsig_setter(),
             },
         )
     except SystemExit as exc:

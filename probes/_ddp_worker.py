@@ -398,7 +398,24 @@ class Worker:
         )
 
 
+def die_with_torchrun():
+    """SIGKILL this rank when torchrun ends however it ends: torchrun starts each rank in a
+    session of its own, so a rank whose torchrun was SIGKILLed would otherwise outlive the
+    run (torchrun's own SIGTERM path stops its ranks itself). Linux only; best effort."""
+    try:
+        import ctypes
+        import signal
+
+        parent = os.getppid()
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the bootstrap's tree kill remains
+        return
+    if os.getppid() != parent:
+        os._exit(137)
+
+
 def main():
+    die_with_torchrun()
     # torch.distributed.nn.functional is deprecated in new torch but is the one
     # differentiable all_reduce every version since 1.8 has.
     warnings.filterwarnings("ignore", message=".*distributed.nn.functional.*deprecated")

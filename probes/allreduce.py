@@ -127,7 +127,12 @@ def main():
     )
     started = time.time()
     proc = subprocess.Popen(
-        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=DIE_WITH_PROBE,  # the bootstrap's: torchrun dies with this probe
     )
     readers = [
         threading.Thread(

@@ -45,6 +45,11 @@ def slurm_unavailable() -> str | None:
             return f"{cmd} not on PATH (slurm-client)"
     if not MUNGE_SOCKET.exists():
         return "munged is not running (scripts/setup --test starts it)"
+    # a socket left by a munged that is gone answers nothing: slurmd would start and
+    # never register, and the fixture would time out on "nodes not idle"
+    probe = subprocess.run(["munge", "-n"], stdin=subprocess.DEVNULL, capture_output=True)
+    if probe.returncode != 0:
+        return f"munged does not answer on {MUNGE_SOCKET} (scripts/setup --test restarts it)"
     return None
 
 

@@ -7,6 +7,7 @@ import asyncio
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,25 @@ def test_a_probe_bug_is_reported_not_hidden(tmp_path: Path) -> None:
     out = run(sys.executable, "echo", {"exit": 7, "stderr": "boom"})
     assert out.exit_status == 7 and "boom" in out.stderr
     assert out.problem() is not None and "status 7" in (out.problem() or "")
+
+
+def test_nothing_the_probe_started_outlives_it_not_even_orphans_in_their_own_sessions() -> None:
+    """torchrun starts each rank in a session of its own; when torchrun dies before them,
+    the ranks are orphans. Stopping the probe (its lifeline closed) still ends them all."""
+    out = run(sys.executable, "echo", {"orphans": 3, "sleep": 60}, timeout=3)
+    rec = out.first("orphans")
+    assert rec is not None and len(rec["pids"]) == 3, out.stderr
+    deadline = time.monotonic() + 10
+    alive = list(rec["pids"])
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if _running(pid)]
+        time.sleep(0.1)
+    assert not alive, f"left running after the probe stopped: {alive}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

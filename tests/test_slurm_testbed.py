@@ -65,7 +65,7 @@ class Bed:
 
     def probes_on_nodes(self) -> list[str]:
         """Processes on the nodes that ddptui's probes started (their interpreter runs
-        STAGE0; torchrun and its workers are their children, in the same step)."""
+        STAGE0; torchrun and its ranks, `:rank`, are their children, in the same step)."""
         found = []
         for i in range(self.tb.n):
             for pid in self.tb.pids(i):
@@ -73,9 +73,19 @@ class Bed:
                     argv = Path(f"/proc/{pid}/cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"sys.stdin.buffer.readline" in argv or b"torchrun" in argv:
+                if b"ddptui allreduce worker" in argv:
+                    found.append(f"node{i}:{pid}:rank")
+                elif b"sys.stdin.buffer.readline" in argv or b"torchrun" in argv:
                     found.append(f"node{i}:{pid}:{argv[:80]!r}")
         return found
+
+    def wait_all_respond(self, timeout: float = 60) -> None:
+        """A test that froze or drained a node leaves it NOT_RESPONDING until slurmctld's
+        next ping answers; srun does not start a step there meanwhile."""
+        deadline = time.monotonic() + timeout
+        while "NOT_RESPONDING" in (nodes := self.slurm.scontrol("show", "node", "-o")):
+            assert time.monotonic() < deadline, nodes
+            time.sleep(0.5)
 
     def assert_nothing_left(self) -> None:
         deadline = time.monotonic() + 15
@@ -132,12 +142,7 @@ def test_healthy_job_passes_through_srun_without_ssh(bed: Bed) -> None:
 def test_fabric_rounds_reach_every_node_through_srun(bed: Bed) -> None:
     """The fabric step's long-lived workers take one command per round on stdin: through
     one srun step (stdin broadcast to every node) every pair of the 4 nodes is measured."""
-    # The test before drains and resumes a node: slurmctld may mark it NOT_RESPONDING
-    # until its next ping answers. Start from a cluster whose nodes all respond.
-    deadline = time.monotonic() + 60
-    while "NOT_RESPONDING" in bed.slurm.scontrol("show", "node", "-o"):
-        assert time.monotonic() < deadline, bed.slurm.scontrol("show", "node", "-o")
-        time.sleep(0.5)
+    bed.wait_all_respond()  # the test before drains and resumes a node
     rc, text, report = bed.ddptui(
         "check", "--slurm", bed.job, "--python", sys.executable, "--steps", "ssh,fabric",
         "--no-metrics",
@@ -321,6 +326,7 @@ def test_node_whose_slurmd_does_not_answer_is_named_alone(bed: Bed) -> None:
 def test_interrupted_run_ends_every_step_it_started(bed: Bed) -> None:
     """Ctrl-C in the middle of the allreduce: exit 130, and ddptui's steps, their srun
     processes and the torchrun trees on the nodes are all gone; the user's job runs on."""
+    bed.wait_all_respond()  # the test before froze a node's slurmd
     argv = [sys.executable, "-m", "ddptui", "check", "--slurm", bed.job, "--python",
             sys.executable, "--steps", "ssh,allreduce", "--no-metrics"]  # fmt: skip
     proc = subprocess.Popen(
@@ -328,18 +334,16 @@ def test_interrupted_run_ends_every_step_it_started(bed: Bed) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(
-            "ddptui-allreduce" in s for s in bed.slurm.steps(bed.job)
-        ):
-            time.sleep(0.2)
-        # in the middle of the allreduce: torchrun up on every node (seconds on a loaded
+        # in the middle of the allreduce: its ranks up on every node (seconds on a loaded
         # 2-core machine); a Ctrl-C while the step is still starting is another case
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (
-            len({p.split(":")[0] for p in bed.probes_on_nodes()}) < bed.tb.n
+        deadline = time.monotonic() + 90
+        while (
+            time.monotonic() < deadline
+            and proc.poll() is None
+            and (sum(p.endswith(":rank") for p in bed.probes_on_nodes()) < bed.tb.n)
         ):
             time.sleep(0.2)
+        assert proc.poll() is None, f"ddptui ended before the Ctrl-C: {proc.communicate()[0]}"
         assert bed.probes_on_nodes(), "the allreduce never started"
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
