@@ -1,0 +1,50 @@
+"""Round logs12 (issue 15): general readings of failing logs whose cause has an id, each
+taken from the printing program's own message format (torch's MapAllocator, coreutils),
+checked on a real capture or a real line, and on the neighbours it must leave alone."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corpus_excerpts import excerpt, ids, lead
+
+from ddptui.logs.diagnose import diagnose_lines
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def test_torch_unable_to_allocate_shm_is_dev_shm_too_small() -> None:
+    """torch's MapAllocator reserves a DataLoader worker's (or share_memory_()'s) tensor
+    file /torch_<pid>_<n> in /dev/shm with posix_fallocate and, when it cannot, says
+    "unable to allocate shared memory(shm) for file <...>: <strerror> (<errno>)"
+    (aten/src/ATen/MapAllocator.cpp).  Captured for real: torch 2.13, a 1 MB tmpfs on
+    /dev/shm, DataLoader(num_workers=2) over 16 MB samples.  The log was an honest
+    unknown before; the reading is the cause, with the worker's wrapper after it."""
+    lines = (LOGS / "shm_full_dataloader.log").read_text(encoding="utf-8").splitlines()
+    d = diagnose_lines(lines, "shm_full_dataloader.log")
+    assert lead(d) == "SHM-SIZE", ids(d)
+    assert "torch_" in d.first.evidence[0] and "No space left on device" in d.first.evidence[0]
+    assert "/dev/shm/torch_" in d.first.summary
+
+
+def test_enospc_on_a_dev_shm_path_is_dev_shm_full_and_other_enospc_is_not() -> None:
+    """Any program's ENOSPC on a /dev/shm path (coreutils' own format, captured on the
+    same 1 MB tmpfs) is /dev/shm full; the same error on another path (a full disk when
+    saving a checkpoint) is not, and neither is torch's shm error with EMFILE (the
+    open-files limit keeps its own id)."""
+    dd = diagnose_lines(["dd: error writing '/dev/shm/blob': No space left on device"], "dd")
+    assert lead(dd) == "SHM-SIZE", ids(dd)
+    disk = diagnose_lines(["OSError: [Errno 28] No space left on device: '/scratch/ckpt/model_00012.pt'"], "disk")
+    assert "SHM-SIZE" not in ids(disk), ids(disk)
+    fd = diagnose_lines(["RuntimeError: unable to open shared memory object </torch_6391_2806421166> in read-write mode: Too many open files (24)"], "fd")
+    assert lead(fd) == "NOFILE-LIMIT", ids(fd)
+
+
+def test_shm_reading_leaves_the_corpus_shm_excerpts_as_they_were() -> None:
+    """The NCCL shm excerpts the corpus already reads right keep their lead (the new
+    reading emits the same id or stays silent)."""
+    assert lead(excerpt("shm-nccl-342")) == "SHM-FALLOCATE"
+    assert lead(excerpt("c-sigbus-shm-docker-pipedream-76")) == "SHM-SIZE"
+    assert lead(excerpt("shm-megatron-878")) == "SHM-DATALOADER"
