@@ -12,7 +12,8 @@ from corpus_excerpts import excerpt, ids, lead
 
 from ddptui.logs.diagnose import diagnose_lines
 
-LOGS = Path(__file__).parent / "fixtures" / "logs"
+# real captures of this round (raw stdout/stderr; tests/fixtures/logs/ holds the testbed format)
+LOGS = Path(__file__).parent / "fixtures" / "logs12"
 
 
 def test_torch_unable_to_allocate_shm_is_dev_shm_too_small() -> None:
@@ -48,3 +49,18 @@ def test_shm_reading_leaves_the_corpus_shm_excerpts_as_they_were() -> None:
     assert lead(excerpt("shm-nccl-342")) == "SHM-FALLOCATE"
     assert lead(excerpt("c-sigbus-shm-docker-pipedream-76")) == "SHM-SIZE"
     assert lead(excerpt("shm-megatron-878")) == "SHM-DATALOADER"
+
+
+def test_lightning_devices_times_nodes_not_the_world_is_named() -> None:
+    """Lightning's TorchElasticEnvironment.validate_settings says devices x num_nodes is
+    not torchrun's WORLD_SIZE (the "forgot num_nodes" mistake of lightning#3029, in the
+    words Lightning >= 2 prints).  Captured for real: lightning 2.5.0 on torch 2.13 CPU,
+    Trainer(devices=1, num_nodes=1) under torchrun --nproc-per-node 2.  Before, the lead
+    was torchrun's SIGTERM of the other child (C10D-CHILD-SIGNAL)."""
+    lines = (LOGS / "lightning_world_mismatch.log").read_text(encoding="utf-8").splitlines()
+    d = diagnose_lines(lines, "lightning_world_mismatch.log")
+    assert lead(d) == "LAUNCH-LIGHTNING-WORLD", ids(d)
+    assert "devices=1 and num_nodes=1" in d.first.cause and "world of 2" in d.first.cause
+    # Lightning's Slurm check keeps its own id
+    slurm = diagnose_lines(["ValueError: You set `devices=2` in Lightning, but the number of tasks per node configured in SLURM `--ntasks-per-node=1` does not match. HINT: Set `devices=1`."], "slurm")
+    assert lead(slurm) == "LAUNCH-LIGHTNING-SLURM", ids(slurm)
