@@ -64,3 +64,17 @@ def test_lightning_devices_times_nodes_not_the_world_is_named() -> None:
     # Lightning's Slurm check keeps its own id
     slurm = diagnose_lines(["ValueError: You set `devices=2` in Lightning, but the number of tasks per node configured in SLURM `--ntasks-per-node=1` does not match. HINT: Set `devices=1`."], "slurm")
     assert lead(slurm) == "LAUNCH-LIGHTNING-SLURM", ids(slurm)
+
+
+def test_python_semaphore_without_space_is_dev_shm_full() -> None:
+    """Python's multiprocessing Lock/Queue (a DataLoader's, any launcher's) is a POSIX
+    semaphore that sem_open creates in /dev/shm; when /dev/shm is full the traceback ends
+    in _multiprocessing.SemLock( with "[Errno 28] No space left on device" and names no
+    path.  Captured for real (CPython 3.11, a full 1 MB tmpfs on /dev/shm).  The same
+    ENOSPC in a traceback without SemLock (a full disk under torch.save) is not /dev/shm."""
+    lines = (LOGS / "shm_full_semlock.log").read_text(encoding="utf-8").splitlines()
+    d = diagnose_lines(lines, "shm_full_semlock.log")
+    assert lead(d) == "SHM-SIZE", ids(d)
+    assert any("SemLock(" in e for e in d.first.evidence)
+    disk = ["Traceback (most recent call last):", '  File "save.py", line 3, in <module>', "    torch.save(model, path)", "OSError: [Errno 28] No space left on device"]
+    assert "SHM-SIZE" not in ids(diagnose_lines(disk, "disk"))
