@@ -78,3 +78,15 @@ def test_python_semaphore_without_space_is_dev_shm_full() -> None:
     assert any("SemLock(" in e for e in d.first.evidence)
     disk = ["Traceback (most recent call last):", '  File "save.py", line 3, in <module>', "    torch.save(model, path)", "OSError: [Errno 28] No space left on device"]
     assert "SHM-SIZE" not in ids(diagnose_lines(disk, "disk"))
+
+
+def test_nccl_segment_errors_with_enospc_lead_with_dev_shm_too_small() -> None:
+    """NCCL 2.28's shmutils.cc names the errno ("failed to create shared memory file %s,
+    error %s (%d)", "Error while creating shared memory segment %s (size %ld), error: %s
+    (%d)": tests/fixtures/source_sites/nccl-v2.28.9-1.tsv).  With ENOSPC on its /dev/shm
+    path the space is the cause (SHM-SIZE leads the segment error); with another errno
+    (permission) the segment error stays what it is."""
+    full = diagnose_lines(["node0:1234:1300 [0] misc/shmutils.cc:131 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-Uo7yHY (size 9637888), error: No space left on device (28)"], "full")
+    assert ids(full)[:2] == ["SHM-SIZE", "SHM-SEGMENT"], ids(full)
+    perm = diagnose_lines(["node0:1234:1300 [0] misc/shmutils.cc:73 NCCL WARN Error: failed to create shared memory file /dev/shm/nccl-Uo7yHY, error Permission denied (13)"], "perm")
+    assert lead(perm) == "SHM-SEGMENT", ids(perm)
