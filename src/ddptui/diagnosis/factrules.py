@@ -42,6 +42,7 @@ from ddptui.diagnosis.factrules_logs7 import (
 )
 from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_loading
 from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
+from ddptui.diagnosis.factrules_logs12 import shm_exhausted
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -54,6 +55,7 @@ HINTS: Final = frozenset(
     {"sigbus", "system_error", "container", "shm", "nccl"}
     | {"ib_unusable", "socket_ipoib", "sigkill", "loading"}  # logs8
     | {"barrier", "invalid_usage"}  # logs9
+    | {"shm_full", "semlock", "enospc"}  # logs12
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -483,6 +485,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "sigkill_while_loading": sigkill_while_loading,
     "timeout_short": timeout_short,
     "barrier_device_guess": barrier_device_guess,
+    # logs12
+    "shm_exhausted": shm_exhausted,
 }
 
 

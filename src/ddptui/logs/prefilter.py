@@ -89,6 +89,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Initializing ",
     # logs9: torch's barrier() in a traceback (factrules.yaml hints.barrier)
     "_pg.barrier(",
+    # logs12: Python's semaphore in a traceback's source line (factrules.yaml hints.semlock)
+    "_multiprocessing.SemLock(",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
