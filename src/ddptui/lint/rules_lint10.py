@@ -1,0 +1,289 @@
+"""DDP-FIND-UNUSED where the graph to the model is cut on some batches only: a loss
+function of the project that, on a branch the batch decides (`if num_pos > 0:` with
+`num_pos` counted from the targets), sets a loss term to a fresh constant tensor
+(`torch.tensor(0.)`) instead of computing it from the model's output, while every DDP
+call of the project runs without find_unused_parameters. On a batch that takes that
+branch the parameters that produce the output get no gradient and DDP stops at the next
+step (YOLOv6 5738ccf "fix ddp unused param bug": `pred_dist.sum() * 0.`)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow
+from ddptui.lint.model import Hit
+from ddptui.lint.project import FuncNode
+from ddptui.lint.rules_lint6 import _flag_given
+from ddptui.lint.rules_project import _layer
+from ddptui.lint.script import Script, const, last
+
+_CONST_MAKERS: Final = frozenset({"tensor", "zeros", "zeros_like", "scalar_tensor"})
+_NEW_MAKERS: Final = frozenset({"new_zeros", "new_tensor"})
+_MOVES: Final = frozenset({"to", "cuda", "float", "half", "type_as", "detach"})
+_MAX_STEPS: Final = 6  # how far a name is followed through the function's assignments
+_MAX_DEPTH: Final = 3  # how deep the model's submodules are looked into
+
+
+def _loss_function(s: Script, fn: FuncNode) -> bool:
+    """A function that computes a loss: its name says so, or its class's does."""
+    cls = s.class_of(fn)
+    return "loss" in fn.name.lower() or (
+        cls is not None and "loss" in cls.name.lower() and fn.name in ("forward", "__call__")
+    )
+
+
+def _constant_tensor(s: Script, value: ast.expr) -> bool:
+    """`torch.tensor(0.)`, `torch.zeros(1, device=d)`, `x.new_zeros(1)`, and the same
+    moved (`.to(device)`, `.cuda()`): a leaf with no graph behind it."""
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in _MOVES
+    ):
+        value = value.func.value
+    if not isinstance(value, ast.Call) or any(
+        k.arg == "requires_grad" and const(k.value) is True for k in value.keywords
+    ):
+        return False
+    if isinstance(value.func, ast.Attribute) and value.func.attr in _NEW_MAKERS:
+        return True
+    qn = s.call_name(value)
+    return qn.startswith("torch.") and last(qn) in _CONST_MAKERS
+
+
+def _assigns(body: list[ast.stmt]) -> dict[str, ast.Assign]:
+    """The names a branch assigns at its top level (the last assignment wins)."""
+    out: dict[str, ast.Assign] = {}
+    for st in body:
+        if (
+            isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Name)
+        ):
+            out[st.targets[0].id] = st
+    return out
+
+
+def _flows(fn: FuncNode) -> dict[str, set[str]]:
+    """Each local name of the function with the names its assigned values read."""
+    out: dict[str, set[str]] = {}
+    for n in ast.walk(fn):
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(n, ast.Assign):
+            targets, value = n.targets, n.value
+        elif isinstance(n, ast.AugAssign | ast.AnnAssign) and n.value is not None:
+            targets, value = [n.target], n.value
+        if value is None:
+            continue
+        reads = {x.id for x in ast.walk(value) if isinstance(x, ast.Name)}
+        for t in targets:
+            for x in ast.walk(t):
+                if isinstance(x, ast.Name):
+                    out.setdefault(x.id, set()).update(reads)
+    return out
+
+
+def _closure(names: set[str], flows: dict[str, set[str]]) -> set[str]:
+    seen = set(names)
+    work = list(names)
+    steps = 0
+    while work and steps < _MAX_STEPS * 50:
+        steps += 1
+        for r in flows.get(work.pop(), ()):
+            if r not in seen:
+                seen.add(r)
+                work.append(r)
+    return seen
+
+
+def _params(fn: FuncNode) -> set[str]:
+    a = fn.args
+    return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]} - {"self", "cls"}
+
+
+def _batch_test(test: ast.expr, fn: FuncNode, flows: dict[str, set[str]]) -> bool:
+    """A test the batch decides: it reads locals counted from the function's inputs
+    (`num_pos > 0`, `fg_mask.sum() > 0`) and no setting (`self.use_dfl`, `is None`)."""
+    if any(
+        isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+        for n in ast.walk(test)
+    ) or any(
+        isinstance(n, ast.Compare) and any(isinstance(o, ast.Is | ast.IsNot) for o in n.ops)
+        for n in ast.walk(test)
+    ):
+        return False
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    return bool(names) and bool(_closure(names, flows) & _params(fn))
+
+
+def _returned(fn: FuncNode, name: str, flows: dict[str, set[str]]) -> bool:
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Return) and n.value is not None:
+            reads = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
+            if name in _closure(reads, flows):
+                return True
+    return False
+
+
+def _cut(
+    s: Script, fn: FuncNode, flows: dict[str, set[str]]
+) -> tuple[ast.If, bool, ast.Assign, ast.Assign] | None:
+    """The branch of a batch-decided test that sets a returned loss term to a constant
+    while the other branch computes it from the function's inputs."""
+    params = _params(fn)
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.If) or not n.orelse or not _batch_test(n.test, fn, flows):
+            continue
+        for holds, mine, other in ((False, n.orelse, n.body), (True, n.body, n.orelse)):
+            computed = _assigns(other)
+            for name, st in _assigns(mine).items():
+                real = computed.get(name)
+                if (
+                    real is None
+                    or not _constant_tensor(s, st.value)
+                    or _constant_tensor(s, real.value)
+                ):
+                    continue
+                reads = {x.id for x in ast.walk(real.value) if isinstance(x, ast.Name)}
+                if _closure(reads, flows) & params and _returned(fn, name, flows):
+                    return n, holds, st, real
+    return None
+
+
+def _early_constant(
+    s: Script, fn: FuncNode, flows: dict[str, set[str]]
+) -> tuple[ast.If, ast.expr] | None:
+    """`if num_edges == 0: return torch.zeros(...)` in a forward that otherwise runs its
+    layers: on such a batch none of them takes part."""
+    for n in ast.walk(fn):
+        if (
+            isinstance(n, ast.If)
+            and n.body
+            and isinstance(ret := n.body[-1], ast.Return)
+            and ret.value is not None
+            and _constant_tensor(s, ret.value)
+            and _batch_test(n.test, fn, flows)
+        ):
+            return n, ret.value
+    return None
+
+
+def _layers_run(fn: FuncNode) -> list[str]:
+    """The attributes forward calls (`self.w_q(x)`, `self.layers[k](x)`)."""
+    out: list[str] = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call):
+            f = n.func.value if isinstance(n.func, ast.Subscript) else n.func
+            if (
+                isinstance(f, ast.Attribute)
+                and isinstance(f.value, ast.Name)
+                and f.value.id == "self"
+                and f.attr not in out
+            ):
+                out.append(f.attr)
+    return out
+
+
+def _held(s: Script, cls: ast.ClassDef, depth: int = 0) -> Iterator[tuple[ast.ClassDef, str]]:
+    """The class and the project classes its `__init__` builds (into an attribute, a
+    ModuleDict or ModuleList item), with the attribute path."""
+    yield cls, ""
+    if depth >= _MAX_DEPTH:
+        return
+    for init in s._methods(cls, "__init__"):
+        for st in ast.walk(init):
+            if not isinstance(st, ast.Assign | ast.Expr):
+                continue
+            target = st.targets[0] if isinstance(st, ast.Assign) else None
+            name = ast.unparse(target) if target is not None else ""
+            for call in (c for c in ast.walk(st.value) if isinstance(c, ast.Call)):
+                sub = s.class_named(call.func)
+                if sub is not None and sub is not cls:
+                    if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
+                        name = ast.unparse(st.value.func).rsplit(".", 1)[0]
+                    for inner, path in _held(s, sub, depth + 1):
+                        yield inner, f"{name}.{path}" if path else name
+
+
+def _wrapped(s: Script, call: ast.Call) -> list[ast.ClassDef]:
+    out: list[ast.ClassDef] = []
+    for o in s.origins(call.args[0]) if call.args else []:
+        cls = s.class_named(o.func) if isinstance(o, ast.Call) else None
+        if cls is not None and cls not in out:
+            out.append(cls)
+    return out
+
+
+def model_cut_on_some_batches(s: Script, f: Flow) -> Iterator[Hit]:
+    """A module of the model DDP wraps whose forward returns a constant tensor on some
+    batches, skipping its layers (GNNFlow: `if num_edges == 0: return torch.zeros(...)`
+    in an attention layer)."""
+    for ddp in f.torch_ddp_calls:
+        if _flag_given(ddp):
+            continue
+        for top in _wrapped(s, ddp):
+            for cls, path in _held(s, top):
+                for fwd in s._methods(cls, "forward"):
+                    flows = _flows(fwd)
+                    found = _early_constant(s, fwd, flows)
+                    built = s._self_assigns(cls)
+                    layers = [
+                        a
+                        for a in _layers_run(fwd)
+                        if any(_layer(s, st.value) for st in built.get(a, []) if st.value)
+                    ]
+                    if found is None or not layers:
+                        continue
+                    branch, ret = found
+                    held = f" (`{path}` of `{top.name}`)" if path else ""
+                    yield Hit.at(
+                        "DDP-FIND-UNUSED",
+                        ddp,
+                        (
+                            f"DDP wraps `{top.name}` without find_unused_parameters, but "
+                            f"`{cls.name}.forward`{held} returns the constant "
+                            f"`{ast.unparse(ret)}` for a batch where "
+                            f"`{ast.unparse(branch.test)}` ({s.path_of(branch)}:"
+                            f"{branch.lineno}), skipping "
+                            f"{', '.join(f'`self.{a}`' for a in layers[:4])}: on such a batch "
+                            "their parameters get no gradient and DDP fails at the next step"
+                        ),
+                    )
+                    return
+
+
+def loss_cut_on_some_batches(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.torch_ddp_calls or any(_flag_given(c) for c in f.torch_ddp_calls):
+        return
+    ddp = f.torch_ddp_calls[0]
+    for fn in (n for n in s.nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+        if not _loss_function(s, fn):
+            continue
+        found = _cut(s, fn, _flows(fn))
+        if found is None:
+            continue
+        branch, holds, st, real = found
+        name = ast.unparse(st.targets[0])
+        cls = s.class_of(fn)
+        where = f"{cls.name}.{fn.name}" if cls is not None else fn.name
+        yield Hit.at(
+            "DDP-FIND-UNUSED",
+            st,
+            (
+                f"`{where}` sets `{name}` to the constant `{ast.unparse(st.value)}` for a "
+                f"batch where `{ast.unparse(branch.test)}` ({s.path_of(branch)}:"
+                f"{branch.lineno}) is {'true' if holds else 'false'}, instead of computing it "
+                f"from the model's output as on the other branch (line {real.lineno}): on "
+                "such a batch the parameters behind that output get no gradient, and DDP "
+                f"({s.path_of(ddp)}:{ddp.lineno}) runs without "
+                "find_unused_parameters, so it fails at the next step; keep the graph "
+                "(`pred.sum() * 0.`) or pass find_unused_parameters=True"
+            ),
+        )
+        return
+
+
+RULES = (loss_cut_on_some_batches, model_cut_on_some_batches)

@@ -1,0 +1,246 @@
+"""DDP-FIND-UNUSED where the graph to the model is cut on some batches only, followed
+across the project's files: a loss that sets a term to a fresh constant tensor on a
+branch the batch decides (YOLOv6), a layer of the wrapped model whose forward returns a
+constant tensor for a batch (GNNFlow). The code is the real projects' (only the lines
+needed), each at the commit before its fix; the fixed code and the same shapes decided by
+a setting get no finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddptui.lint import lint_paths
+from ddptui.lint.model import LintFinding
+
+# meituan/YOLOv6 @ 1563345ef72b26ab011627d97bfb74fcbea17914, yolov6/models/loss.py
+# (BboxLoss.forward); fixed by 5738ccf "fix ddp unused param bug" (pred_dist.sum() * 0.)
+YOLOV6_LOSS = """\
+import torch
+import torch.nn as nn
+
+
+class BboxLoss(nn.Module):
+    def __init__(self, num_classes, reg_max, use_dfl=False, iou_type='giou'):
+        super(BboxLoss, self).__init__()
+        self.num_classes = num_classes
+        self.iou_loss = IOUloss(box_format='xyxy', iou_type=iou_type, eps=1e-10)
+        self.reg_max = reg_max
+        self.use_dfl = use_dfl
+
+    def forward(self, pred_dist, pred_bboxes, anchor_points,
+                target_bboxes, target_scores, target_scores_sum, fg_mask):
+
+        # select positive samples mask
+        num_pos = fg_mask.sum()
+        if num_pos > 0:
+            # iou loss
+            bbox_mask = fg_mask.unsqueeze(-1).repeat([1, 1, 4])
+            pred_bboxes_pos = torch.masked_select(pred_bboxes,
+                                                  bbox_mask).reshape([-1, 4])
+            target_bboxes_pos = torch.masked_select(
+                target_bboxes, bbox_mask).reshape([-1, 4])
+            bbox_weight = torch.masked_select(
+                target_scores.sum(-1), fg_mask).unsqueeze(-1)
+            loss_iou = self.iou_loss(pred_bboxes_pos,
+                                     target_bboxes_pos) * bbox_weight
+            if target_scores_sum == 0:
+                loss_iou = loss_iou.sum()
+            else:
+                loss_iou = loss_iou.sum() / target_scores_sum
+
+            # dfl loss
+            if self.use_dfl:
+                loss_dfl = self._df_loss(pred_dist, target_bboxes) * bbox_weight
+            else:
+                loss_dfl = torch.tensor(0.).to(pred_dist.device)
+
+        else:
+            loss_iou = torch.tensor(0.).to(pred_dist.device)
+            loss_dfl = torch.tensor(0.).to(pred_dist.device)
+
+        return loss_iou, loss_dfl
+"""
+YOLOV6_CONSTANT_LINE = 1 + YOLOV6_LOSS.splitlines().index(
+    "            loss_iou = torch.tensor(0.).to(pred_dist.device)"
+)
+
+# yolov6/core/engine.py of the same commit: the loss is built in the trainer, DDP at 392
+YOLOV6_TRAIN = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from loss import BboxLoss
+
+
+class Trainer:
+    def __init__(self, args, model):
+        self.bbox_loss = BboxLoss(80, 16)
+        if args.rank != -1:
+            model = DDP(model, device_ids=[args.local_rank], output_device=args.local_rank)
+        self.model = model
+
+    def step(self, images, targets):
+        pred_dist, pred_bboxes = self.model(images)
+        loss_iou, loss_dfl = self.bbox_loss(pred_dist, pred_bboxes, None, targets, None, 1, None)
+        (loss_iou + loss_dfl).backward()
+"""
+
+# jasperzhong/GNNFlow @ 4d6148f8562445cc67acaf2e5e25cfdbef3a17ca: gnnflow/models/
+# modules/layers.py (TransfomerAttentionLayer), gnnflow/models/dgnn.py (DGNN holds one per
+# layer in a ModuleDict), scripts/offline_edge_prediction_multi_node_kvstore.py:279 (DDP
+# with find_unused_parameters=False; the fix, 1fa07bd, turns it on)
+GNNFLOW_LAYERS = """\
+import torch
+
+
+class TransfomerAttentionLayer(torch.nn.Module):
+    def __init__(self, dim_node, dim_edge, dim_time, dim_out, num_head, dropout, att_dropout):
+        super(TransfomerAttentionLayer, self).__init__()
+        self.dim_out = dim_out
+        self.dropout = torch.nn.Dropout(dropout)
+        self.w_q = torch.nn.Linear(dim_node + dim_time, dim_out)
+        self.w_k = torch.nn.Linear(dim_node + dim_edge + dim_time, dim_out)
+        self.w_v = torch.nn.Linear(dim_node + dim_edge + dim_time, dim_out)
+        self.w_out = torch.nn.Linear(dim_node + dim_out, dim_out)
+        self.layer_norm = torch.nn.LayerNorm(dim_out)
+
+    def forward(self, b):
+        num_edges = b.num_edges()
+        num_dst_nodes = b.num_dst_nodes()
+        device = b.device
+
+        # sample nothing (no neighbors)
+        if num_edges == 0:
+            return torch.zeros((num_dst_nodes, self.dim_out), device=device)
+
+        Q = self.w_q(b.srcdata['h'][:num_dst_nodes])
+        K = self.w_k(b.edata['f'])
+        V = self.w_v(b.edata['f'])
+        rst = self.w_out(self.dropout(Q * K * V))
+        return self.layer_norm(rst)
+"""
+GNNFLOW_DGNN = """\
+import torch
+
+from layers import TransfomerAttentionLayer
+
+
+class DGNN(torch.nn.Module):
+    def __init__(self, dim_node, dim_edge, dim_time, dim_embed, num_layers, num_snapshots,
+                 att_head, dropout, att_dropout):
+        super(DGNN, self).__init__()
+        self.num_layers = num_layers
+        self.num_snapshots = num_snapshots
+        self.layers = torch.nn.ModuleDict()
+        for l in range(num_layers):
+            for h in range(num_snapshots):
+                key = 'l' + str(l) + 'h' + str(h)
+                self.layers[key] = TransfomerAttentionLayer(dim_node, dim_edge, dim_time,
+                                                            dim_embed, att_head, dropout,
+                                                            att_dropout)
+
+    def forward(self, mfgs):
+        out = list()
+        for l in range(self.num_layers):
+            for h in range(self.num_snapshots):
+                key = 'l' + str(l) + 'h' + str(h)
+                out.append(self.layers[key](mfgs[l][h]))
+        return out[0]
+"""
+GNNFLOW_TRAIN = """\
+import argparse
+
+import torch
+import torch.distributed
+
+from dgnn import DGNN
+
+args = argparse.ArgumentParser().parse_args()
+torch.distributed.init_process_group('nccl')
+device = torch.device('cuda:{}'.format(args.local_rank))
+torch.cuda.set_device(device)
+model = DGNN(100, 172, 100, 100, 1, 1, 2, 0.1, 0.1)
+model.to(device)
+if args.distributed:
+    model = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[args.local_rank], find_unused_parameters=False)
+"""
+
+
+def _project(tmp_path: Path, files: dict[str, str]) -> Path:
+    (tmp_path / ".git").mkdir(parents=True)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+def _unused(tmp_path: Path, files: dict[str, str], entry: str) -> list[LintFinding]:
+    root = _project(tmp_path, files)
+    result = lint_paths([root / entry], root=root)
+    # the findings of the cut graph (a literal find_unused_parameters=True has a rule
+    # of its own: "the flag for nothing")
+    return [f for f in result.findings if f.id == "DDP-FIND-UNUSED" and "constant" in f.summary]
+
+
+def test_yolov6_loss_constant_on_batches_without_targets(tmp_path: Path) -> None:
+    (hit,) = _unused(tmp_path, {"loss.py": YOLOV6_LOSS, "train.py": YOLOV6_TRAIN}, "train.py")
+    # at the constant, in the loss's own file, naming the test and the DDP call
+    assert Path(hit.file).name == "loss.py" and hit.line == YOLOV6_CONSTANT_LINE
+    assert "`loss_iou`" in hit.summary and "`num_pos > 0`" in hit.summary
+    assert "is false" in hit.summary and "train.py:11" in hit.summary
+    assert hit.severity == "warning"
+
+
+def test_yolov6_fixed_or_flagged_gets_no_finding(tmp_path: Path) -> None:
+    # the fix keeps the graph: pred_dist.sum() * 0.
+    fixed = YOLOV6_LOSS.replace(
+        "            loss_iou = torch.tensor(0.).to(pred_dist.device)\n"
+        "            loss_dfl = torch.tensor(0.).to(pred_dist.device)\n",
+        "            loss_iou = pred_dist.sum() * 0.\n            loss_dfl = pred_dist.sum() * 0.\n",
+    )
+    assert fixed != YOLOV6_LOSS
+    assert _unused(tmp_path / "a", {"loss.py": fixed, "train.py": YOLOV6_TRAIN}, "train.py") == []
+    # DDP told to look for unused parameters
+    flagged = YOLOV6_TRAIN.replace(
+        "output_device=args.local_rank)",
+        "output_device=args.local_rank, find_unused_parameters=True)",
+    )
+    assert flagged != YOLOV6_TRAIN
+    assert _unused(tmp_path / "b", {"loss.py": YOLOV6_LOSS, "train.py": flagged}, "train.py") == []
+
+
+def test_a_setting_decides_the_branch_not_the_batch(tmp_path: Path) -> None:
+    # `if self.use_dfl:` ... else constant: the same on every step and rank (the other
+    # branch of the real code, line 251), and no data-decided test left: no finding
+    only_setting = YOLOV6_LOSS.replace("        if num_pos > 0:", "        if self.use_dfl:")
+    assert only_setting != YOLOV6_LOSS
+    files = {"loss.py": only_setting, "train.py": YOLOV6_TRAIN}
+    assert _unused(tmp_path, files, "train.py") == []
+
+
+def test_gnnflow_layer_returns_zeros_for_a_batch_without_edges(tmp_path: Path) -> None:
+    files = {
+        "layers.py": GNNFLOW_LAYERS,
+        "dgnn.py": GNNFLOW_DGNN,
+        "train.py": GNNFLOW_TRAIN,
+    }
+    (hit,) = _unused(tmp_path, files, "train.py")
+    # at the DDP call (the fix place), naming the layer, where it is held and the test
+    ddp_line = 1 + next(
+        i for i, x in enumerate(GNNFLOW_TRAIN.splitlines()) if "DistributedDataParallel(" in x
+    )
+    test_line = 1 + GNNFLOW_LAYERS.splitlines().index("        if num_edges == 0:")
+    assert Path(hit.file).name == "train.py" and hit.line == ddp_line
+    assert "`TransfomerAttentionLayer.forward`" in hit.summary
+    assert "`self.layers[key]` of `DGNN`" in hit.summary
+    assert "`num_edges == 0`" in hit.summary and f"layers.py:{test_line}" in hit.summary
+    assert "`self.w_k`" in hit.summary and "`self.dropout`" not in hit.summary  # no parameters
+
+
+def test_gnnflow_fixed_or_guard_on_a_setting_gets_no_finding(tmp_path: Path) -> None:
+    fixed = GNNFLOW_TRAIN.replace("find_unused_parameters=False", "find_unused_parameters=True")
+    files = {"layers.py": GNNFLOW_LAYERS, "dgnn.py": GNNFLOW_DGNN, "train.py": fixed}
+    assert _unused(tmp_path / "a", files, "train.py") == []
+    setting = GNNFLOW_LAYERS.replace("if num_edges == 0:", "if self.dim_out == 0:")
+    files = {"layers.py": setting, "dgnn.py": GNNFLOW_DGNN, "train.py": GNNFLOW_TRAIN}
+    assert _unused(tmp_path / "b", files, "train.py") == []
