@@ -244,3 +244,70 @@ def test_gnnflow_fixed_or_guard_on_a_setting_gets_no_finding(tmp_path: Path) -> 
     setting = GNNFLOW_LAYERS.replace("if num_edges == 0:", "if self.dim_out == 0:")
     files = {"layers.py": setting, "dgnn.py": GNNFLOW_DGNN, "train.py": GNNFLOW_TRAIN}
     assert _unused(tmp_path / "b", files, "train.py") == []
+
+
+# Shark-NLP/DiffuSeq @ bfd0ffd0a914c2afd5720f7bc36cfd1d0d8995ce, basic_utils.py
+# (load_model_emb); fixed by a21fa64 "Fix race condiction" (a marker written after the save)
+DIFFUSEQ = """\
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def load_model_emb(args, tokenizer):
+    model = torch.nn.Embedding(tokenizer.vocab_size, args.hidden_dim)
+    path_save = '{}/random_emb.torch'.format(args.checkpoint_path)
+    if int(os.environ['LOCAL_RANK']) == 0:
+        if os.path.exists(path_save):
+            print('reload the random embeddings', model)
+            model.load_state_dict(torch.load(path_save))
+        else:
+            print('initializing the random embeddings', model)
+            torch.nn.init.normal_(model.weight)
+            torch.save(model.state_dict(), path_save)
+    else:
+        while not os.path.exists(path_save):
+            time.sleep(1)
+        print('reload the random embeddings', model)
+        model.load_state_dict(torch.load(path_save))
+
+    return model, tokenizer
+
+
+def main(args, tokenizer):
+    dist.init_process_group('nccl')
+    model_weight, tokenizer = load_model_emb(args, tokenizer)
+"""
+
+
+def _barrier_findings(tmp_path: Path, text: str) -> list[LintFinding]:
+    root = _project(tmp_path, {"train.py": text})
+    result = lint_paths([root / "train.py"], root=root)
+    return [f for f in result.findings if f.id == "DDP-CKPT-BARRIER"]
+
+
+def test_diffuseq_other_ranks_poll_for_the_file_and_load_it_half_written(tmp_path: Path) -> None:
+    (hit,) = _barrier_findings(tmp_path, DIFFUSEQ)
+    lines = DIFFUSEQ.splitlines()
+    assert hit.line == 1 + lines.index("        model.load_state_dict(torch.load(path_save))")
+    assert hit.severity == "error"
+    assert "`path_save`" in hit.summary and "is false" in hit.summary
+    assert "until the file exists" in hit.summary
+    assert f"line {1 + lines.index('            torch.save(model.state_dict(), path_save)')}" in (
+        hit.summary
+    )
+
+
+def test_diffuseq_with_a_barrier_on_both_branches_gets_none(tmp_path: Path) -> None:
+    # rank 0 joins the barrier once its write is done, the others before they load
+    fixed = DIFFUSEQ.replace(
+        "            torch.save(model.state_dict(), path_save)\n",
+        "            torch.save(model.state_dict(), path_save)\n        dist.barrier()\n",
+    ).replace(
+        "        while not os.path.exists(path_save):\n            time.sleep(1)\n",
+        "        dist.barrier()\n",
+    )
+    assert fixed.count("dist.barrier()") == 2
+    assert _barrier_findings(tmp_path, fixed) == []

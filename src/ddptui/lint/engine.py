@@ -22,6 +22,7 @@ from ddptui.lint import (
     rules_loader_lint6,
     rules_model,
     rules_notapplied,
+    rules_poll,
     rules_project,
     rules_reach,
     rules_seed,
@@ -57,6 +58,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_lint7.RULES,
     *rules_lint10.RULES,
     *rules_notapplied.RULES,
+    *rules_poll.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
