@@ -179,7 +179,7 @@ def _unused(tmp_path: Path, files: dict[str, str], entry: str) -> list[LintFindi
     result = lint_paths([root / entry], root=root)
     # the findings of the cut graph (a literal find_unused_parameters=True has a rule
     # of its own: "the flag for nothing")
-    return [f for f in result.findings if f.id == "DDP-FIND-UNUSED" and "constant" in f.summary]
+    return [f for f in result.findings if f.id == "DDP-FIND-UNUSED" and "batch where" in f.summary]
 
 
 def test_yolov6_loss_constant_on_batches_without_targets(tmp_path: Path) -> None:
@@ -232,7 +232,7 @@ def test_gnnflow_layer_returns_zeros_for_a_batch_without_edges(tmp_path: Path) -
     test_line = 1 + GNNFLOW_LAYERS.splitlines().index("        if num_edges == 0:")
     assert Path(hit.file).name == "train.py" and hit.line == ddp_line
     assert "`TransfomerAttentionLayer.forward`" in hit.summary
-    assert "`self.layers[key]` of `DGNN`" in hit.summary
+    assert "`layers[key]` of `DGNN`" in hit.summary
     assert "`num_edges == 0`" in hit.summary and f"layers.py:{test_line}" in hit.summary
     assert "`self.w_k`" in hit.summary and "`self.dropout`" not in hit.summary  # no parameters
 
@@ -311,3 +311,98 @@ def test_diffuseq_with_a_barrier_on_both_branches_gets_none(tmp_path: Path) -> N
     )
     assert fixed.count("dist.barrier()") == 2
     assert _barrier_findings(tmp_path, fixed) == []
+
+
+# tier4/Diffusion-Planner @ 3726a569af55d0e5c641387358e9a36bf8917a14,
+# diffusion_planner/model/module/encoder.py (LaneFusionEncoder, held by Encoder, held by
+# Diffusion_Planner_Encoder, held by Diffusion_Planner) and train_predictor.py:256; fixed
+# by 6f852bb "Fixed to find_unused_parameters=True"
+PLANNER_ENCODER = """\
+import torch
+import torch.nn as nn
+
+
+class LaneFusionEncoder(nn.Module):
+    def __init__(self, lane_len, drop_path_rate=0.3, hidden_dim=192, depth=3,
+                 tokens_mlp_dim=64, channels_mlp_dim=128):
+        super().__init__()
+        self._lane_len = lane_len
+        self._channel = channels_mlp_dim
+        self.speed_limit_emb = nn.Linear(1, channels_mlp_dim)
+        self.traffic_emb = nn.Linear(4, channels_mlp_dim)
+
+    def forward(self, x, speed_limit, has_speed_limit):
+        traffic = x[:, :, 0, 8:]
+        B, P, V, _ = x.shape
+        speed_limit = speed_limit.view(B * P, 1)
+        has_speed_limit = has_speed_limit.view(B * P, 1)
+        traffic = traffic.view(B * P, -1)
+        speed_limit_embedding = torch.zeros((speed_limit.shape[0], self._channel), device=x.device)
+
+        if has_speed_limit.sum() > 0:
+            speed_limit_with_limit = self.speed_limit_emb(
+                speed_limit[has_speed_limit].unsqueeze(-1)
+            )
+            speed_limit_embedding[has_speed_limit] = speed_limit_with_limit
+
+        traffic_light_embedding = self.traffic_emb(traffic)
+        return speed_limit_embedding + traffic_light_embedding
+
+
+class Encoder(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.lane_encoder = LaneFusionEncoder(config.lane_len)
+
+    def forward(self, inputs):
+        return self.lane_encoder(inputs['lanes'], inputs['lanes_speed_limit'],
+                                 inputs['lanes_has_speed_limit'])
+
+
+class Diffusion_Planner(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.encoder = Encoder(config)
+
+    def forward(self, inputs):
+        return self.encoder(inputs)
+"""
+PLANNER_TRAIN = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from diffusion_planner import Diffusion_Planner
+
+
+def model_training(args, rank):
+    torch.distributed.init_process_group('nccl')
+    diffusion_planner = Diffusion_Planner(args)
+    diffusion_planner = diffusion_planner.to(rank if args.device == "cuda" else args.device)
+
+    if args.ddp:
+        diffusion_planner = DDP(diffusion_planner, device_ids=[rank], find_unused_parameters=False)
+"""
+
+
+def test_diffusion_planner_layer_run_only_when_the_batch_has_speed_limits(tmp_path: Path) -> None:
+    files = {"diffusion_planner.py": PLANNER_ENCODER, "train.py": PLANNER_TRAIN}
+    (hit,) = _unused(tmp_path, files, "train.py")
+    assert Path(hit.file).name == "train.py"
+    assert hit.line == 1 + PLANNER_TRAIN.splitlines().index(
+        "        diffusion_planner = DDP(diffusion_planner, device_ids=[rank], "
+        "find_unused_parameters=False)"
+    )
+    assert "`LaneFusionEncoder.forward` (`encoder.lane_encoder` of `Diffusion_Planner`)" in (
+        hit.summary
+    )
+    assert "runs `self.speed_limit_emb` only" in hit.summary
+    assert "`has_speed_limit.sum() > 0` is true" in hit.summary
+    assert "traffic_emb" not in hit.summary  # run on every batch
+
+
+def test_a_shape_test_is_not_a_batch_count(tmp_path: Path) -> None:
+    # `if x.dim() == 4:` is decided by the code's shapes, the same on every batch
+    shaped = PLANNER_ENCODER.replace("if has_speed_limit.sum() > 0:", "if x.dim() == 0:")
+    assert shaped != PLANNER_ENCODER
+    files = {"diffusion_planner.py": shaped, "train.py": PLANNER_TRAIN}
+    assert _unused(tmp_path, files, "train.py") == []

@@ -23,7 +23,8 @@ _CONST_MAKERS: Final = frozenset({"tensor", "zeros", "zeros_like", "scalar_tenso
 _NEW_MAKERS: Final = frozenset({"new_zeros", "new_tensor"})
 _MOVES: Final = frozenset({"to", "cuda", "float", "half", "type_as", "detach"})
 _MAX_STEPS: Final = 6  # how far a name is followed through the function's assignments
-_MAX_DEPTH: Final = 3  # how deep the model's submodules are looked into
+_SHAPES: Final = frozenset({"shape", "size", "dim", "ndim", "ndimension"})
+_MAX_DEPTH: Final = 4  # how deep the model's submodules are looked into
 
 
 def _loss_function(s: Script, fn: FuncNode) -> bool:
@@ -104,9 +105,33 @@ def _params(fn: FuncNode) -> set[str]:
     return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]} - {"self", "cls"}
 
 
+def _counts(test: ast.expr) -> bool:
+    """The test compares a count with zero (`num_pos > 0`, `mask.sum() > 0`,
+    `num_edges == 0`) or asks `.any()`: how many items of this batch qualify, not a shape
+    (`x.dim() == 3`) or a setting."""
+    nodes = list(ast.walk(test))
+    if any(isinstance(n, ast.Attribute) and n.attr in _SHAPES for n in nodes):
+        return False
+    for n in nodes:
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("any", "all")
+            and not n.args
+        ):
+            return True
+        if isinstance(n, ast.Compare) and any(
+            isinstance(x, ast.Constant) and x.value == 0 and not isinstance(x.value, bool)
+            for x in [n.left, *n.comparators]
+        ):
+            return True
+    return False
+
+
 def _batch_test(test: ast.expr, fn: FuncNode, flows: dict[str, set[str]]) -> bool:
-    """A test the batch decides: it reads locals counted from the function's inputs
-    (`num_pos > 0`, `fg_mask.sum() > 0`) and no setting (`self.use_dfl`, `is None`)."""
+    """A test the batch decides: a count of the batch compared with zero, read from
+    locals counted from the function's inputs (`num_pos > 0`, `fg_mask.sum() > 0`), and
+    no setting (`self.use_dfl`) or optional input (`is None`) in it."""
     if any(
         isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
         for n in ast.walk(test)
@@ -114,6 +139,8 @@ def _batch_test(test: ast.expr, fn: FuncNode, flows: dict[str, set[str]]) -> boo
         isinstance(n, ast.Compare) and any(isinstance(o, ast.Is | ast.IsNot) for o in n.ops)
         for n in ast.walk(test)
     ):
+        return False
+    if not _counts(test):
         return False
     names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
     return bool(names) and bool(_closure(names, flows) & _params(fn))
@@ -171,7 +198,7 @@ def _early_constant(
     return None
 
 
-def _layers_run(fn: FuncNode) -> list[str]:
+def _layers_run(fn: ast.AST) -> list[str]:
     """The attributes forward calls (`self.w_q(x)`, `self.layers[k](x)`)."""
     out: list[str] = []
     for n in ast.walk(fn):
@@ -198,12 +225,12 @@ def _held(s: Script, cls: ast.ClassDef, depth: int = 0) -> Iterator[tuple[ast.Cl
             if not isinstance(st, ast.Assign | ast.Expr):
                 continue
             target = st.targets[0] if isinstance(st, ast.Assign) else None
-            name = ast.unparse(target) if target is not None else ""
+            name = ast.unparse(target).removeprefix("self.") if target is not None else ""
             for call in (c for c in ast.walk(st.value) if isinstance(c, ast.Call)):
                 sub = s.class_named(call.func)
                 if sub is not None and sub is not cls:
                     if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
-                        name = ast.unparse(st.value.func).rsplit(".", 1)[0]
+                        name = ast.unparse(st.value.func).rsplit(".", 1)[0].removeprefix("self.")
                     for inner, path in _held(s, sub, depth + 1):
                         yield inner, f"{name}.{path}" if path else name
 
@@ -217,10 +244,40 @@ def _wrapped(s: Script, call: ast.Call) -> list[ast.ClassDef]:
     return out
 
 
+def _layers_in(nodes: list[ast.stmt]) -> set[str]:
+    return {a for st in nodes for a in _layers_run(st)}
+
+
+def _guarded_layers(
+    fwd: FuncNode, flows: dict[str, set[str]], layers: list[str]
+) -> tuple[ast.If, bool, list[str]] | None:
+    """Layers forward calls only inside one branch of a batch-decided `if` (DiffusionPlanner:
+    `if valid_indices.sum() > 0: x = self.projection(x)`), or only after an early return
+    of a constant tensor (GNNFlow: `if num_edges == 0: return torch.zeros(...)`)."""
+    for n in ast.walk(fwd):
+        if not isinstance(n, ast.If) or not _batch_test(n.test, fwd, flows):
+            continue
+        outside = _layers_in([st for st in _own_stmts(fwd) if not _within(st, n)])
+        for branch in (n.body, n.orelse):
+            inside = [a for a in layers if a in _layers_in(branch) and a not in outside]
+            other = _layers_in(n.orelse if branch is n.body else n.body)
+            inside = [a for a in inside if a not in other]
+            if inside:
+                return n, branch is n.body, inside
+    return None
+
+
+def _own_stmts(fn: FuncNode) -> list[ast.stmt]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.stmt) and n is not fn]
+
+
+def _within(st: ast.stmt, node: ast.If) -> bool:
+    return any(st is x for x in ast.walk(node)) or any(node is x for x in ast.walk(st))
+
+
 def model_cut_on_some_batches(s: Script, f: Flow) -> Iterator[Hit]:
-    """A module of the model DDP wraps whose forward returns a constant tensor on some
-    batches, skipping its layers (GNNFlow: `if num_edges == 0: return torch.zeros(...)`
-    in an attention layer)."""
+    """A module of the model DDP wraps whose forward runs some of its layers only on the
+    batches a count decides: on the others their parameters get no gradient."""
     for ddp in f.torch_ddp_calls:
         if _flag_given(ddp):
             continue
@@ -228,28 +285,42 @@ def model_cut_on_some_batches(s: Script, f: Flow) -> Iterator[Hit]:
             for cls, path in _held(s, top):
                 for fwd in s._methods(cls, "forward"):
                     flows = _flows(fwd)
-                    found = _early_constant(s, fwd, flows)
                     built = s._self_assigns(cls)
                     layers = [
                         a
                         for a in _layers_run(fwd)
                         if any(_layer(s, st.value) for st in built.get(a, []) if st.value)
                     ]
-                    if found is None or not layers:
+                    if not layers:
                         continue
-                    branch, ret = found
+                    early = _early_constant(s, fwd, flows)
                     held = f" (`{path}` of `{top.name}`)" if path else ""
+                    if early is not None:
+                        branch, ret = early
+                        what = (
+                            f"returns the constant `{ast.unparse(ret)}` for a batch where "
+                            f"`{ast.unparse(branch.test)}` ({s.path_of(branch)}:"
+                            f"{branch.lineno}), skipping "
+                            f"{', '.join(f'`self.{a}`' for a in layers[:4])}"
+                        )
+                    else:
+                        guarded = _guarded_layers(fwd, flows, layers)
+                        if guarded is None:
+                            continue
+                        branch, holds, inside = guarded
+                        what = (
+                            f"runs {', '.join(f'`self.{a}`' for a in inside[:4])} only on a "
+                            f"batch where `{ast.unparse(branch.test)}` is "
+                            f"{'true' if holds else 'false'} "
+                            f"({s.path_of(branch)}:{branch.lineno})"
+                        )
                     yield Hit.at(
                         "DDP-FIND-UNUSED",
                         ddp,
                         (
                             f"DDP wraps `{top.name}` without find_unused_parameters, but "
-                            f"`{cls.name}.forward`{held} returns the constant "
-                            f"`{ast.unparse(ret)}` for a batch where "
-                            f"`{ast.unparse(branch.test)}` ({s.path_of(branch)}:"
-                            f"{branch.lineno}), skipping "
-                            f"{', '.join(f'`self.{a}`' for a in layers[:4])}: on such a batch "
-                            "their parameters get no gradient and DDP fails at the next step"
+                            f"`{cls.name}.forward`{held} {what}: on the other batches their "
+                            "parameters get no gradient and DDP fails at the next step"
                         ),
                     )
                     return
