@@ -24,7 +24,10 @@ _NEW_MAKERS: Final = frozenset({"new_zeros", "new_tensor"})
 _MOVES: Final = frozenset({"to", "cuda", "float", "half", "type_as", "detach"})
 _MAX_STEPS: Final = 6  # how far a name is followed through the function's assignments
 _SHAPES: Final = frozenset({"shape", "size", "dim", "ndim", "ndimension"})
-_MAX_DEPTH: Final = 4  # how deep the model's submodules are looked into
+_MAX_DEPTH: Final = 4
+_MAX_CLASSES: Final = (
+    200  # model classes looked into per DDP call  # how deep the model's submodules are looked into
+)
 
 
 def _loss_function(s: Script, fn: FuncNode) -> bool:
@@ -214,25 +217,33 @@ def _layers_run(fn: ast.AST) -> list[str]:
     return out
 
 
-def _held(s: Script, cls: ast.ClassDef, depth: int = 0) -> Iterator[tuple[ast.ClassDef, str]]:
+def _held(s: Script, top: ast.ClassDef) -> list[tuple[ast.ClassDef, str]]:
     """The class and the project classes its `__init__` builds (into an attribute, a
-    ModuleDict or ModuleList item), with the attribute path."""
-    yield cls, ""
-    if depth >= _MAX_DEPTH:
-        return
-    for init in s._methods(cls, "__init__"):
-        for st in ast.walk(init):
-            if not isinstance(st, ast.Assign | ast.Expr):
-                continue
-            target = st.targets[0] if isinstance(st, ast.Assign) else None
-            name = ast.unparse(target).removeprefix("self.") if target is not None else ""
-            for call in (c for c in ast.walk(st.value) if isinstance(c, ast.Call)):
-                sub = s.class_named(call.func)
-                if sub is not None and sub is not cls:
-                    if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
+    ModuleDict or ModuleList item), transitively, each once with its attribute path."""
+    out: list[tuple[ast.ClassDef, str]] = [(top, "")]
+    seen = {top}
+    level = [(top, "")]
+    for _ in range(_MAX_DEPTH):
+        nxt: list[tuple[ast.ClassDef, str]] = []
+        for cls, path in level:
+            for init in s._methods(cls, "__init__"):
+                for st in ast.walk(init):
+                    if not isinstance(st, ast.Assign | ast.Expr):
+                        continue
+                    if isinstance(st, ast.Assign):
+                        name = ast.unparse(st.targets[0]).removeprefix("self.")
+                    elif isinstance(st.value, ast.Call):  # self.blocks.append(Block(...))
                         name = ast.unparse(st.value.func).rsplit(".", 1)[0].removeprefix("self.")
-                    for inner, path in _held(s, sub, depth + 1):
-                        yield inner, f"{name}.{path}" if path else name
+                    else:
+                        continue
+                    for call in (c for c in ast.walk(st.value) if isinstance(c, ast.Call)):
+                        sub = s.class_named(call.func)
+                        if sub is not None and sub not in seen and len(seen) < _MAX_CLASSES:
+                            seen.add(sub)
+                            nxt.append((sub, f"{path}.{name}" if path else name))
+        out += nxt
+        level = nxt
+    return out
 
 
 def _wrapped(s: Script, call: ast.Call) -> list[ast.ClassDef]:
