@@ -406,3 +406,59 @@ def test_a_shape_test_is_not_a_batch_count(tmp_path: Path) -> None:
     assert shaped != PLANNER_ENCODER
     files = {"diffusion_planner.py": shaped, "train.py": PLANNER_TRAIN}
     assert _unused(tmp_path, files, "train.py") == []
+
+
+# facebookresearch/ClassyVision @ bcc161cd4f7caeefde27fec3743e7a0011b3d015,
+# classy_vision/generic/distributed_util.py (broadcast_object): the source rank saves into
+# a buffer in memory and broadcasts it, the others load what they received: no file
+CLASSY_BROADCAST = """\
+import io
+import tempfile
+
+import torch
+
+
+def get_rank():
+    return torch.distributed.get_rank()
+
+
+def broadcast(tensor, src=0):
+    torch.distributed.broadcast(tensor, src)
+    return tensor
+
+
+def broadcast_object(obj, src=0, use_disk=True):
+    if get_rank() == src:
+        # Emit data
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        data_view = buffer.getbuffer()
+        length_tensor = torch.LongTensor([len(data_view)])
+        length_tensor = broadcast(length_tensor, src=src)
+        data_tensor = torch.ByteTensor(data_view)
+        data_tensor = broadcast(data_tensor, src=src)
+    else:
+        # Fetch from the source
+        length_tensor = torch.LongTensor([0])
+        length_tensor = broadcast(length_tensor, src=src)
+        data_tensor = torch.empty([length_tensor.item()], dtype=torch.uint8)
+        data_tensor = broadcast(data_tensor, src=src)
+        if use_disk:
+            with tempfile.TemporaryFile("r+b") as f:
+                f.write(data_tensor.numpy())
+                del data_tensor
+                f.seek(0)
+                obj = torch.load(f)
+        else:
+            buffer = io.BytesIO(data_tensor.numpy())
+            obj = torch.load(buffer)
+    return obj
+
+
+torch.distributed.init_process_group('nccl')
+state = broadcast_object({'epoch': 1})
+"""
+
+
+def test_an_object_broadcast_through_a_buffer_in_memory_gets_none(tmp_path: Path) -> None:
+    assert _barrier_findings(tmp_path, CLASSY_BROADCAST) == []

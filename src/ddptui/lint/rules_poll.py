@@ -26,6 +26,19 @@ def _polls(s: Script, stmts: list[ast.stmt], path: str) -> bool:
     return False
 
 
+def _in_memory(s: Script, path: ast.expr) -> bool:
+    """`io.BytesIO()` (or a file object of a `with`): no file the others could see."""
+    return any(
+        isinstance(o, ast.Call) and s.call_name(o).endswith(("BytesIO", "TemporaryFile"))
+        for o in [path, *s.origins(path)]
+    ) or any(
+        isinstance(a, ast.withitem)
+        and a.optional_vars is not None
+        and ast.unparse(a.optional_vars) == ast.unparse(path)
+        for a in s.nodes
+    )
+
+
 def save_then_load_across_branches(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
@@ -43,8 +56,8 @@ def save_then_load_across_branches(s: Script, f: Flow) -> Iterator[Hit]:
                     (c for c in saves if (p := _path(c, 1, "f")) and ast.unparse(p) == path), None
                 )
                 before = [c for c in calls_in(reader) if c.lineno < load.lineno]
-                if save is None or any(f.direct_sync(c) for c in before):
-                    continue
+                if save is None or _in_memory(s, target) or any(f.call_sync(c) for c in before):
+                    continue  # a buffer in memory, or the readers wait in a collective
                 waits = (
                     "wait only until the file exists, which it does as soon as the write begins"
                     if _polls(s, reader, path)
