@@ -462,3 +462,76 @@ state = broadcast_object({'epoch': 1})
 
 def test_an_object_broadcast_through_a_buffer_in_memory_gets_none(tmp_path: Path) -> None:
     assert _barrier_findings(tmp_path, CLASSY_BROADCAST) == []
+
+
+# KempnerInstitute/KempnerForge @ 7f3e51900ab785d8d53d198318ee779824192253,
+# kempnerforge/checkpoint/manager.py (CheckpointManager.save / .load); fixed by c36863b
+# "Fix race in CheckpointManager save/load collectives" (a barrier at the end of save())
+KEMPNER = """\
+import json
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+_TRAIN_STATE_FILE = "train_state.pt"
+_METADATA_FILE = "metadata.json"
+
+
+class CheckpointManager:
+    def __init__(self, config, model, optimizer):
+        self.config = config
+        self.model = model
+        self.optimizer = optimizer
+        self._rank = dist.get_rank() if dist.is_initialized() else 0
+
+    def save(self, step, tokens_seen=0, extra=None):
+        ckpt_dir = Path(self.config.dir) / f"step_{step}"
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        # Save non-distributed state (rank 0 only)
+        if self._rank == 0:
+            train_state = {"step": step, "tokens_seen": tokens_seen, "extra": extra}
+            torch.save(train_state, ckpt_dir / _TRAIN_STATE_FILE)
+
+            # Write human-readable metadata
+            meta = {"step": step, "tokens_seen": tokens_seen}
+            (ckpt_dir / _METADATA_FILE).write_text(json.dumps(meta, indent=2))
+
+    def load(self, ckpt_dir):
+        # Load non-distributed state
+        train_state_path = ckpt_dir / _TRAIN_STATE_FILE
+        if train_state_path.exists():
+            train_state = torch.load(train_state_path, map_location="cpu", weights_only=False)
+
+            # Broadcast from rank 0 to all ranks
+            if dist.is_initialized():
+                object_list = [train_state if self._rank == 0 else None]
+                dist.broadcast_object_list(object_list, src=0)
+                train_state = object_list[0]
+            return train_state["step"]
+        return 0
+
+
+dist.init_process_group("nccl")
+"""
+
+
+def test_kempnerforge_save_returns_before_rank0_wrote_what_load_reads(tmp_path: Path) -> None:
+    (hit,) = _barrier_findings(tmp_path, KEMPNER)
+    lines = KEMPNER.splitlines()
+    assert hit.line == 1 + lines.index(
+        "            torch.save(train_state, ckpt_dir / _TRAIN_STATE_FILE)"
+    )
+    assert "`CheckpointManager.save` writes `ckpt_dir / _TRAIN_STATE_FILE`" in hit.summary
+    load = 1 + next(i for i, x in enumerate(lines) if "torch.load(" in x)
+    assert f"`CheckpointManager.load` loads it on every rank (line {load})" in hit.summary
+
+
+def test_kempnerforge_with_the_barrier_of_the_fix_gets_none(tmp_path: Path) -> None:
+    fixed = KEMPNER.replace(
+        "            (ckpt_dir / _METADATA_FILE).write_text(json.dumps(meta, indent=2))\n",
+        "            (ckpt_dir / _METADATA_FILE).write_text(json.dumps(meta, indent=2))\n\n"
+        "        if dist.is_initialized():\n            dist.barrier()\n",
+    )
+    assert fixed.count("dist.barrier()") == 1
+    assert _barrier_findings(tmp_path, fixed) == []

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow, calls_in
 from ddptui.lint.model import Hit
-from ddptui.lint.rules_io import _path, _torch
+from ddptui.lint.rules_io import _path, _torch, _where
 from ddptui.lint.script import Script
 
 
@@ -77,4 +77,68 @@ def save_then_load_across_branches(s: Script, f: Flow) -> Iterator[Hit]:
                 return
 
 
-RULES = (save_then_load_across_branches,)
+def _keys(s: Script, path: ast.expr) -> set[str]:
+    """What names the file in a path expression: constants (`_TRAIN_STATE_FILE`, a
+    string), followed through the names it was built from."""
+    out: set[str] = set()
+    for e in [path, *s.origins(path)]:
+        for n in ast.walk(e):
+            if isinstance(n, ast.Name) and n.id.lstrip("_").isupper():
+                out.add(n.id)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and "." in n.value:
+                out.add(repr(n.value))
+    return out
+
+
+def save_returns_before_the_write(s: Script, f: Flow) -> Iterator[Hit]:
+    """A checkpoint class whose save method writes a file on rank 0 only and returns on
+    the other ranks with no barrier after the write, while its load method reads that
+    file on every rank (KempnerForge c36863b "Fix race in CheckpointManager save/load
+    collectives": "save() returned on non-rank-0 before rank-0 committed train_state.pt").
+    """
+    if not f.distributed:
+        return
+    for cls in s.classes.values():
+        methods = [m for m in cls.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)]
+        for writer in methods:
+            for save in (c for c in calls_in(writer.body) if _torch(s, c, "save")):
+                target = _path(save, 1, "f")
+                if target is None or f.local_guard(save) is None:
+                    continue
+                keys = _keys(s, target)
+                if not keys:
+                    continue
+                after = [c for c in calls_in(writer.body) if c.lineno > save.lineno]
+                if any(f.call_sync(c) for c in after):
+                    continue
+                for reader in methods:
+                    load = next(
+                        (
+                            c
+                            for c in calls_in(reader.body)
+                            if reader is not writer
+                            and _torch(s, c, "load")
+                            and f.local_guard(c) is None
+                            and (p := _path(c, 0, "f")) is not None
+                            and keys & _keys(s, p)
+                        ),
+                        None,
+                    )
+                    if load is None:
+                        continue
+                    yield Hit.at(
+                        "DDP-CKPT-BARRIER",
+                        save,
+                        (
+                            f"`{cls.name}.{writer.name}` writes `{ast.unparse(target)}` on one "
+                            "rank only and returns on the others with no barrier after the "
+                            f"write, while `{cls.name}.{reader.name}` loads it on every rank "
+                            f"({_where(s, load, save)}): a rank that gets there first "
+                            "reads a half-written or an older file"
+                        ),
+                        saved_at=save.lineno,
+                    )
+                    return
+
+
+RULES = (save_then_load_across_branches, save_returns_before_the_write)
