@@ -1,10 +1,19 @@
-"""DDP-FIND-UNUSED where the graph to the model is cut on some batches only: a loss
-function of the project that, on a branch the batch decides (`if num_pos > 0:` with
-`num_pos` counted from the targets), sets a loss term to a fresh constant tensor
-(`torch.tensor(0.)`) instead of computing it from the model's output, while every DDP
-call of the project runs without find_unused_parameters. On a batch that takes that
-branch the parameters that produce the output get no gradient and DDP stops at the next
-step (YOLOv6 5738ccf "fix ddp unused param bug": `pred_dist.sum() * 0.`)."""
+"""DDP-FIND-UNUSED where the graph to the model is cut on some batches only, while DDP
+runs without find_unused_parameters. A branch "the batch decides" is a count of the
+batch compared with zero (`num_pos > 0` with `num_pos = fg_mask.sum()`, `num_edges ==
+0`, `.any()`), read from the function's inputs; never a shape, a setting (`self.x`) or
+an optional input (`is None`). Three shapes, each from a fix in a real project:
+
+- a project loss sets a term to a fresh constant tensor (`torch.tensor(0.)`) on such a
+  branch instead of computing it from the model's output (YOLOv6 5738ccf: `pred_dist.sum()
+  * 0.`); reported at the constant, where that fix goes;
+- a module of the model DDP wraps (followed from the DDP call into the classes each
+  `__init__` builds, across files, 4 deep) returns a constant tensor on such a branch,
+  skipping its layers (GNNFlow: `if num_edges == 0: return torch.zeros(...)`);
+- such a module runs a layer only on one branch of such a test (Diffusion-Planner:
+  `self.speed_limit_emb` only when `has_speed_limit.sum() > 0`).
+The two model shapes are reported at the DDP call (where find_unused_parameters goes),
+naming the module, its attribute path, the layers and the test with its file:line."""
 
 from __future__ import annotations
 
