@@ -54,6 +54,7 @@ HINTS: Final = frozenset(
     {"sigbus", "system_error", "container", "shm", "nccl"}
     | {"ib_unusable", "socket_ipoib", "sigkill", "loading"}  # logs8
     | {"barrier", "invalid_usage"}  # logs9
+    | {"torchrun_summary"}  # logs11
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")

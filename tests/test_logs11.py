@@ -1,0 +1,53 @@
+"""Round logs11 (issue 15): failing logs that were called clean ("✔ Nothing wrong found").
+General readings of what tells a human that the run failed or hung, each checked on the
+real excerpt quoted from the public thread and on healthy lines it must leave alone."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corpus_excerpts import excerpt, ids, lead
+
+from ddptui.logs.diagnose import diagnose_lines
+
+
+def test_a_module_qualified_exception_not_named_error_is_a_failure() -> None:
+    """pytorch#132950: torchrun's etcd-v2 rendezvous ends in 'etcd.EtcdKeyNotFound: Key
+    not found : /torch/elastic/store', a traceback's last line whose class does not end in
+    Error: an honest unknown (exit 1), not a ✔.  A KeyboardInterrupt (a run stopped by
+    hand) is a failure too; a logger's 'module.Class: message' of no failure word is not."""
+    d = excerpt("c-etcd-v2-store-race-pytorch-132950")
+    assert lead(d) == "LOGS-UNRECOGNIZED", ids(d)
+    assert d.first is not None and d.first.severity == "error"
+    assert "EtcdKeyNotFound" in d.first.summary + " ".join(d.first.evidence)
+    stopped = diagnose_lines(["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', "KeyboardInterrupt"], "ki")
+    assert stopped.first is not None and stopped.first.severity == "error", ids(stopped)
+    quiet = diagnose_lines(["lightning.Trainer: epoch 3 done", "mylib.DataModule: 120 batches"], "quiet")
+    assert lead(quiet) is None, ids(quiet)
+
+
+def test_the_store_barrier_timeout_cut_before_its_counts_is_still_that() -> None:
+    """ChatGLM2-6B#6: the thread quotes torch's store-based barrier timeout without its
+    '(world_size=..., worker_count=...)' tail; the message itself names the cause."""
+    d = excerpt("r2-timeout-finetune-chatglm2-6")
+    assert lead(d) == "C10D-STORE-BARRIER", ids(d)
+    full = diagnose_lines(["RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: store_based_barrier_key:1 (world_size=4, worker_count=1, timeout=0:30:00)"], "full")
+    assert lead(full) == "C10D-STORE-BARRIER"
+    assert full.first is not None and "Only 1 of 4 ranks" in full.first.cause
+
+
+def test_a_whole_one_rank_console_does_not_claim_other_ranks_were_elsewhere() -> None:
+    """The real H100 capture of a one-GPU torchrun job whose rank 0 timed out in an
+    ALLREDUCE (tests/fixtures/job/h100-hang-after-watchdog.log): torchrun's own failure
+    summary makes it a whole console, and it states no rank but 0 and no world, so nothing
+    says other ranks exist: the watchdog leads, not LOGS-NOT-IN-COLLECTIVE.  A pasted
+    fragment of one rank's watchdog lines (lm-eval-harness#1404) still names the ranks
+    that were elsewhere."""
+    path = Path(__file__).parent / "fixtures" / "job" / "h100-hang-after-watchdog.log"
+    d = diagnose_lines(path.read_text().splitlines(), path.name)
+    assert lead(d) == "WATCHDOG", ids(d)
+    assert "LOGS-NOT-IN-COLLECTIVE" not in ids(d)
+    fragment = excerpt("c-eval-imbalance-watchdog-lm-eval-harness-1404")
+    assert lead(fragment) == "LOGS-NOT-IN-COLLECTIVE", ids(fragment)
