@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corpus_excerpts import excerpt, ids, lead
+from corpus_excerpts import CORPUS, excerpt, ids, lead
 
 from ddptui.logs.diagnose import diagnose_lines
 
@@ -51,3 +51,16 @@ def test_a_whole_one_rank_console_does_not_claim_other_ranks_were_elsewhere() ->
     assert "LOGS-NOT-IN-COLLECTIVE" not in ids(d)
     fragment = excerpt("c-eval-imbalance-watchdog-lm-eval-harness-1404")
     assert lead(fragment) == "LOGS-NOT-IN-COLLECTIVE", ids(fragment)
+
+
+def test_a_containers_own_eth0_on_one_host_is_no_bridge_between_nodes() -> None:
+    """pytorch#152077 ran in one docker container (host 4d1a2ae696c8, eth0 172.17.0.2):
+    docker's default network there is no multi-node bridge problem, so AR-BOOT-VIRTUAL is
+    not a second error beside the cause.  The same address chosen on two hosts is."""
+    d = excerpt("i-old-build-5090-pytorch-152077")
+    assert lead(d) == "CUDA-NO-KERNEL", ids(d)
+    assert "AR-BOOT-VIRTUAL" not in ids(d)
+    two = [*CORPUS["i-old-build-5090-pytorch-152077"].lines,
+           "7e2b3c4d5f60:4411:4411 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>"]
+    d = diagnose_lines(two, "two")
+    assert "AR-BOOT-VIRTUAL" in ids(d), ids(d)
