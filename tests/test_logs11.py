@@ -64,3 +64,20 @@ def test_a_containers_own_eth0_on_one_host_is_no_bridge_between_nodes() -> None:
            "7e2b3c4d5f60:4411:4411 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>"]
     d = diagnose_lines(two, "two")
     assert "AR-BOOT-VIRTUAL" in ids(d), ids(d)
+
+
+def test_nccl_tests_printing_its_summary_per_process_is_not_clean() -> None:
+    """nccl-tests#27: all_reduce_perf built without MPI=1 and started by mpirun on two
+    hosts printed its summary twice (under MPI only rank 0 prints it): each host ran a test
+    of its own and nothing crossed the nodes.  Called clean before; now an honest unknown
+    (a warning) that says so.  One summary, or two runs each under its own header, are not."""
+    d = excerpt("d-launcher-nompi-build-nccltests-27")
+    assert lead(d) == "LOGS-UNRECOGNIZED", ids(d)
+    assert d.first is not None and d.first.severity == "warning"
+    assert "summary more than once" in d.first.summary and "MPI=1" in d.first.cause
+    lines = list(CORPUS["d-launcher-nompi-build-nccltests-27"].lines)
+    assert lead(diagnose_lines(lines[:2], "one")) is None
+    two_runs = ["# Using devices", *lines[:2], "# Using devices", *lines[3:]]
+    assert lead(diagnose_lines(two_runs, "two")) is None
+    for name in ("f-healthy-bw-ok-nccl-tests-119", "g-healthy-ring-allreduce-nccl-tests-252"):
+        assert lead(excerpt(name)) is None, name

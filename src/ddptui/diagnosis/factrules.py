@@ -42,6 +42,7 @@ from ddptui.diagnosis.factrules_logs7 import (
 )
 from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_loading
 from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
+from ddptui.diagnosis.factrules_logs11 import bench_repeated
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -489,6 +490,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "sigkill_while_loading": sigkill_while_loading,
     "timeout_short": timeout_short,
     "barrier_device_guess": barrier_device_guess,
+    "bench_repeated": bench_repeated,  # logs11
 }
 
 

@@ -89,6 +89,9 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Initializing ",
     # logs9: torch's barrier() in a traceback (factrules.yaml hints.barrier)
     "_pg.barrier(",
+    # logs11: nccl-tests' header and summary (facts.py bench_repeated)
+    "Avg bus bandwidth",
+    "Using devices",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
