@@ -81,3 +81,27 @@ def test_nccl_tests_printing_its_summary_per_process_is_not_clean() -> None:
     assert lead(diagnose_lines(two_runs, "two")) is None
     for name in ("f-healthy-bw-ok-nccl-tests-119", "g-healthy-ring-allreduce-nccl-tests-252"):
         assert lead(excerpt(name)) is None, name
+
+
+def test_what_a_shell_glibc_ssh_or_nccl_tests_print_for_a_failure_is_not_clean() -> None:
+    """A process's death as the shell that ran it reports it (bash's job control, zsh, a
+    bare 'Aborted' as horovod#1341's paste ends), glibc's heap check, nccl-tests' verdict on
+    wrong results, ssh dropping a launcher's session: each was called clean alone."""
+    aborted = CORPUS["d-gloo-iface-eth0-horovod-1341"].lines[-1]
+    assert aborted.strip() == "Aborted"
+    summary = CORPUS["d-launcher-nompi-build-nccltests-27"].lines[0]  # '# Out of bounds values : 0 OK'
+    hard = [
+        aborted,
+        "[1]+  Killed                  torchrun --nnodes 2 train.py",
+        "zsh: killed     python train.py",
+        "Terminated",
+        "*** Error in `python': double free or corruption (!prev): 0x000055d5c8e0a010 ***",
+        summary.replace(": 0 OK", ": 3 FAILED"),
+    ]
+    for line in hard:
+        d = diagnose_lines([line], "x")
+        assert d.first is not None and d.first.severity == "error", (line, ids(d))
+    for line in ("Connection to 10.0.0.2 closed by remote host.", "client_loop: send disconnect: Broken pipe"):
+        d = diagnose_lines([line], "x")
+        assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED", (line, ids(d))
+    assert lead(diagnose_lines([summary], "ok")) is None  # 0 OK: nothing wrong
