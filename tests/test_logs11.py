@@ -105,3 +105,44 @@ def test_what_a_shell_glibc_ssh_or_nccl_tests_print_for_a_failure_is_not_clean()
         d = diagnose_lines([line], "x")
         assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED", (line, ids(d))
     assert lead(diagnose_lines([summary], "ok")) is None  # 0 OK: nothing wrong
+
+
+def _testbed_line(name: str, needle: str) -> str:
+    """A line as the testbed capture tests/fixtures/logs/<name>.log holds it (verbatim
+    after its 'node seconds stream | ' prefix)."""
+    raw = (Path(__file__).parent / "fixtures" / "logs" / f"{name}.log").read_text().splitlines()
+    return next(x.split(" | ", 1)[1] for x in raw if needle in x)
+
+
+def test_a_run_stopped_from_outside_or_tearing_down_is_not_clean() -> None:
+    """torchrun told to stop (the testbed's SIGTERM of a still-running node, as a scheduler
+    or a user ending a hung job sends it) and torchrun stopping its workers (pytorch#150916's
+    'Sending process 1365 closing signal SIGTERM') were called clean when a node's log held
+    nothing else; they now lead as warnings."""
+    told = _testbed_line("loopback_fallback", "death signal")
+    d = diagnose_lines([told], "node2")
+    assert lead(d) == "TORCHRUN-SIGTERM" and d.first is not None and d.first.severity == "warning", ids(d)
+    closing = next(x for x in CORPUS["f-rdzv-closed-pytorch-150916"].lines if "closing signal" in x)
+    d = diagnose_lines([closing], "agent")
+    assert lead(d) == "LOGS-UNRECOGNIZED" and d.first is not None and d.first.severity == "warning", ids(d)
+
+
+def test_a_gpu_fault_a_launch_that_never_ran_and_an_exception_cut_at_its_colon_fail() -> None:
+    """The driver's Xid report, nvidia-smi without a driver, mpirun's non-zero summary, a
+    module or script python cannot find, a missing header in a build, an exception whose
+    message is on the next lines (amvur#2's 'ChildFailedError:' as pasted, without its
+    trailing space) and ray's wrapped exception (ray#37461): each is a failure alone."""
+    child = next(x for x in CORPUS["crash-amvur-2"].lines if x.rstrip().endswith("ChildFailedError:"))
+    ray = next(x for x in CORPUS["h-hostname-loopback-ray-37461"].lines if "RayTaskError(" in x)
+    for line in (
+        "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+        "mpirun detected that one or more processes exited with non-zero status, thus causing",
+        "/usr/bin/python: No module named torch.distributed.run",
+        "python3: can't open file '/work/train.py': [Errno 2] No such file or directory",
+        "csrc/nccl_ops.cpp:3:10: fatal error: nccl.h: No such file or directory",
+        child.strip(),
+        ray,
+    ):
+        d = diagnose_lines([line], "x")
+        assert d.first is not None and d.first.severity == "error", (line, ids(d))
