@@ -16,7 +16,7 @@ import functools
 import importlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -317,6 +317,12 @@ class Prefilter:
     unfiltered: tuple[Signature, ...]  # signatures with no usable needle: every line
     signatures: tuple[Signature, ...]
     keys: KeyScan  # verdicts per line key, for the readers' caches
+    # file order of each signature (by identity): a line holding several triggers gets
+    # its signatures sorted, not the whole catalogue walked
+    order: dict[int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "order", {id(x): i for i, x in enumerate(self.signatures)})
 
     def hit(self, raw: bytes) -> bool:
         """Whether the raw line holds any trigger (it may match a signature)."""
@@ -340,8 +346,8 @@ class Prefilter:
         groups = [g for g in hits if g]
         if len(groups) == 1 and not self.unfiltered:
             return groups[0]  # the common case: one trigger, already in file order
-        keep = {id(x) for g in groups for x in g} | {id(x) for x in self.unfiltered}
-        return tuple(x for x in self.signatures if id(x) in keep)
+        keep = {id(x): x for g in groups for x in g} | {id(x): x for x in self.unfiltered}
+        return tuple(sorted(keep.values(), key=lambda x: self.order[id(x)]))
 
 
 def _char_freq(sample: str) -> dict[str, float]:

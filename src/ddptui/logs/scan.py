@@ -42,6 +42,7 @@ _UNSEEN: Final = object()
 CACHE_LIMIT: Final = 50_000  # verdicts kept (~8 MB); cleared when full
 LONG_LINE: Final = 1 << 20
 LOOKBACK: Final = 40  # lines searched upwards for the time of a line without one
+_TIME_CACHE: Final = 1024  # lines whose time _Cursor remembers (by text)
 _MAY_START_WITH_TIME: Final = frozenset("[0123456789IWEF")
 
 
@@ -78,6 +79,17 @@ class _Cursor:
         self.source = source
         self.year = _this_year()
         self.last_t: float | None = None
+        # the time of a line above, by its text: each line is in LOOKBACK windows, and a
+        # long run of lines without a time (one error repeated by every rank) would
+        # otherwise be parsed LOOKBACK times over
+        self._time_of: dict[str, float | None] = {}
+
+    def _time_above(self, line: str) -> float | None:
+        if line not in self._time_of:
+            if len(self._time_of) >= _TIME_CACHE:
+                self._time_of.clear()
+            self._time_of[line] = parse_time(parse_head(line, self.year)[0].body, self.year)[0]
+        return self._time_of[line]
 
     def candidate(
         self, lineno: int, text: str, sigs: tuple[Signature, ...], before: Sequence[str] = ()
@@ -86,11 +98,13 @@ class _Cursor:
         and the traceback that ends above it)."""
         head, year = parse_head(text, self.year)
         if year is not None:
+            if year != self.year:
+                self._time_of.clear()
             self.year = year
         t = head.t
         if t is None:
             for prev in before:  # nearest earlier line with a time
-                t, _ = parse_time(parse_head(prev, self.year)[0].body, self.year)
+                t = self._time_above(prev)
                 if t is not None:
                     break
         if t is None:
