@@ -146,3 +146,14 @@ def test_a_gpu_fault_a_launch_that_never_ran_and_an_exception_cut_at_its_colon_f
     ):
         d = diagnose_lines([line], "x")
         assert d.first is not None and d.first.severity == "error", (line, ids(d))
+
+
+def test_a_loggers_bracketed_error_level_is_not_clean() -> None:
+    """host-elastic#31's '[ERROR] 2020-01-17 00:55:01,724 coordinator_p2p: Rank: -1' (a
+    logger's level in brackets) and Python logging's CRITICAL level were called clean alone;
+    they keep a log from it now (soft: a warning)."""
+    line = next(x for x in CORPUS["host-elastic-31"].lines if x.startswith("[ERROR]"))
+    for text in (line, "CRITICAL:root:rank 3 lost its peer"):
+        d = diagnose_lines([text], "x")
+        assert lead(d) == "LOGS-UNRECOGNIZED" and d.first is not None and d.first.severity == "warning", (text, ids(d))
+    assert lead(diagnose_lines(["[INFO] 2020-01-17 00:55:01,724 coordinator_p2p: Rank: 0"], "ok")) is None
