@@ -43,6 +43,7 @@ from ddptui.diagnosis.factrules_logs7 import (
 from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_loading
 from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
 from ddptui.diagnosis.factrules_logs11 import bench_repeated
+from ddptui.diagnosis.factrules_logs12 import shm_exhausted
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -56,6 +57,7 @@ HINTS: Final = frozenset(
     | {"ib_unusable", "socket_ipoib", "sigkill", "loading"}  # logs8
     | {"barrier", "invalid_usage"}  # logs9
     | {"torchrun_summary"}  # logs11
+    | {"shm_full", "semlock", "enospc"}  # logs12
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -491,6 +493,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "timeout_short": timeout_short,
     "barrier_device_guess": barrier_device_guess,
     "bench_repeated": bench_repeated,  # logs11
+    # logs12
+    "shm_exhausted": shm_exhausted,
 }
 
 

@@ -18,9 +18,11 @@ from ddptui.lint import (
     rules_io,
     rules_lint6,
     rules_lint7,
+    rules_lint10,
     rules_loader_lint6,
     rules_model,
     rules_notapplied,
+    rules_poll,
     rules_project,
     rules_reach,
     rules_seed,
@@ -54,7 +56,9 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_loader_lint6.RULES,
     *rules_branch_lint6.RULES,
     *rules_lint7.RULES,
+    *rules_lint10.RULES,
     *rules_notapplied.RULES,
+    *rules_poll.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

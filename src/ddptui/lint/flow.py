@@ -138,6 +138,9 @@ class Flow:
         self._idents: set[str | None] | None = None
         self._loops: list[ast.For | ast.AsyncFor | ast.While] | None = None
         self._rv_memo: dict[ast.AST, bool] = {}
+        self._bw_memo: dict[FuncNode, bool] = {}  # _func_backward's answers
+        self._rt_memo: dict[tuple[ast.AST, int], bool] = {}  # is_rank_test's answers
+        self._bw_cuts = 0  # call cycles cut so far (see _func_backward)
         self.memo: dict[tuple[str, ast.AST, int], object] = {}  # rules' own answers
         self._re_memo: dict[ast.AST, bool] = {}
         kinds = {c: ddp_kind(script, c) for c in script.calls}
@@ -261,9 +264,24 @@ class Flow:
             if self.is_backward(call):
                 return True
             for f in self.s.callees(call):
-                if f not in seen and self._stmts_backward(f.body, seen | {f}):
+                if f in seen:
+                    self._bw_cuts += 1
+                elif self._func_backward(f, seen):
                     return True
         return False
+
+    def _func_backward(self, func: FuncNode, seen: set[FuncNode]) -> bool:
+        """Whether `func` runs a backward pass, memoised: without it every path through a
+        project's call graph was walked again (minutes on a 34-file project). A False
+        found while a call cycle was cut depends on the path, and is not kept."""
+        known = self._bw_memo.get(func)
+        if known is not None:
+            return known
+        cuts = self._bw_cuts
+        found = self._stmts_backward(func.body, seen | {func})
+        if found or cuts == self._bw_cuts:
+            self._bw_memo[func] = found
+        return found
 
     def training_loops(self) -> list[ast.For | ast.AsyncFor | ast.While]:
         """Loops whose body runs a backward pass (directly or through same-file calls)."""
@@ -348,9 +366,18 @@ class Flow:
             return "environ" in text or "getenv" in text
         return False
 
-    def is_rank_test(self, test: ast.expr, depth: int = 0) -> bool:  # noqa: PLR0911 - one case per node kind
+    def is_rank_test(self, test: ast.expr, depth: int = 0) -> bool:
         """`rank == 0`, `dist.get_rank() != 0`, `is_main_process()`, `args.local_rank in
-        [-1, 0]`, `self.is_master`... but not `local_rank != -1` (distributed or not)."""
+        [-1, 0]`, `self.is_master`... but not `local_rank != -1` (distributed or not).
+        Memoised per node and depth: a flag passed down through many call sites fans out
+        at every level, and without it a 34-file project took minutes."""
+        key = (test, depth)
+        found = self._rt_memo.get(key)
+        if found is None:
+            found = self._rt_memo[key] = self._is_rank_test(test, depth)
+        return found
+
+    def _is_rank_test(self, test: ast.expr, depth: int) -> bool:  # noqa: PLR0911 - one case per node kind
         if depth > 7:
             return False
         if isinstance(test, ast.BoolOp):

@@ -92,6 +92,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # logs11: nccl-tests' header and summary (facts.py bench_repeated)
     "Avg bus bandwidth",
     "Using devices",
+    # logs12: Python's semaphore in a traceback's source line (factrules.yaml hints.semlock)
+    "_multiprocessing.SemLock(",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
