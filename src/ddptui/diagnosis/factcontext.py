@@ -60,6 +60,7 @@ class Context:
     gpus: Mapping[str, str] = dataclasses.field(default_factory=dict)  # GPU model -> "where: line"
     gloo_waits: Mapping[int, str] = dataclasses.field(default_factory=dict)  # rank -> gloo timeout line
     lone: bool = True  # the lines are a whole log (not one rank's share): lone_waiter may judge
+    bench_repeated: tuple[str, ...] = ()  # logs11: two nccl-tests summaries, no header between
 
     @property
     def hosts(self) -> list[str]:

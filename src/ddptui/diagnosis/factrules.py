@@ -42,6 +42,7 @@ from ddptui.diagnosis.factrules_logs7 import (
 )
 from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_loading
 from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
+from ddptui.diagnosis.factrules_logs11 import bench_repeated
 from ddptui.diagnosis.factrules_logs12 import shm_exhausted
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -55,6 +56,7 @@ HINTS: Final = frozenset(
     {"sigbus", "system_error", "container", "shm", "nccl"}
     | {"ib_unusable", "socket_ipoib", "sigkill", "loading"}  # logs8
     | {"barrier", "invalid_usage"}  # logs9
+    | {"torchrun_summary"}  # logs11
     | {"shm_full", "semlock", "enospc"}  # logs12
 )
 _PRIVATE: Final = tuple(
@@ -225,9 +227,14 @@ def _who(p: Proc) -> str:
 
 def _iface_class(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     ranks, ev, seen = [], [], []
+    # logs11: a container's own eth0 on docker's default network (virtual by its address
+    # only) where the log shows one host is no bridge between nodes
+    one_host = len(ctx.hosts) == 1
     for p in ctx.procs:
         for role, iface, addr in p.interfaces:
             if rules.iface_class(iface, addr) == rule.param:
+                if rule.param == "virtual" and one_host and not rules.is_of("virtual", iface, ""):
+                    continue
                 if p.rank is not None:
                     ranks.append(p.rank)
                 seen.append(f"{iface}:{addr}")
@@ -485,6 +492,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "sigkill_while_loading": sigkill_while_loading,
     "timeout_short": timeout_short,
     "barrier_device_guess": barrier_device_guess,
+    "bench_repeated": bench_repeated,  # logs11
     # logs12
     "shm_exhausted": shm_exhausted,
 }

@@ -73,7 +73,15 @@ def _only_waits(ctx: Context, waiting: Sequence[int]) -> bool:
     if world is not None and set(range(world)) <= set(waiting):
         return False  # every rank of the world waits in it: none was elsewhere
     # ranks from 0 up all wait: maybe the whole world, nothing says
-    return not (world is None and len(waiting) >= 2 and 0 in waiting)
+    if world is None and len(waiting) >= 2 and 0 in waiting:
+        return False
+    # logs11: a whole launcher console (torchrun's failure summary) in which rank 0 alone
+    # waits and no other rank or world is stated anywhere: a one-rank job, as far as the
+    # log shows; it cannot say that other ranks were elsewhere
+    others = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.named_ranks)
+    return not (
+        world is None and list(waiting) == [0] and others <= {0} and "torchrun_summary" in ctx.hints
+    )
 
 
 def lone_gloo_or_unranked(ctx: Context) -> Hit | None:

@@ -75,6 +75,10 @@ STORE_BARRIER: Final = re.compile(
 TESTS_DEVICE: Final = re.compile(
     r"(?:#|^)\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+device"
 )
+# logs11: nccl-tests' header ("# Using devices", printed once per run) and its summary
+# ("# Avg bus bandwidth    : 3.94145"): with MPI only rank 0 prints them
+BENCH_HEADER: Final = re.compile(r"^\s*#\s*Using devices\s*$")
+BENCH_SUMMARY: Final = re.compile(r"^\s*#?\s*Avg bus bandwidth\s*: *[\d.]+")
 # torchrun's launch configuration, one line per key ("  max_nodes : 3"); under the static
 # rendezvous its node rank is in rdzv_configs ("{'timeout': '15', 'rank': 1}").
 AGENT_NODES: Final = re.compile(r"\b(?P<k>min_nodes|max_nodes)\s+: (?P<v>\d+)\s*$")
@@ -154,6 +158,10 @@ class FactCollector:
         self._tried: list[tuple[str, str, str]] = []  # addresses failed, their name not yet said
         # NCCL's intra-node edges (P2P, SHM): (rank, device, peer rank, device, "where: line")
         self.local_edges: list[tuple[int, int, int, int, str]] = []
+        # logs11: nccl-tests' summaries per source since its last header; the first pair
+        # one source printed with no header between them ("where: line")
+        self._bench: dict[str, list[str]] = {}
+        self.bench_repeated: tuple[str, ...] = ()
 
     def _proc(self, source: str, host: str | None, pid: int | None, rank: int | None) -> ProcFacts:
         key = (source, host, pid, None if pid is not None else rank)
@@ -168,6 +176,8 @@ class FactCollector:
         self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None
     ) -> None:
         self._unowned(where, text)
+        if "Avg bus bandwidth" in text or "Using devices" in text:
+            self._bench_line(source, where, text)
         if "NCCL" in text and pid is not None:
             self._nccl(self._proc(source, host, pid, rank), where, text)
         if "GLOBAL_RANK: " in text and (m := LIGHTNING.search(text)) is not None:
@@ -213,6 +223,17 @@ class FactCollector:
                 if k in ("WORLD_SIZE", "dist_world_size", "global_world_sizes") and world.isdigit():
                     p.world_size = p.world_size or int(world)
                     p.evidence.setdefault("world", f"{where}: {text.strip()}")
+
+    def _bench_line(self, source: str, where: str, text: str) -> None:
+        """nccl-tests' header starts a run; a second summary before the next header is a
+        second process that printed its own (logs11: bench_repeated)."""
+        if BENCH_HEADER.search(text):
+            self._bench[source] = []
+        elif BENCH_SUMMARY.search(text) and len(self._bench) < 1024:
+            seen = self._bench.setdefault(source, [])
+            seen.append(f"{where}: {text.strip()[:300]}")
+            if len(seen) >= 2 and not self.bench_repeated:
+                self.bench_repeated = tuple(seen[:2])
 
     def _store(
         self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None

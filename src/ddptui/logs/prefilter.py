@@ -89,6 +89,9 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Initializing ",
     # logs9: torch's barrier() in a traceback (factrules.yaml hints.barrier)
     "_pg.barrier(",
+    # logs11: nccl-tests' header and summary (facts.py bench_repeated)
+    "Avg bus bandwidth",
+    "Using devices",
     # logs12: Python's semaphore in a traceback's source line (factrules.yaml hints.semlock)
     "_multiprocessing.SemLock(",
 )

@@ -242,6 +242,7 @@ def conclude(
         gpus=d.facts.gpus,
         gloo_waits=d.gloo_waits,
         lone=d.lone,
+        bench_repeated=d.facts.bench_repeated,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
