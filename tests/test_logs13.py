@@ -69,3 +69,32 @@ def test_cuda_error_803_is_the_driver_mismatch() -> None:
     assert lead(other) == "CUDA-DRIVER-MISMATCH", ids(other)
     unrelated = diagnose_lines(["HTTP Error 803: something else"], "x")
     assert "CUDA-DRIVER-MISMATCH" not in ids(unrelated)
+
+
+def test_nccl_connect_to_loopback_is_a_peer_that_advertised_loopback() -> None:
+    """NCCL's socket layer connects to the address a peer advertised ("Connect to
+    <addr><<port>> failed", misc/socket.cc); a failed connect to 127.0.0.1 (here inside
+    srun --label's joined lines) is a rank bootstrapping on lo, which explains the generic
+    connect failure.  The same failure to a routable address keeps BOOT-CONN."""
+    d = excerpt("i-interface-awsome-distributed-ai-192")
+    assert lead(d) == "AR-BOOT-LOOPBACK", ids(d)
+    assert "BOOT-CONN" in ids(d)
+    assert "127.0.0.1<45069>" in d.first.evidence[0]
+    routable = excerpt("i-iface-gitcode-c78323ca")
+    assert lead(routable) == "BOOT-CONN", ids(routable)
+    assert "AR-BOOT-LOOPBACK" not in ids(routable)
+
+
+def test_cuda_failure_while_creating_a_dev_shm_segment_is_dev_shm_too_small() -> None:
+    """NCCL's shmutils maps /dev/shm/nccl-<id> and registers it with CUDA; a "Cuda failure"
+    followed by "Error while creating shared memory segment /dev/shm/nccl-<id> (size N)"
+    is that registration failing on pages /dev/shm cannot back (a 64 MB container).  A
+    CUDA failure alone stays BOOT-CUDA, and the older segment name without /dev/shm (the
+    permission threads) keeps its reading."""
+    d = excerpt("i-shm-gitcode-b8ec7f55")
+    assert lead(d) == "SHM-SIZE", ids(d)
+    assert any("/dev/shm/nccl-NzwJ7O" in e for e in d.first.evidence)
+    alone = diagnose_lines(["node1:1234:1300 [0] NCCL WARN Cuda failure 'invalid argument'"], "cuda")
+    assert lead(alone) == "BOOT-CUDA", ids(alone)
+    assert "SHM-SIZE" not in ids(alone)
+    assert lead(excerpt("c-shm-perm-pytorch-37004")) == "SHM-PERM"
