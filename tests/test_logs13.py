@@ -7,9 +7,13 @@ alone."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from corpus_excerpts import excerpt, ids, lead
 
 from ddptui.logs.diagnose import diagnose_lines
+
+GPU = Path(__file__).parent / "fixtures" / "gpu-h100"  # the real H100 captures
 
 
 def test_ucx_memory_registration_enomem_is_the_memlock_limit() -> None:
@@ -98,3 +102,18 @@ def test_cuda_failure_while_creating_a_dev_shm_segment_is_dev_shm_too_small() ->
     assert lead(alone) == "BOOT-CUDA", ids(alone)
     assert "SHM-SIZE" not in ids(alone)
     assert lead(excerpt("c-shm-perm-pytorch-37004")) == "SHM-PERM"
+
+
+def test_two_nccl_tests_headers_before_any_device_are_independent_jobs() -> None:
+    """nccl-tests prints "# Using devices" and its device list once per run, from rank 0
+    only under MPI; two headers before any device line (two processes starting at once)
+    are one job per process: mpirun of a binary whose MPI does not fit (nccl-tests#213).
+    The real H100 nccl-tests capture pasted twice (header, devices, table, summary, then
+    the same again) is two runs one after the other and stays silent."""
+    d = excerpt("i-launcher-nccl-tests-213")
+    assert lead(d) == "LAUNCH-INDEPENDENT-JOBS", ids(d)
+    assert all("Using devices" in e for e in d.first.evidence)
+    run = (GPU / "ddptui" / "nccl-tests.txt").read_text(encoding="utf-8").splitlines()
+    twice = diagnose_lines(run + run, "nccl-tests-twice")
+    assert "LAUNCH-INDEPENDENT-JOBS" not in ids(twice), ids(twice)
+    assert not [f for f in twice.findings if f.severity == "error"], ids(twice)

@@ -44,7 +44,7 @@ from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_lo
 from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
 from ddptui.diagnosis.factrules_logs11 import bench_repeated
 from ddptui.diagnosis.factrules_logs12 import shm_exhausted
-from ddptui.diagnosis.factrules_logs13 import connect_loopback, shm_cuda_register
+from ddptui.diagnosis.factrules_logs13 import bench_headers, connect_loopback, shm_cuda_register
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -500,6 +500,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs13
     "connect_loopback": connect_loopback,
     "shm_cuda_register": shm_cuda_register,
+    "bench_headers": bench_headers,
 }
 
 
