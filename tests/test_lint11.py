@@ -151,3 +151,90 @@ def test_same_helper_without_the_rank_pick_is_a_sampler_error(tmp_path: Path) ->
     hits = [f for f in found if f.id == "DDP-SAMPLER"]
     assert hits, found
     assert hits[0].line == 12 and hits[0].file.endswith("train.py")
+
+
+# mala-project/mala @ f80a9831f922e783f7662172f4fa75b638f1c9f8, mala/network/runner.py
+# (Runner.save_run) and mala/network/trainer.py (Trainer.__init__, the checkpoint);
+# fixed by 2f10a23 "allowing ddp wrapper to push network for saving during checkpoint"
+# (`self.network.module.save_network(...)`)
+MALA_RUNNER = """\
+import os
+import torch
+
+
+class Runner:
+    def __init__(self, params, network, data, runner_dict=None):
+        self.parameters_full = params
+        self.parameters = params.running
+        self.network = network
+        self.data = data
+
+    def save_run(self, run_name, save_path="./", zip_run=True,
+                 save_runner=False, additional_calculation_data=None):
+        model_file = run_name + ".network.pth"
+        params_file = run_name + ".params.json"
+        self.parameters_full.save(os.path.join(save_path, params_file))
+        self.network.save_network(os.path.join(save_path, model_file))
+"""
+
+MALA_TRAINER = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from mala.network.runner import Runner
+
+
+class Trainer(Runner):
+    def __init__(self, params, network, data, optimizer_dict=None):
+        super(Trainer, self).__init__(params, network, data)
+
+        if self.parameters_full.use_ddp:
+                s = torch.cuda.Stream()
+                with torch.cuda.stream(s):
+                    self.network = DDP(self.network)
+                torch.cuda.current_stream().wait_stream(s)
+
+    def train_network(self):
+        for epoch in range(self.parameters.max_number_epochs):
+            for x, y in self.data.training_data_loaders[0]:
+                loss = self.network.module.calculate_loss(self.network(x), y)
+                loss.backward()
+            self.__create_training_checkpoint()
+
+    def __create_training_checkpoint(self):
+        torch.save({"epoch": 0}, "opt.pth")
+        self.save_run(self.parameters.checkpoint_name, save_runner=True)
+"""
+
+
+def _mala(tmp_path: Path, runner: str, trainer: str) -> list[LintFinding]:
+    (tmp_path / ".git").mkdir(parents=True)
+    pkg = tmp_path / "mala" / "network"
+    pkg.mkdir(parents=True)
+    (tmp_path / "mala" / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "runner.py").write_text(runner, encoding="utf-8")
+    (pkg / "trainer.py").write_text(trainer, encoding="utf-8")
+    found = lint_paths([pkg / "trainer.py"], root=tmp_path).findings
+    return [f for f in found if f.id == "DDP-WRAPPER-ATTR"]
+
+
+def test_mala_inherited_save_run_calls_model_method_on_wrapper(tmp_path: Path) -> None:
+    hits = _mala(tmp_path, MALA_RUNNER, MALA_TRAINER)
+    assert [(h.file.endswith("runner.py"), h.line) for h in hits] == [(True, 17)], hits
+    assert "save_network" in hits[0].summary and "Trainer" in hits[0].summary
+
+
+def test_mala_fixed_or_overridden_or_never_called_gets_no_finding(tmp_path: Path) -> None:
+    fixed = MALA_RUNNER.replace("self.network.save_network", "self.network.module.save_network")
+    assert _mala(tmp_path / "fixed", fixed, MALA_TRAINER) == []
+    # the subclass never calls the inherited save_run: nothing shows it runs on the wrapper
+    never = MALA_TRAINER.replace("self.save_run(", "print(")
+    assert _mala(tmp_path / "never", MALA_RUNNER, never) == []
+    # the subclass overrides save_run (unwrapping itself)
+    own = MALA_TRAINER + (
+        "\n    def save_run(self, run_name, **kw):\n"
+        "        self.network.module.save_network(run_name)\n"
+    )
+    assert _mala(tmp_path / "own", MALA_RUNNER, own) == []
