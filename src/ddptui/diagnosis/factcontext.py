@@ -61,6 +61,7 @@ class Context:
     gloo_waits: Mapping[int, str] = dataclasses.field(default_factory=dict)  # rank -> gloo timeout line
     lone: bool = True  # the lines are a whole log (not one rank's share): lone_waiter may judge
     bench_repeated: tuple[str, ...] = ()  # logs11: two nccl-tests summaries, no header between
+    bench_headers: tuple[str, ...] = ()  # logs13: two nccl-tests headers, nothing of the first between
 
     @property
     def hosts(self) -> list[str]:

@@ -44,6 +44,7 @@ from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_lo
 from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
 from ddptui.diagnosis.factrules_logs11 import bench_repeated
 from ddptui.diagnosis.factrules_logs12 import shm_exhausted
+from ddptui.diagnosis.factrules_logs13 import bench_headers, connect_loopback, shm_cuda_register
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -58,6 +59,7 @@ HINTS: Final = frozenset(
     | {"barrier", "invalid_usage"}  # logs9
     | {"torchrun_summary"}  # logs11
     | {"shm_full", "semlock", "enospc"}  # logs12
+    | {"connect_loopback", "shm_register", "nccl_cuda_failure"}  # logs13
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -495,6 +497,10 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "bench_repeated": bench_repeated,  # logs11
     # logs12
     "shm_exhausted": shm_exhausted,
+    # logs13
+    "connect_loopback": connect_loopback,
+    "shm_cuda_register": shm_cuda_register,
+    "bench_headers": bench_headers,
 }
 
 

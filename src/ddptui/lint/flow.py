@@ -140,6 +140,7 @@ class Flow:
         self._rv_memo: dict[ast.AST, bool] = {}
         self._bw_memo: dict[FuncNode, bool] = {}  # _func_backward's answers
         self._rt_memo: dict[tuple[ast.AST, int], bool] = {}  # is_rank_test's answers
+        self._calls_memo: dict[int, tuple[list[ast.stmt], list[ast.Call]]] = {}
         self._bw_cuts = 0  # call cycles cut so far (see _func_backward)
         self.memo: dict[tuple[str, ast.AST, int], object] = {}  # rules' own answers
         self._re_memo: dict[ast.AST, bool] = {}
@@ -259,8 +260,15 @@ class Flow:
     def has_backward(self, func: FuncNode) -> bool:
         return self._stmts_backward(func.body, {func})
 
-    def _stmts_backward(self, stmts: Iterable[ast.AST], seen: set[FuncNode]) -> bool:
-        for call in calls_in(stmts):
+    def _calls_of(self, stmts: list[ast.stmt]) -> list[ast.Call]:
+        """calls_in(stmts) of a body, kept: a function is walked once per caller path."""
+        kept = self._calls_memo.get(id(stmts))
+        if kept is None or kept[0] is not stmts:
+            kept = self._calls_memo[id(stmts)] = (stmts, calls_in(stmts))
+        return kept[1]
+
+    def _stmts_backward(self, stmts: list[ast.stmt], seen: set[FuncNode]) -> bool:
+        for call in self._calls_of(stmts):
             if self.is_backward(call):
                 return True
             for f in self.s.callees(call):

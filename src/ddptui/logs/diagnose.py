@@ -290,8 +290,10 @@ class Diagnoser:
 
     def _hint(self, where: str, text: str) -> None:
         for name, rx in self._hints:
-            if rx.search(text) is not None:
-                self.hints[name] = f"{where}: {text.strip()[:300]}"
+            if (m := rx.search(text)) is not None:
+                # logs13: a long (joined) line is shown from shortly before what matched
+                start = max(0, m.start() - 150) if m.end() > 300 else 0
+                self.hints[name] = f"{where}: {text[start:].strip()[:300]}"
         self._hints = [(n, rx) for n, rx in self._hints if n not in self.hints]
 
     def _learn_pids(self, cand: Candidate) -> None:

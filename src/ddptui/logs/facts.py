@@ -162,6 +162,10 @@ class FactCollector:
         # one source printed with no header between them ("where: line")
         self._bench: dict[str, list[str]] = {}
         self.bench_repeated: tuple[str, ...] = ()
+        # logs13: nccl-tests' header per source with no device line or summary after it yet;
+        # the first two headers one source printed back to back ("where: line")
+        self._bench_open: dict[str, str] = {}
+        self.bench_headers: tuple[str, ...] = ()
 
     def _proc(self, source: str, host: str | None, pid: int | None, rank: int | None) -> ProcFacts:
         key = (source, host, pid, None if pid is not None else rank)
@@ -226,10 +230,18 @@ class FactCollector:
 
     def _bench_line(self, source: str, where: str, text: str) -> None:
         """nccl-tests' header starts a run; a second summary before the next header is a
-        second process that printed its own (logs11: bench_repeated)."""
+        second process that printed its own (logs11: bench_repeated); a second header
+        before any device line or summary of the first is a second process starting a test
+        of its own at the same time (logs13: bench_headers)."""
         if BENCH_HEADER.search(text):
             self._bench[source] = []
+            line = f"{where}: {text.strip()[:300]}"
+            if (prev := self._bench_open.get(source)) is not None and not self.bench_headers:
+                self.bench_headers = (prev, line)
+            if len(self._bench_open) < 1024:
+                self._bench_open[source] = line
         elif BENCH_SUMMARY.search(text) and len(self._bench) < 1024:
+            self._bench_open.pop(source, None)
             seen = self._bench.setdefault(source, [])
             seen.append(f"{where}: {text.strip()[:300]}")
             if len(seen) >= 2 and not self.bench_repeated:
@@ -278,6 +290,7 @@ class FactCollector:
         """torchrun's launch configuration: how many nodes, and (static rendezvous) which
         node rank this agent is; nccl-tests' device list: the host of each rank."""
         if "Pid " in text and (m := TESTS_DEVICE.search(text)) is not None:
+            self._bench_open.pop(source, None)  # logs13: the header's device list
             p = self._proc(source, m["host"], None, int(m["rank"]))
             p.rank = int(m["rank"])
             p.evidence.setdefault("rank", f"{where}: {text.strip()}")

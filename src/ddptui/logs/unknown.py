@@ -243,6 +243,7 @@ def conclude(
         gloo_waits=d.gloo_waits,
         lone=d.lone,
         bench_repeated=d.facts.bench_repeated,
+        bench_headers=d.facts.bench_headers,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
