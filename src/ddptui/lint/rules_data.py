@@ -175,10 +175,51 @@ def _split_by_rank(s: Script, f: Flow, expr: ast.expr, depth: int) -> bool:
             )
         ):
             return True
-        if isinstance(o, ast.Call) and depth < 3:
-            parts = [*o.args, *(k.value for k in o.keywords)]
-            if any(split_by_rank(s, f, p, depth + 1) for p in parts):
+        if isinstance(o, ast.Call) and (
+            (depth == 0 and _builder_picks_rank(s, f, o))
+            or (depth < 3 and any(split_by_rank(s, f, p, depth + 1) for p in _parts(o)))
+        ):
+            return True
+    return False
+
+
+def _parts(call: ast.Call) -> list[ast.expr]:
+    return [*call.args, *(k.value for k in call.keywords)]
+
+
+def _picks_part(s: Script, f: Flow, sub: ast.Subscript) -> bool:
+    """`x[rank::world]`, `np.array_split(x, world)[rank]`, `list(x.chunk(n))[rank]`: a part
+    of the data picked by rank (not any value that a rank indexes)."""
+    if isinstance(sub.slice, ast.Slice):
+        return f.is_rank_expr(sub.slice)
+    inner = sub.value
+    if isinstance(inner, ast.Call) and last(s.call_name(inner)) in ("list", "tuple") and inner.args:
+        inner = inner.args[0]
+    return (
+        isinstance(inner, ast.Call)
+        and last(s.call_name(inner)) in _SPLITTERS
+        and f.is_rank_expr(sub.slice)
+    )
+
+
+def _builder_picks_rank(s: Script, f: Flow, call: ast.Call) -> bool:
+    """The dataset comes straight from a project function that picks this rank's part inside it,
+    itself or in the project functions it calls (3 calls deep, 30 functions at most):
+    `load_data(opt)` -> `load_dataset(path)` ->
+    `np.array_split(files, get_world_size())[get_rank()]` (facebookresearch/contriever's
+    src/data.py). Each rank then iterates only its own files: a local sampler is right."""
+    seen: set[object] = set()
+    todo = [(fn, 0) for fn in s.callees(call)]
+    while todo and len(seen) < 30:
+        fn, depth = todo.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        for n in own_nodes(fn):
+            if isinstance(n, ast.Subscript) and _picks_part(s, f, n):
                 return True
+            if isinstance(n, ast.Call) and depth < 3:
+                todo.extend((g, depth + 1) for g in s.callees(n))
     return False
 
 

@@ -16,7 +16,11 @@ from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_data import is_loader, iterated, split_by_rank
 from ddptui.lint.rules_io import _writer
-from ddptui.lint.rules_wrapper import wrapper_attr_passed, wrapper_attr_self
+from ddptui.lint.rules_wrapper import (
+    wrapper_attr_inherited,
+    wrapper_attr_passed,
+    wrapper_attr_self,
+)
 from ddptui.lint.script import Script, const, kwarg, last
 
 _LOCAL_NAME: Final = re.compile(r"local_?rank|local_process_index|localid|local_proc", re.I)
@@ -427,6 +431,7 @@ RULES = (
     local_master_io,
     wrapper_attr_passed,
     wrapper_attr_self,
+    wrapper_attr_inherited,
     never_sets_device,
     distributed_loader,
 )

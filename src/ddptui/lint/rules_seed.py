@@ -28,7 +28,9 @@ _SEED_NAME: Final = re.compile(r"seed", re.I)
 _SEEDS: Final = frozenset({"manual_seed", "manual_seed_all", "seed_everything", "set_seed", "seed"})
 # a re-seed per epoch or step (`torch.manual_seed(epoch)` for a permutation every rank
 # shares) is not the run's seed: it comes after the model is built
-_STEP_SEED: Final = re.compile(r"^(\w+\.)?(epoch|cur_epoch|ep|step|global_step|it|iter|iteration|i)$")
+_STEP_SEED: Final = re.compile(
+    r"^(\w+\.)?(epoch|cur_epoch|ep|step|global_step|it|iter|iteration|i)$"
+)
 _AUGMENT: Final = re.compile(
     r"^(Random\w+|RandAugment|AutoAugment|TrivialAugmentWide|AugMix"
     r"|Dropout\d?d?|dropout\d?d?)$"
@@ -51,13 +53,45 @@ def _seeding(s: Script, c: ast.Call, depth: int = 0) -> bool:
 
 
 def seed_calls(s: Script) -> list[ast.Call]:
-    return [
+    found = [
         c
         for c in s.calls
         if last(s.call_name(c)) in _SEEDS
         and (last(s.call_name(c)) != "seed" or "random" in s.call_name(c))
         and not (c.args and _STEP_SEED.match(ast.unparse(c.args[0])))
     ]
+    if not found:
+        return found
+    used = _names_used(s)
+    return [c for c in found if not _in_unused_helper(s, c, used)]
+
+
+def _names_used(s: Script) -> set[str]:
+    """Every name the reached code reads (`random_seed`, `utils.random_seed`, a callback
+    handed to a framework)."""
+    out: set[str] = set()
+    for n in s.nodes:
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
+            out.add(n.attr)
+        elif isinstance(n, ast.alias) and n.name != "*":
+            out.add(n.name.rsplit(".", 1)[-1])
+    return out
+
+
+def _in_unused_helper(s: Script, c: ast.Call, used: set[str]) -> bool:
+    """The seed call sits in a module-level seeding helper nothing reads: `def random_seed(...):
+    torch.manual_seed(...)` defined and never called (LAION-AI/CLAP 0dc2b92, main.py:122;
+    the fix calls the seeds at the start of main). Imported or handed on by name counts
+    as used."""
+    fn = s.scope_of(c)
+    return (
+        isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+        and isinstance(s.parents.get(fn), ast.Module)
+        and _SEED_NAME.search(fn.name) is not None  # a seeding helper, not an uncalled main
+        and fn.name not in used
+    )
 
 
 def rank_seed(s: Script, f: Flow) -> Iterator[Hit]:

@@ -221,6 +221,90 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                 break
 
 
+def wrapper_attr_inherited(s: Script, f: Flow) -> Iterator[Hit]:
+    """A project subclass sets `self.network = DDP(self.network)` and calls a method it
+    inherits (`self.save_run(...)`), whose body in the base class reads a model method on
+    `self.network` (`self.network.save_network(...)`): the wrapper has none
+    (mala-project/mala f80a9831, runner.py:80, fixed by `self.network.module...`)."""
+    for sub in dict.fromkeys(n for n in s.nodes if isinstance(n, ast.ClassDef)):
+        wrapped = _wrapped_attrs(s, f, sub)
+        if not wrapped:
+            continue
+        own = {n.name for n in sub.body if isinstance(n, ast.FunctionDef)}
+        called = {
+            n.func.attr
+            for n in ast.walk(sub)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == "self"
+        } - own
+        for base in _project_bases(s, sub):
+            for fn in base.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name in called:
+                    yield from _base_reads(s, base, fn, wrapped, sub.name)
+            own |= {n.name for n in base.body if isinstance(n, ast.FunctionDef)}
+
+
+def _wrapped_attrs(s: Script, f: Flow, cls: ast.ClassDef) -> set[str]:
+    return {
+        attr
+        for attr, assigns in s._self_assigns(cls).items()
+        if any(isinstance(a.value, ast.Call) and a.value in f.ddp_calls for a in assigns)
+    }
+
+
+def _project_bases(s: Script, cls: ast.ClassDef) -> list[ast.ClassDef]:
+    out: list[ast.ClassDef] = []
+    for _ in range(3):
+        bases = [b for b in map(s.class_named, cls.bases) if b is not None]
+        if not bases or bases[0] is cls or bases[0] in out:
+            break
+        cls = bases[0]
+        out.append(cls)
+    return out
+
+
+def _base_reads(
+    s: Script, base: ast.ClassDef, fn: ast.FunctionDef, wrapped: set[str], sub: str
+) -> Iterator[Hit]:
+    for n in sorted(
+        (n for n in own_nodes(fn) if isinstance(n, ast.Attribute)),
+        key=lambda n: (n.lineno, n.col_offset),
+    ):
+        held = n.value
+        if not (
+            isinstance(n.ctx, ast.Load)
+            and isinstance(held, ast.Attribute)
+            and isinstance(held.value, ast.Name)
+            and held.value.id == "self"
+            and held.attr in wrapped
+            and isinstance(s.parents.get(n), ast.Call)
+            and not n.attr.startswith("_")
+            and n.attr not in _WRAPPER_API
+        ):
+            continue
+        if (
+            _class_tells_wrapper(base, f"self.{held.attr}")
+            or _checks_wrapper(s, n)
+            or _mode_branch(s, n)
+        ):
+            continue
+        yield Hit.at(
+            "DDP-WRAPPER-ATTR",
+            n,
+            (
+                f"`{ast.unparse(n)}` in `{base.name}.{fn.name}` calls `{n.attr}` on "
+                f"`self.{held.attr}`, which the subclass `{sub}` sets to the DDP wrapper and "
+                f"then calls `{fn.name}`: the wrapper has none (the model is "
+                f"`self.{held.attr}.module`)"
+            ),
+            model=f"self.{held.attr}",
+            attr=n.attr,
+        )
+        return
+
+
 def _class_tells_wrapper(cls: ast.ClassDef, held: str) -> bool:
     """The class unwraps it somewhere (`self.model.module`, `hasattr(self.model, ...)`,
     a `model_without_ddp`): it knows what it holds."""
