@@ -97,27 +97,29 @@ def kill_tree(child):
         time.sleep(0.05)
 
 
-def _become_subreaper():
+def _prctl():
+    """libc's prctl, or None (not Linux, no libc)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except Exception:  # noqa: BLE001 - then ancestry and session are all kill_tree has
+        return None
+
+
+def _become_subreaper(prctl):
     """Orphans in the probe's tree are re-parented to this process, not to init: torchrun
     starts each worker in a session of its own, and a worker whose torchrun died first
     would otherwise leave the tree that kill_tree reads (and, under Slurm's
     proctrack/linuxproc, the step that scancel ends). Linux only; best effort."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:  # noqa: BLE001, S110 - not Linux, or no libc: ancestry and session remain
-        pass
+    if prctl is not None:
+        prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
-def _pdeathsig_setter():
+def _pdeathsig_setter(prctl):
     """A preexec_fn for the probe's own children (DIE_WITH_PROBE): they get SIGKILL when
     this process ends, however it ends (even SIGKILL from slurmstepd). None off Linux."""
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except Exception:  # noqa: BLE001
+    if prctl is None:
         return None
     parent = os.getpid()
 
@@ -230,7 +232,8 @@ def main():
     payload = json.loads(_read_exact(size).decode("utf-8"))
     params = _select_params(payload)
     me = _Self()
-    _become_subreaper()
+    prctl = _prctl()
+    _become_subreaper(prctl)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: _shutdown(me, 128 + signum))
     watcher = threading.Thread(target=_lifeline, args=(me,), daemon=True)
@@ -244,7 +247,7 @@ def main():
                 "PARAMS": params,
                 "CLEANUP": CLEANUP,
                 "INBOX": INBOX,
-                "DIE_WITH_PROBE": _pdeathsig_setter(),
+                "DIE_WITH_PROBE": _pdeathsig_setter(prctl),
             },
         )
     except SystemExit as exc:

@@ -256,9 +256,8 @@ class Flow:
                 return found
         return None
 
-    @functools.cache  # noqa: B019
     def has_backward(self, func: FuncNode) -> bool:
-        return self._stmts_backward(func.body, {func})
+        return self._func_backward(func, set())
 
     def _calls_of(self, stmts: list[ast.stmt]) -> list[ast.Call]:
         """calls_in(stmts) of a body, kept: a function is walked once per caller path."""
