@@ -60,6 +60,7 @@ HINTS: Final = frozenset(
     | {"torchrun_summary"}  # logs11
     | {"shm_full", "semlock", "enospc"}  # logs12
     | {"connect_loopback", "shm_register", "nccl_cuda_failure"}  # logs13
+    | {"connect_failed"}  # logs14
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -227,13 +228,30 @@ def _who(p: Proc) -> str:
     return f"rank {p.rank}" + (f" ({p.host})" if p.host else "") if p.rank is not None else p.ident
 
 
+_PLURAL: Final = {"family": "families", "kind": "kinds", "network": "networks"}
+_CONNECT_TO: Final = re.compile(r"\b[Cc]onnect to \[?([0-9A-Za-z:.%_-]+?)\]?<\d+>")
+
+
+def _failed_peer(ctx: Context) -> str | None:
+    """The address NCCL failed to connect to, where it is an address some rank of the log
+    chose (logs14): then the interface that failed is known, and an interface of another
+    class elsewhere (a second NIC's link-local address) did not cause the failure."""
+    line = ctx.hints.get("connect_failed")
+    m = _CONNECT_TO.search(line or "")
+    chosen = {a for p in ctx.procs for _, _, a in p.interfaces}
+    return m.group(1) if m and m.group(1) in chosen else None
+
+
 def _iface_class(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     ranks, ev, seen = [], [], []
     # logs11: a container's own eth0 on docker's default network (virtual by its address
     # only) where the log shows one host is no bridge between nodes
     one_host = len(ctx.hosts) == 1
+    failed = _failed_peer(ctx)
     for p in ctx.procs:
         for role, iface, addr in p.interfaces:
+            if failed is not None and addr != failed:
+                continue
             if rules.iface_class(iface, addr) == rule.param:
                 if rule.param == "virtual" and one_host and not rules.is_of("virtual", iface, ""):
                     continue
@@ -276,7 +294,8 @@ def _iface_mixed(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     said = "; ".join(f"{v} on {', '.join(hs)}" for v, hs in values.items())
     ev = [p.evidence.get("bootstrap", "") for _, _, p in by_host.values()]
     ranks = [p.rank for _, _, p in by_host.values() if p.rank is not None]
-    return ranks, [e for e in ev if e], f"Hosts bootstrap on different {rule.param}s: {said}", {"which": said}
+    kinds = _PLURAL.get(str(rule.param), str(rule.param))
+    return ranks, [e for e in ev if e], f"Hosts bootstrap on different {kinds}: {said}", {"which": said}
 
 
 def _differs(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
