@@ -19,6 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from ddptui.cli import main
+from ddptui.report.markdown import render_markdown
+from ddptui.report.schema import ReportModel
 
 H200 = Path(__file__).parent / "fixtures" / "gpu-h200"
 MIB = 1 << 20
@@ -115,3 +117,38 @@ def test_one_rank_h200_sweep_matches_nccl_tests_where_copy_bound() -> None:
     for size in (256 * MIB, 1024 * MIB):
         assert ours[size]["busbw_gbps"] is None
         assert ours[size]["algbw_gbps"] == pytest.approx(ref[size], rel=0.03)
+
+
+# --- job/: a two-rank NCCL job on the one GPU (one torchrun, a host id per rank): rank 1
+# leaves the loop after 3 allreduces, rank 0 waits in the 4th; HANG_TIMEOUT=30 with the
+# flight recorder; `ddptui job` while it hung and after the watchdog took it down.
+JOB = H200 / "job"
+
+
+def test_two_rank_watchdog_log_names_the_rank_that_never_enqueued_the_collective() -> None:
+    # only rank 0 times out; rank 1's dump line says its last enqueued work was #3
+    result = CliRunner().invoke(main, ["diagnose", str(JOB / "job.log"), "--json", "-"])
+    doc = json.loads(result.stdout)
+    first = doc["first_failure"]
+    assert result.exit_code == 1
+    assert first["finding"] == "LOGS-NOT-IN-COLLECTIVE" and first["rank"] == 1, first
+    assert "SeqNum 4" in first["summary"] and "up to #3" in first["summary"]
+
+
+def test_flight_recorder_dumps_of_both_ranks_name_the_missing_rank() -> None:
+    dumps = [a for r in (0, 1) for a in ("--fr-dump", str(JOB / "fr" / f"rank_{r}"))]
+    result = CliRunner().invoke(main, ["job", *dumps, "--json", "-"])
+    doc = json.loads(result.stdout)
+    (step,) = doc["steps"]
+    fr = next(f for f in step["findings"] if f["id"] == "JOB-FR-TIMEOUT")
+    assert "#4" in fr["summary"] and "rank(s) 1 never enqueued it" in fr["summary"]
+
+
+def test_the_report_of_the_look_at_the_hung_job_renders_the_diverged_rank() -> None:
+    # the JSON `ddptui job` wrote on the GPU machine while the job hung (NCCL: rank 0 spins
+    # at the next synchronize, not inside all_reduce), rendered by today's Markdown writer
+    doc = json.loads((JOB / "job-hung.json").read_text())
+    ReportModel.model_validate(doc)
+    md = render_markdown(doc)
+    assert "JOB-HUNG-DIVERGED" in md
+    assert "evaluate_only_on_rank1" in md and "synchronize" in md

@@ -62,6 +62,9 @@ class Context:
     lone: bool = True  # the lines are a whole log (not one rank's share): lone_waiter may judge
     bench_repeated: tuple[str, ...] = ()  # logs11: two nccl-tests summaries, no header between
     bench_headers: tuple[str, ...] = ()  # logs13: two nccl-tests headers, nothing of the first between
+    # logs14: rank -> (the last work it enqueued, "where: line"), as torch's ProcessGroupNCCL
+    # states it when it dumps or fails
+    enqueued: Mapping[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def hosts(self) -> list[str]:

@@ -434,14 +434,21 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
     op, waiting = names[key], sorted(waiting)
     if len(waiting) >= 2 and not _specific_failure(ctx):
         known |= set(range(min(max(waiting), 4096)))
-    absent = sorted(known - set(waiting))
-    ev = [ctx.watchdog_lines[r] for r in waiting[:3]]
+    # logs14: ranks that state (torch's PG status) they never enqueued that work, or did
+    seq = key.rstrip(")")
+    behind = {r for r, (n, _) in ctx.enqueued.items() if seq.isdigit() and n < int(seq)}
+    reached = {r for r, (n, _) in ctx.enqueued.items() if seq.isdigit() and n >= int(seq)}
+    absent = sorted((known | behind) - set(waiting) - reached)
+    ev = [ctx.watchdog_lines[r] for r in waiting[:3]] + [ctx.enqueued[r][1] for r in sorted(behind)[:2]]
     fill = {"op": op, "waiting": ranks_said(waiting)}
     if absent:
         said = (
             f"{ranks_said(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in {op}; "
             f"{ranks_said(absent)} never {'reports' if len(absent) == 1 else 'report'} it"
         )
+        if behind:
+            last = min(ctx.enqueued[r][0] for r in behind)
+            said += f" ({ranks_said(sorted(behind))} enqueued work up to #{last} only)"
         return absent, ev, said, {**fill, "absent": ranks_said(absent)}
     busy = None if _specific_failure(ctx) else busy_bar(ctx)
     if busy is not None:

@@ -46,6 +46,13 @@ PROGRESS: Final = re.compile(
     r"(?P<label>[^|\r\]]{0,80}?)\s*\d+%\|[^|\r]*\|\s*[\d.]+[kMGT]?/[\d.]+[kMGT]?\s*"
     r"\[(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d\d)<"
 )
+# logs14: torch's ProcessGroupNCCL states each rank's progress when it dumps or fails
+# ("[PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump signal ... Last enqueued NCCL
+# work: 3, last completed NCCL work: 3."; "... Rank 0]  failure detected by watchdog at
+# work sequence id: 4 PG status: last enqueued work: 4, last completed work: 3")
+ENQUEUED: Final = re.compile(
+    r"\bRank (?P<rank>\d+)\][^\n]*?\b[Ll]ast enqueued (?:NCCL )?work: (?P<enq>\d+)"
+)
 UID_WAIT: Final = re.compile(
     r"\[(?P<rank>\d+)\] is setting up NCCL communicators? and retrieving ncclUniqueId from "
     r"\[(?P<root>\d+)\].*?(?:Socket Timeout|[Tt]imed out|timeout)"
@@ -168,6 +175,7 @@ class Diagnoser:
         # collective the rank waited in only when the log shows a timeout
         self.watchdog_at: dict[int, tuple[str, str]] = {}
         self.watchdog_unranked: str | None = None  # the first watchdog line naming no rank
+        self.enqueued: dict[int, tuple[int, str]] = {}  # rank -> (last work enqueued, line)
         self.gloo_waits: dict[int, str] = {}  # rank -> its first gloo send/recv timeout line
         self._run_ended = load_factrules().run_ended
         self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
@@ -272,6 +280,8 @@ class Diagnoser:
             said = (f"{UNNAMED_OP} (SeqNum {m['seq']})", f"{where}: {cand.text.strip()[:300]}")
             if len(self.watchdog_at) < 4096:
                 self.watchdog_at.setdefault(int(m["rank"]), said)
+        if "nqueued" in cand.text and (m := ENQUEUED.search(cand.text)) and len(self.enqueued) < 4096:
+            self.enqueued.setdefault(int(m["rank"]), (int(m["enq"]), f"{where}: {cand.text.strip()[:300]}"))
         if (
             self.ended is None
             and not self.collective

@@ -69,6 +69,8 @@ class Diagnoser(Protocol):
     @property
     def named_ranks(self) -> set[int]: ...
     @property
+    def enqueued(self) -> dict[int, tuple[int, str]]: ...
+    @property
     def progress(self) -> tuple[int, str, str] | None: ...
     @property
     def timeout_ms(self) -> int | None: ...
@@ -244,6 +246,7 @@ def conclude(
         lone=d.lone,
         bench_repeated=d.facts.bench_repeated,
         bench_headers=d.facts.bench_headers,
+        enqueued=d.enqueued,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
