@@ -19,6 +19,7 @@ from ddptui.lint import (
     rules_lint6,
     rules_lint7,
     rules_lint10,
+    rules_lint12,
     rules_loader_lint6,
     rules_model,
     rules_notapplied,
@@ -57,6 +58,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_branch_lint6.RULES,
     *rules_lint7.RULES,
     *rules_lint10.RULES,
+    *rules_lint12.RULES,
     *rules_notapplied.RULES,
     *rules_poll.RULES,
 )
@@ -90,6 +92,7 @@ RULE_IDS: Final = (
     "DDP-SYNCBN-AFTER-OPTIMIZER",
     "DDP-FORWARD-BYPASS",
     "DDP-NOT-APPLIED",
+    "DDP-LOAD-MAP-LOCATION",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")

@@ -473,9 +473,20 @@ class Flow:
         self._guard_busy.add(func)
         try:
             sites = self.s.call_sites(func)
-            return bool(sites) and all(self.guarded(c) for c in sites)
+            return bool(sites) and all(self.guarded(c) for c in sites) and not self._both_arms(sites)
         finally:
             self._guard_busy.discard(func)
+
+    def _both_arms(self, sites: tuple[ast.Call, ...]) -> bool:
+        """Called in both arms of one rank test (`if rank == 0: train(..., logger)
+        else: train(..., None)`, RVC-Project's training script): every rank runs it."""
+        arms: dict[ast.AST, set[str]] = {}
+        for c in sites:
+            g = self.local_guard(c)
+            if isinstance(g, ast.If):
+                arm = "body" if any(c in set(ast.walk(st)) for st in g.body) else "orelse"
+                arms.setdefault(g, set()).add(arm)
+        return any(len(v) == 2 for v in arms.values())
 
     def guarded(self, node: ast.AST) -> bool:
         if self.local_guard(node) is not None:

@@ -157,6 +157,7 @@ class Project:
         self.shared = Shared()
         self._mods: dict[str, Module | None] = {}
         self.notes: dict[str, str] = {}  # path -> why it is not audited
+        self._extra: list[Path] = []  # sys.path folders of the file being indexed
 
     # --- loading -----------------------------------------------------------------------
 
@@ -212,6 +213,7 @@ class Project:
         mod = Module(path, tree, text.splitlines(), key=key(path))
         mod.nodes = list(ast.walk(tree))
         here = Path(path).resolve().parent
+        self._extra = self._sys_path_dirs(mod.nodes, here)
         for node in mod.nodes:
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
@@ -238,6 +240,37 @@ class Project:
             elif isinstance(node, ast.ClassDef):
                 mod.classes.setdefault(node.name, node)
         return mod
+
+    def _sys_path_dirs(self, nodes: list[ast.AST], here: Path) -> list[Path]:
+        """Project folders the file puts on sys.path before importing from them:
+        `sys.path.append(os.path.join(now_dir, "train"))` then `import utils`
+        (RVC-Project's train_nsf_sim_cache_sid_load_pretrain.py), `sys.path.insert(0,
+        "../lib")`. The path's literal parts are tried from the file's folder and the root."""
+        out: list[Path] = []
+        for n in nodes:
+            if not (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr in ("append", "insert")
+                and ast.unparse(n.func.value) == "sys.path"
+                and n.args
+            ):
+                continue
+            arg = n.args[-1]
+            parts: list[str] = []
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                parts = [arg.value]
+            elif isinstance(arg, ast.Call) and ast.unparse(arg.func).endswith("path.join"):
+                parts = [
+                    a.value for a in arg.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                ]
+            if not parts or len(out) >= 8:
+                continue
+            for base in (here, self.root):
+                d = base.joinpath(*parts)
+                if d.is_dir() and self._inside(d) and d.resolve() not in out:
+                    out.append(d.resolve())
+        return out
 
     def _bind_package(self, mod: Module, dotted: str, here: Path) -> None:
         """`import onmt.utils` binds the package `onmt` too (`onmt.Trainer`)."""
@@ -284,7 +317,7 @@ class Project:
                 base = base.parent
             bases = [base]
         else:
-            bases = list(dict.fromkeys([here, self.root, self.root / "src"]))
+            bases = list(dict.fromkeys([here, self.root, self.root / "src", *self._extra]))
         for base in bases:
             if not parts and level:
                 cand = [base / "__init__.py"]

@@ -21,8 +21,13 @@ _LOCAL_SAMPLERS: Final = frozenset({"RandomSampler", "SequentialSampler", "Weigh
 _SPLITTERS: Final = frozenset({"array_split", "chunk", "tensor_split", "split"})
 
 
+# torch's DataLoader and drop-in loaders that take the same sampler/shuffle arguments
+# (torchdata's StatefulDataLoader: meta-pytorch/torchft train_ddp.py)
+_LOADERS: Final = frozenset({"DataLoader", "StatefulDataLoader"})
+
+
 def is_loader(s: Script, call: ast.AST) -> bool:
-    return isinstance(call, ast.Call) and last(s.call_name(call)) == "DataLoader"
+    return isinstance(call, ast.Call) and last(s.call_name(call)) in _LOADERS
 
 
 def iterated(s: Script, loop: ast.AST) -> ast.expr | None:
@@ -240,6 +245,8 @@ def sampler(s: Script, f: Flow) -> Iterator[Hit]:
         data = kwarg(loader, "dataset", 0)
         if data is not None and split_by_rank(s, f, data):
             continue
+        if local is None and _single_process_arm(s, loader):
+            continue
         yield Hit.at(
             "DDP-SAMPLER",
             local or loader,
@@ -250,6 +257,37 @@ def sampler(s: Script, f: Flow) -> Iterator[Hit]:
             dataset=ast.unparse(data) if data else "dataset",
             loader=_assigned_name(s, loader) or "loader",
         )
+
+
+def _single_process_arm(s: Script, loader: ast.Call) -> bool:
+    """The loader is one arm of an `if` whose other arm builds the loader with a sampler
+    (`if dist.is_initialized(): DataLoader(ds, batch_sampler=...) else: DataLoader(ds,
+    shuffle=True)`, CoinCheung/BiSeNet lib/data/get_dataloader.py): the arm without one
+    is the single-process run, chosen by the author."""
+    child: ast.AST = loader
+    for a in s.ancestors(loader):
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
+            return False
+        if isinstance(a, ast.If | ast.IfExp) and child is not a.test:
+            body = a.body if isinstance(a.body, list) else [a.body]
+            orelse = a.orelse if isinstance(a.orelse, list) else [a.orelse]
+            other = orelse if any(child is n for n in body) else body
+            if any(
+                (isinstance(n, ast.Call) and is_loader(s, n) and _given_sampler(n))
+                or (isinstance(n, ast.Call) and "DistributedSampler" in s.call_name(n))
+                for st in other
+                for n in ast.walk(st)
+            ):
+                return True
+        child = a
+    return False
+
+
+def _given_sampler(loader: ast.Call) -> bool:
+    return any(
+        v is not None and not (isinstance(v, ast.Constant) and v.value is None)
+        for v in (kwarg(loader, "sampler", 3), kwarg(loader, "batch_sampler", 4))
+    )
 
 
 def _local_sampler(s: Script, value: ast.expr | None) -> ast.Call | None:
