@@ -420,3 +420,19 @@ def test_loongforge_no_sync_around_backward_only(tmp_path: Path) -> None:
         "                    loss.backward()",
     )
     assert ("train.py", 22) not in _at(_lint(tmp_path, {"train.py": fixed}), "DDP-NO-SYNC")
+
+
+# pytorch/examples imagenet/main.py (in the 168 public correct scripts): the unmapped load
+# is the single-process arm; the other arm maps to this process's GPU.
+IMAGENET_RESUME = GPEN.replace(
+    "        ckpt = torch.load(args.pretrain)\n",
+    "        if args.gpu is None:\n"
+    "            ckpt = torch.load(args.pretrain)\n"
+    "        else:\n"
+    "            loc = f'cuda:{args.gpu}'\n"
+    "            ckpt = torch.load(args.pretrain, map_location=loc)\n",
+)
+
+
+def test_unmapped_load_in_the_single_process_arm_is_silent(tmp_path: Path) -> None:
+    assert not _at(_lint(tmp_path, {"train.py": IMAGENET_RESUME}), "DDP-LOAD-MAP-LOCATION")

@@ -130,6 +130,8 @@ def load_without_map_location(s: Script, f: Flow) -> Iterator[Hit]:
         path = kwarg(c, "f", 0)
         if path is None or f.is_rank_expr(path) or f.guarded(c) or not _checkpoint_dict(s, c):
             continue
+        if _mapped_in_other_arm(s, c):
+            continue
         yield Hit.at(
             "DDP-LOAD-MAP-LOCATION",
             c,
@@ -140,6 +142,27 @@ def load_without_map_location(s: Script, f: Flow) -> Iterator[Hit]:
             path=ast.unparse(path),
         )
         return
+
+
+def _mapped_in_other_arm(s: Script, load: ast.Call) -> bool:
+    """`if args.gpu is None: torch.load(path) else: torch.load(path, map_location=loc)`
+    (pytorch/examples imagenet): the unmapped load is the author's single-process arm."""
+    child: ast.AST = load
+    for a in s.ancestors(load):
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            return False
+        if isinstance(a, ast.If) and child is not a.test:
+            other = a.orelse if any(child is st for st in a.body) else a.body
+            if any(
+                isinstance(n, ast.Call)
+                and s.call_name(n) == "torch.load"
+                and kwarg(n, "map_location") is not None
+                for st in other
+                for n in ast.walk(st)
+            ):
+                return True
+        child = a
+    return False
 
 
 def _checkpoint_dict(s: Script, load: ast.Call) -> bool:
