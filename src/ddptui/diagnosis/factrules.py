@@ -33,6 +33,7 @@ from ddptui.diagnosis.factmodel import (
     Stall,
     ip_of,
 )
+from ddptui.diagnosis.factrules_env import nccl_env_differs
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     WAIT_IDS,
@@ -527,6 +528,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "connect_loopback": connect_loopback,
     "shm_cuda_register": shm_cuda_register,
     "bench_headers": bench_headers,
+    "nccl_env_differs": nccl_env_differs,
 }
 
 
