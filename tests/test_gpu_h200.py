@@ -185,3 +185,24 @@ def test_the_report_of_the_look_at_the_hung_job_renders_the_diverged_rank() -> N
     md = render_markdown(doc)
     assert "JOB-HUNG-DIVERGED" in md
     assert "evaluate_only_on_rank1" in md and "synchronize" in md
+
+
+# torchrun/: two-rank torchrun jobs with one fault each (jcase.py)
+TORCHRUN = {
+    "oom": ("RANK-CUDA-OOM", 1),  # rank 1 out of GPU memory; rank 0's allreduce fails after
+    "mismatch": ("DESYNC-MISMATCH", None),  # broadcast on rank 1, all_reduce on rank 0 (DETAIL)
+    "evalwait": ("LOGS-NOT-IN-COLLECTIVE", 0),  # rank 0 evaluates while rank 1 times out
+}
+
+
+@pytest.mark.parametrize("case", sorted(TORCHRUN))
+def test_two_rank_torchrun_fault_names_the_rank_at_fault(case: str) -> None:
+    log = str(H200 / "torchrun" / f"{case}.log")
+    result = CliRunner().invoke(main, ["diagnose", log, "--json", "-"])
+    first = json.loads(result.stdout)["first_failure"]
+    lead, rank = TORCHRUN[case]
+    assert result.exit_code == 1
+    assert first["finding"] == lead, first
+    if rank is not None:
+        assert first["rank"] == rank, first
+
