@@ -89,9 +89,12 @@ CORPUS = load_corpus()
 # Round 7 I added (43 excerpts, scored blind at 54de856, not tuned on): 240 right of 359
 # (66.9 %), 55 wrong (15.3 %), 37 unrecognized, 27 called clean; 13 wrong on excerpts
 # labelled with an id; 88 healthy silent.  Round logs14 (tuned on I, general readings):
-# 243 right (67.7 %), 55 wrong, 38 unrecognized, 23 called clean.
-RIGHT_CAUSE_FLOOR = 0.676
-WRONG_CAUSE_CEILING = 0.154
+# 245 right (68.2 %), 56 wrong (15.6 %), 36 unrecognized, 22 called clean; 13 wrong on
+# excerpts labelled with an id.  The one more wrong is starcluster#533 (labelled [NEW]:
+# mpirun -np 2, every process "0 of 1"), now LAUNCH-INDEPENDENT-JOBS, whose cause names
+# it (no longer called clean).
+RIGHT_CAUSE_FLOOR = 0.682
+WRONG_CAUSE_CEILING = 0.156
 WRONG_LABELLED_CEILING = 13
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
@@ -122,8 +125,9 @@ WRONG_LABELLED_CEILING = 13
 # Round 6 H (not tuned on) added 11 (7 of them a cause no id names).  Round logs13 took 3
 # back.  Round 7 I (not tuned on) added 7 (3 of them a cause no id names).  Round logs14
 # took 4 back (NCCL's duplicate-GPU fact in a wrapper's words, gloo's "Unable to find
-# interface for", glibc's heap check with Open MPI's signal line, "expected 8 ..., found 0").
-CALLED_CLEAN_CEILING = 23
+# interface for", glibc's heap check with Open MPI's signal line, "expected 8 ..., found 0")
+# and one more (mpirun's processes each a world of 1).
+CALLED_CLEAN_CEILING = 22
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"

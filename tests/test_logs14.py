@@ -65,3 +65,44 @@ def test_a_check_that_found_none_of_what_it_expected_is_a_failure() -> None:
     assert "found 0" in d.first.cause
     fine = diagnose_lines(["[INFO] expected 8 GPU NIC networks, found 8"], "ok")
     assert fine.first is None, ids(fine)
+
+
+def test_ddp_reducer_message_hard_wrapped_by_the_paste() -> None:
+    """torch's reducer says "Expected to have finished reduction in the prior iteration
+    before starting a new one." first; a paste that hard-wraps the rest of the sentence
+    ("were not used i" / "n producing loss") keeps the reading."""
+    d = excerpt("i2-unused-params-mmagic-419")
+    assert lead(d) == "DDP-UNUSED-PARAMS", ids(d)
+
+
+def test_every_process_rank_0_of_1_under_mpirun_is_independent_worlds() -> None:
+    """mpirun -np 2 and both processes say "process 0 of 1" (MPI_Comm_rank/size): each is
+    an MPI_COMM_WORLD of its own (a binary built against another MPI than this mpirun).
+    Under -np 1, or with ranks 0 and 1 of 2, nothing is said."""
+    d = excerpt("i1-mpi-mismatch-all-rank0-starcluster-533")
+    assert lead(d) == "LAUNCH-INDEPENDENT-JOBS", ids(d)
+    assert any("mpirun -np 2" in e for e in d.first.evidence)
+    assert "another MPI" in d.first.cause
+    one = diagnose_lines(["mpirun -np 1 ./hello", "Hello world from process 0 of 1"], "np1")
+    assert one.first is None, ids(one)
+    two = diagnose_lines(["mpirun -np 2 ./hello", "Hello world from process 0 of 2", "Hello world from process 1 of 2"], "ok")
+    assert two.first is None, ids(two)
+
+
+def test_a_data_preparation_bar_that_ran_the_timeout_is_the_main_process_alone() -> None:
+    """A progress bar of data preparation (datasets' "Running tokenizer on dataset", a
+    latent cache) at 30:0x when the job failed: the main process prepared data alone and
+    the others' wait hit the 30-minute timeout (the watchdog's, or torch's default when
+    the paste cut the error).  An evaluation bar (yolov5's "mAP@.5" columns) or a training
+    bar is not."""
+    d = excerpt("i4-timeout-LlamaFactory-956")
+    assert lead(d) == "LOGS-MAIN-FIRST-WAIT", ids(d)
+    assert "Running tokenizer on dataset" in d.first.summary
+    # an unlabelled bar and the watchdog's collective #3 (setup): where the watchdog names
+    # the ranks that waited, LOGS-NOT-IN-COLLECTIVE (naming the absent rank) keeps the lead
+    sd = excerpt("i4-timeout-sd-scripts-971")
+    assert ids(sd)[:2] == ["LOGS-NOT-IN-COLLECTIVE", "LOGS-MAIN-FIRST-WAIT"], ids(sd)
+    val = excerpt("h-timeout-short-pg-timeout-yolov5-4400")
+    assert "LOGS-MAIN-FIRST-WAIT" not in ids(val), ids(val)
+    train = diagnose_lines(["Epoch 3: 47%|████▊ | 1695/3634 [30:09<33:25, 1.2it/s]Traceback (most recent call last):"], "train")
+    assert "LOGS-MAIN-FIRST-WAIT" not in ids(train), ids(train)

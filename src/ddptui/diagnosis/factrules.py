@@ -45,6 +45,7 @@ from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
 from ddptui.diagnosis.factrules_logs11 import bench_repeated
 from ddptui.diagnosis.factrules_logs12 import shm_exhausted
 from ddptui.diagnosis.factrules_logs13 import bench_headers, connect_loopback, shm_cuda_register
+from ddptui.diagnosis.factrules_logs14 import main_first_bar, world_of_one
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -527,6 +528,9 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "connect_loopback": connect_loopback,
     "shm_cuda_register": shm_cuda_register,
     "bench_headers": bench_headers,
+    # logs14
+    "world_of_one": world_of_one,
+    "main_first_bar": main_first_bar,
 }
 
 
