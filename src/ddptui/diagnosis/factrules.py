@@ -45,7 +45,11 @@ from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
 from ddptui.diagnosis.factrules_logs11 import bench_repeated
 from ddptui.diagnosis.factrules_logs12 import shm_exhausted
 from ddptui.diagnosis.factrules_logs13 import bench_headers, connect_loopback, shm_cuda_register
-from ddptui.diagnosis.factrules_logs14 import main_first_bar, world_of_one
+from ddptui.diagnosis.factrules_logs14 import (
+    main_first_bar_alone,
+    main_first_bar_beside,
+    world_of_one,
+)
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -530,7 +534,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "bench_headers": bench_headers,
     # logs14
     "world_of_one": world_of_one,
-    "main_first_bar": main_first_bar,
+    "main_first_bar_alone": main_first_bar_alone,
+    "main_first_bar_beside": main_first_bar_beside,
 }
 
 

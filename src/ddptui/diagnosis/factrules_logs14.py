@@ -58,6 +58,19 @@ _SETUP_SEQ: Final = 5
 _SEQ: Final = re.compile(r"SeqNum[ =](\d+)")
 
 
+def main_first_bar_alone(rules: object, rule: object, ctx: Context) -> Hit | None:
+    """main_first_bar where the bar alone says who was elsewhere (at most one rank's
+    watchdog: LOGS-NOT-IN-COLLECTIVE cannot name an absent rank from the ranks' numbering):
+    this reading, which says what the bar's work was, leads."""
+    return main_first_bar(rules, rule, ctx) if len(ctx.collective) <= 1 else None
+
+
+def main_first_bar_beside(rules: object, rule: object, ctx: Context) -> Hit | None:
+    """main_first_bar where several ranks' watchdogs name the ranks that waited:
+    LOGS-NOT-IN-COLLECTIVE (the absent rank by its number) leads, this one follows."""
+    return main_first_bar(rules, rule, ctx) if len(ctx.collective) > 1 else None
+
+
 def main_first_bar(rules: object, rule: object, ctx: Context) -> Hit | None:
     """One process's progress bar of data preparation had run as long as the collective
     timeout when the job failed: every other rank waited (at main_process_first()'s
