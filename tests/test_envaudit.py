@@ -450,6 +450,13 @@ def test_per_node_nccl_selectors_may_differ() -> None:
     assert audit(nodes) == []
 
 
+def test_a_host_id_per_node_is_no_mismatch() -> None:
+    # NCCL_HOSTID is meant to differ per machine (seen on a lent H200: two local nodes
+    # with their own host ids were told to "set it to one value")
+    nodes = [node(0, {"NCCL_HOSTID": "gpuA"}), node(1, {"NCCL_HOSTID": "gpuB"})]
+    assert "ENV-NCCL-DIFF" not in ids(audit(nodes))
+
+
 def test_redacted_values_compare_as_opaque_strings() -> None:
     a, b = "<redacted:0123456789>", "<redacted:abcdefabcd>"
     f = only(audit([node(0, {"NCCL_NET": a}), node(1, {"NCCL_NET": b})]), "ENV-NCCL-DIFF")

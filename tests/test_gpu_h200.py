@@ -7,6 +7,8 @@
   NCCL_HOSTID: a real two-rank NCCL allreduce, fabric pair and DDP run (over NET/Socket).
 - check-1rank.json, nccl-tests.txt, plain-*.txt: the sweep beside nccl-tests and a plain
   loop, same GPU, same session.
+- xr2/: settings that must match (NCCL_PROTO, NCCL_BUFFSIZE, NCCL_ALGO) differing between
+  the two hosts, and a host without a GPU.
 """
 
 from __future__ import annotations
@@ -35,8 +37,17 @@ CASES = {
 }
 
 
-def diagnose(case: str) -> tuple[int, dict[str, Any]]:
-    files = [str(H200 / "xr" / f"{case}-rank{r}.log") for r in (0, 1)]
+# xr2/ (a third call, run5.sh): settings that must match, and a host without a GPU
+CASES2 = {
+    "proto": ("LOGS-NCCL-ENV-DIFFERS", ["NET-SOCKET-TRUNC"]),  # LL against Simple
+    "buff": ("LOGS-NCCL-ENV-DIFFERS", ["NET-SOCKET-TRUNC"]),  # 1 MiB against the default
+    "algo": ("LOGS-NCCL-ENV-DIFFERS", []),  # Ring against Tree: a hang, no error line
+    "cvd": ("ENV-NOGPU-VISIBLE", ["C10D-CLIENTS-JOINED"]),  # gpu02 sees no GPU
+}
+
+
+def diagnose(case: str, folder: str = "xr") -> tuple[int, dict[str, Any]]:
+    files = [str(H200 / folder / f"{case}-rank{r}.log") for r in (0, 1)]
     result = CliRunner().invoke(main, ["diagnose", *files, "--json", "-"])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     return result.exit_code, json.loads(result.stdout)
@@ -55,6 +66,28 @@ def test_cross_host_fault_gets_its_cause(case: str) -> None:
     assert doc["first_failure"]["finding"] == lead, doc["first_failure"]
     ids = {f["id"] for f in doc["steps"][0]["findings"]}
     assert set(also) <= ids, ids
+
+
+def test_every_second_capture_is_a_case() -> None:
+    cases = {p.name.rpartition("-rank")[0] for p in (H200 / "xr2").glob("*.log")}
+    assert cases == set(CASES2)
+
+
+@pytest.mark.parametrize("case", sorted(CASES2))
+def test_settings_that_must_match_and_a_missing_gpu(case: str) -> None:
+    code, doc = diagnose(case, "xr2")
+    lead, also = CASES2[case]
+    assert code == 1
+    assert doc["first_failure"]["finding"] == lead, doc["first_failure"]
+    ids = {f["id"] for f in doc["steps"][0]["findings"]}
+    assert set(also) <= ids, ids
+
+
+def test_a_must_match_setting_names_both_values() -> None:
+    _, doc = diagnose("buff", "xr2")
+    first = doc["first_failure"]
+    assert "NCCL_BUFFSIZE" in first["summary"]
+    assert "1048576 on rank 0 (gpu01)" in first["summary"] and "unset on rank 1 (gpu02)" in first["summary"]
 
 
 def test_the_interface_that_failed_leads_not_a_second_nics_link_local() -> None:
@@ -152,3 +185,24 @@ def test_the_report_of_the_look_at_the_hung_job_renders_the_diverged_rank() -> N
     md = render_markdown(doc)
     assert "JOB-HUNG-DIVERGED" in md
     assert "evaluate_only_on_rank1" in md and "synchronize" in md
+
+
+# torchrun/: two-rank torchrun jobs with one fault each (jcase.py)
+TORCHRUN = {
+    "oom": ("RANK-CUDA-OOM", 1),  # rank 1 out of GPU memory; rank 0's allreduce fails after
+    "mismatch": ("DESYNC-MISMATCH", None),  # broadcast on rank 1, all_reduce on rank 0 (DETAIL)
+    "evalwait": ("LOGS-NOT-IN-COLLECTIVE", 0),  # rank 0 evaluates while rank 1 times out
+}
+
+
+@pytest.mark.parametrize("case", sorted(TORCHRUN))
+def test_two_rank_torchrun_fault_names_the_rank_at_fault(case: str) -> None:
+    log = str(H200 / "torchrun" / f"{case}.log")
+    result = CliRunner().invoke(main, ["diagnose", log, "--json", "-"])
+    first = json.loads(result.stdout)["first_failure"]
+    lead, rank = TORCHRUN[case]
+    assert result.exit_code == 1
+    assert first["finding"] == lead, first
+    if rank is not None:
+        assert first["rank"] == rank, first
+

@@ -406,7 +406,7 @@ def _bandwidth(ctx: StepContext, run: ArRun) -> tuple[list[dict[str, Any]], list
             "AR-BANDWIDTH",
             [slow["node"]],
             f"slowest rank {slow['rank']} on {slow['node']}: busbw {slow['busbw_gbps']:.3f} GB/s "
-            f"(median {median:.3f} GB/s, {slow['bytes'] >> 10} KiB messages)",
+            f"(median {median:.3f} GB/s, {_size_text(slow['bytes'])} messages)",
             [
                 f"rank {r['rank']} on {r['node']}: {r['busbw_gbps']:.3f} GB/s"
                 + (

@@ -7,9 +7,11 @@ from __future__ import annotations
 GIB = 1024**3
 REDACTED_PREFIX = "<redacted:"
 SOURCE_WORDS = {"login": "login env", "config": "config env", "node": "node env"}
-# NCCL_* that may legitimately differ per node: interface selectors and debug output.
+# NCCL_* that may legitimately differ per node: interface selectors, debug output, and
+# NCCL_HOSTID (NCCL groups ranks into hosts by it: one value per machine by design).
 NCCL_PER_NODE = frozenset(
     {"NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}
+    | {"NCCL_HOSTID"}
 )
 # A mismatch in these breaks the job: protocol/algorithm/buffer mismatches give
 # "Message truncated"; transport and RoCE settings must agree between peers.

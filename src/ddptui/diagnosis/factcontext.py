@@ -37,6 +37,8 @@ class Proc:
     store_count: tuple[int, int] | None = None  # store barrier (worker_count, world_size)
     nnodes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # torchrun's min/max_nodes
     transports: frozenset[str] = frozenset()  # NCCL's channel transports (NET/IB, P2P, SHM)
+    nccl_env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # "set by environment"
+    init_complete: bool = False  # NCCL said "Init COMPLETE" for it
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from ddptui.diagnosis.factmodel import (
     Stall,
     ip_of,
 )
+from ddptui.diagnosis.factrules_env import nccl_env_differs
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     WAIT_IDS,
@@ -532,7 +533,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "connect_loopback": connect_loopback,
     "shm_cuda_register": shm_cuda_register,
     "bench_headers": bench_headers,
-    # logs14
+    "nccl_env_differs": nccl_env_differs,
+    # logs14 (blind batch I)
     "world_of_one": world_of_one,
     "main_first_bar_alone": main_first_bar_alone,
     "main_first_bar_beside": main_first_bar_beside,

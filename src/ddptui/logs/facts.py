@@ -365,7 +365,8 @@ class FactCollector:
         elif " nranks " in text and (m := INIT.search(text)):
             _init(p, m, said)
         elif "set by environment" in text and (m := SET_BY_ENV.search(text)):
-            p.nccl_env.setdefault(m["var"], m["val"])
+            p.nccl_env.setdefault(m["var"], m["val"].rstrip("."))
+            p.evidence.setdefault(f"env:{m['var']}", said)
         elif " via " in text and (m := VIA.search(text)):
             p.transports.add(m["t"])
 

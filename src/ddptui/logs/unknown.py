@@ -191,6 +191,8 @@ def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ..
                 p.store_count,
                 dict(p.nnodes),
                 frozenset(p.transports),
+                dict(p.nccl_env),
+                p.init_complete,
             )
         )
     return tuple(out)
