@@ -109,5 +109,8 @@ def test_a_data_preparation_bar_that_ran_the_timeout_is_the_main_process_alone()
     assert ids(ll)[:2] == ["LOGS-NOT-IN-COLLECTIVE", "LOGS-MAIN-FIRST-WAIT"], ids(ll)
     val = excerpt("h-timeout-short-pg-timeout-yolov5-4400")
     assert "LOGS-MAIN-FIRST-WAIT" not in ids(val), ids(val)
+    # a bar at 30:05 and no failure line (NCCL's info that it found no IB device): no finding
+    quiet = diagnose_lines(["Running tokenizer on dataset: 47%|████▊ | 1695000/3634744 [30:05<33:25, 967.30 examples/s]", "host:1:1 [0] NCCL INFO NET/IB : No device found."], "quiet")
+    assert not [f for f in quiet.findings if f.severity != "info"], ids(quiet)
     train = diagnose_lines(["Epoch 3: 47%|████▊ | 1695/3634 [30:09<33:25, 1.2it/s]Traceback (most recent call last):"], "train")
     assert "LOGS-MAIN-FIRST-WAIT" not in ids(train), ids(train)

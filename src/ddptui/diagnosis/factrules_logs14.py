@@ -82,7 +82,8 @@ def main_first_bar(rules: object, rule: object, ctx: Context) -> Hit | None:
     if ctx.progress is None:
         return None
     seconds, label, line = ctx.progress
-    if not ctx.present or _NOT_PREP.search(label):
+    failed = any(v == "error" for v in ctx.present.values()) or "LOGS-UNRECOGNIZED" in ctx.present
+    if not failed or _NOT_PREP.search(label):
         return None
     if ctx.timeout_ms:
         limit = ctx.timeout_ms / 1000
