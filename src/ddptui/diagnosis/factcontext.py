@@ -67,6 +67,10 @@ class Context:
     # logs14: rank -> (the last work it enqueued, "where: line"), as torch's ProcessGroupNCCL
     # states it when it dumps or fails
     enqueued: Mapping[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
+    # logs14 (round logs14): lines where a process says it is rank 0 of a world of 1, and
+    # the launcher's command line asking for N processes (N, "where: line")
+    world_of_one: tuple[str, ...] = ()
+    launch_n: tuple[int, str] | None = None
 
     @property
     def hosts(self) -> list[str]:

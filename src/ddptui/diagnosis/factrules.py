@@ -46,6 +46,11 @@ from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
 from ddptui.diagnosis.factrules_logs11 import bench_repeated
 from ddptui.diagnosis.factrules_logs12 import shm_exhausted
 from ddptui.diagnosis.factrules_logs13 import bench_headers, connect_loopback, shm_cuda_register
+from ddptui.diagnosis.factrules_logs14 import (
+    main_first_bar_alone,
+    main_first_bar_beside,
+    world_of_one,
+)
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -529,6 +534,10 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "shm_cuda_register": shm_cuda_register,
     "bench_headers": bench_headers,
     "nccl_env_differs": nccl_env_differs,
+    # logs14 (blind batch I)
+    "world_of_one": world_of_one,
+    "main_first_bar_alone": main_first_bar_alone,
+    "main_first_bar_beside": main_first_bar_beside,
 }
 
 

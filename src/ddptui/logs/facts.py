@@ -79,6 +79,13 @@ TESTS_DEVICE: Final = re.compile(
 # ("# Avg bus bandwidth    : 3.94145"): with MPI only rank 0 prints them
 BENCH_HEADER: Final = re.compile(r"^\s*#\s*Using devices\s*$")
 BENCH_SUMMARY: Final = re.compile(r"^\s*#?\s*Avg bus bandwidth\s*: *[\d.]+")
+# logs14: a process stating it is rank 0 of a world of 1 (an MPI hello world's "process 0
+# of 1", "rank 0 out of 1"), and the launcher's command line asking for N processes
+WORLD_OF_ONE: Final = re.compile(r"(?i)\b(?:process(?:or)?|rank|task)\s*#?\s*0\s+(?:out\s+)?of\s+1\b(?![\d.])")
+LAUNCH_N: Final = re.compile(
+    r"(?:^|[\s$#>:;])(?:mpirun|mpiexec|orterun|prterun)\b[^|;&]*?\s(?:-np?|--np|-c)\s*(?P<n>\d+)\b"
+    r"|\bsrun\b[^|;&]*?\s(?:-n\s*|--ntasks[= ])(?P<sn>\d+)\b"
+)
 # torchrun's launch configuration, one line per key ("  max_nodes : 3"); under the static
 # rendezvous its node rank is in rdzv_configs ("{'timeout': '15', 'rank': 1}").
 AGENT_NODES: Final = re.compile(r"\b(?P<k>min_nodes|max_nodes)\s+: (?P<v>\d+)\s*$")
@@ -166,6 +173,9 @@ class FactCollector:
         # the first two headers one source printed back to back ("where: line")
         self._bench_open: dict[str, str] = {}
         self.bench_headers: tuple[str, ...] = ()
+        # logs14: lines stating "rank 0 of 1", and the first launch line asking for N
+        self.world_of_one: list[str] = []
+        self.launch_n: tuple[int, str] | None = None
 
     def _proc(self, source: str, host: str | None, pid: int | None, rank: int | None) -> ProcFacts:
         key = (source, host, pid, None if pid is not None else rank)
@@ -180,6 +190,7 @@ class FactCollector:
         self, source: str, where: str, text: str, host: str | None, pid: int | None, rank: int | None
     ) -> None:
         self._unowned(where, text)
+        self._world(where, text)
         if "Avg bus bandwidth" in text or "Using devices" in text:
             self._bench_line(source, where, text)
         if "NCCL" in text and pid is not None:
@@ -227,6 +238,14 @@ class FactCollector:
                 if k in ("WORLD_SIZE", "dist_world_size", "global_world_sizes") and world.isdigit():
                     p.world_size = p.world_size or int(world)
                     p.evidence.setdefault("world", f"{where}: {text.strip()}")
+
+    def _world(self, where: str, text: str) -> None:
+        """logs14: a process stating it is rank 0 of a world of 1; the launcher's command
+        line asking for N processes (the first one)."""
+        if "of 1" in text and len(self.world_of_one) < 64 and WORLD_OF_ONE.search(text):
+            self.world_of_one.append(f"{where}: {text.strip()[:300]}")
+        if self.launch_n is None and "run" in text and (m := LAUNCH_N.search(text)) is not None:
+            self.launch_n = (int(m["n"] or m["sn"]), f"{where}: {text.strip()[:300]}")
 
     def _bench_line(self, source: str, where: str, text: str) -> None:
         """nccl-tests' header starts a run; a second summary before the next header is a

@@ -94,6 +94,12 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Using devices",
     # logs12: Python's semaphore in a traceback's source line (factrules.yaml hints.semlock)
     "_multiprocessing.SemLock(",
+    # logs14: a process stating it is rank 0 of a world of 1, and mpirun's command line
+    # (facts.py WORLD_OF_ONE, LAUNCH_N)
+    "0 of 1",
+    "0 out of 1",
+    "mpirun ",
+    "mpiexec ",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

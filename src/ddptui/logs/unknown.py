@@ -249,6 +249,8 @@ def conclude(
         bench_repeated=d.facts.bench_repeated,
         bench_headers=d.facts.bench_headers,
         enqueued=d.enqueued,
+        world_of_one=tuple(d.facts.world_of_one),
+        launch_n=d.facts.launch_n,
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
