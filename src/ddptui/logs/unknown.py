@@ -25,6 +25,7 @@ from ddptui.diagnosis.factrules import (
 )
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
+from ddptui.diagnosis.ranking import load_ranking
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
@@ -198,6 +199,25 @@ def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ..
     return tuple(out)
 
 
+def _loopback(fid: str) -> bool:
+    """ranking.yaml says this finding is an error only across hosts (LOOPBACK-ON-ONE-HOST)."""
+    return any(r.when == "one_host" and r.matches(fid) for r in load_ranking().topology)
+
+
+def _loopback_alone(
+    lead: Finding | None, findings: list[Finding], unknown: Finding | None
+) -> tuple[Finding | None, list[Finding]]:
+    """Round 7 (blind J, vllm-metal#171): a loopback finding that is the log's only error
+    (gloo's loopback fallback with nothing failing after it) is torch's warning in a world
+    on one host, not a fault: a warning."""
+    if lead is None or unknown is not None or not _loopback(lead.id):
+        return lead, findings
+    if any(f.severity == "error" and f.id != lead.id for f in findings):
+        return lead, findings
+    out = [dataclasses.replace(f, severity="warning") if f.id == lead.id else f for f in findings]
+    return out[findings.index(lead)], out
+
+
 def conclude(
     d: Diagnoser,
     first: Finding | None,
@@ -225,6 +245,7 @@ def conclude(
         lead = next(
             (f for f in findings if f.severity == "error" and outranks_line(f.id, lead.id)), lead
         )
+    lead, findings = _loopback_alone(lead, findings, unknown)
     present = {f.id: f.severity for f in findings}
     if unknown is not None:
         present[unknown.id] = unknown.severity
