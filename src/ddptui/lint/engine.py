@@ -33,6 +33,7 @@ from ddptui.lint import (
 )
 from ddptui.lint.flow import Flow
 from ddptui.lint.frameworks import framework_called, quiet_alternative
+from ddptui.lint.lint13 import demoted
 from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
 from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
 from ddptui.lint.script import Script
@@ -124,11 +125,12 @@ def _findings(script: Script) -> list[LintFinding]:
             continue  # a registered alternative that never runs distributed
         if hit.id == "DDP-ALL-RANKS-IO" and hit.node and framework_called(script, hit.node):
             continue  # a registered dataset's or model's method: the framework picks ranks
+        severity, summary = demoted(script, hit)
         f = kb_finding(
             hit.id,
             (),
-            hit.summary,
-            severity=hit.severity,
+            summary,
+            severity=severity,
             where=f"{path}:{hit.line}",
             facts={"line": hit.line, **hit.facts},
         )

@@ -11,6 +11,7 @@ from typing import Final
 from ddptui.lint.callers import moved_with_owner
 from ddptui.lint.flow import Flow, ident
 from ddptui.lint.frameworks import moved_held
+from ddptui.lint.lint13 import rank0_gpu0
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_seed import rank_seed, seed_calls
 from ddptui.lint.script import Script, const, kwarg, last
@@ -208,7 +209,7 @@ def hardcoded_device(s: Script, f: Flow) -> Iterator[Hit]:
     seen: set[int] = set()
     for node in s.nodes:
         what = _hardcoded(s, f, node) or _before_set_device(s, node)
-        if what and _single_process_branch(s, f, node):
+        if what and (_single_process_branch(s, f, node) or rank0_gpu0(s, f, node)):
             continue
         # a multi-line call is reported on the line of its hard-coded argument
         at = next(
