@@ -212,3 +212,159 @@ def test_attribute_the_model_defines_keeps_the_error(tmp_path: Path) -> None:
     )
     found = _lint(tmp_path, {"train.py": LATTE_TRAIN, "models/__init__.py": models})
     assert _sev(found, "DDP-WRAPPER-ATTR") == [("train.py", 21, "error")]
+
+
+# omegalabsinc/omegalabs-anytoany-bittensor @ bf2bad3b5c676855f1a2a4211647b301f0a246d0,
+# tune_recipes/lora_finetune_distributed.py (the pitfalls; fix 7bccc07): `self._model` is
+# what `_setup_model` returns, the DDP wrapper of a model built by `config.instantiate` on
+# the CPU and only cast (`.to(torch.bfloat16)`); the step reads `self._model.output`.
+OMEGA_RECIPE = """\
+import torch
+from torch.distributed import init_process_group
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torchtune import config, utils
+
+
+class LoRAFinetuneRecipeDistributed:
+    def setup(self, cfg):
+        self._model = self._setup_model(cfg_model=cfg.model)
+
+    def _setup_model(self, cfg_model):
+        _, rank = utils.get_world_size_and_rank()
+        with utils.set_default_dtype(self._dtype):
+            model = config.instantiate(cfg_model)
+        if self._dtype == torch.bfloat16:
+            model = model.to(torch.bfloat16)
+        model = DDP(model, device_ids=[rank], find_unused_parameters=True)
+        return model
+
+    def save_checkpoint(self, epoch):
+        return self._model.module._transformer.state_dict()
+
+    def train(self):
+        for idx, batch in enumerate(self._dataloader):
+            (input_ids, labels), mm_context = batch
+            self._model.tok_embeddings.set_context(mm_context)
+            self._model.output.set_context(mm_context)
+            logits = self._model(input_ids)
+            loss = self._loss_fn(logits, labels)
+            if self._model.output._clip_projections:
+                loss = loss + 1
+            loss.backward()
+            self._optimizer.step()
+
+
+class MMEmbedding(torch.nn.Module):
+    def set_context(self, context):
+        self.context = context
+
+
+class TransformerDecoder(torch.nn.Module):
+    def __init__(self, tok_embeddings, output):
+        super().__init__()
+        self.tok_embeddings = tok_embeddings
+        self.output = output
+
+
+def recipe_main(cfg):
+    init_process_group(backend="nccl")
+    recipe = LoRAFinetuneRecipeDistributed()
+    recipe.setup(cfg=cfg)
+    recipe.train()
+
+
+recipe_main(None)
+"""
+
+
+def test_omegalabs_wrapper_from_a_helper_and_a_cast_only(tmp_path: Path) -> None:
+    found = _lint(tmp_path, {"train.py": OMEGA_RECIPE})
+    assert _sev(found, "DDP-WRAPPER-ATTR") == [
+        ("train.py", 26, "error"),
+        ("train.py", 27, "error"),
+        ("train.py", 30, "error"),
+    ]
+    assert _sev(found, "DDP-WRAP-BEFORE-TO") == [("train.py", 17, "error")]
+
+
+def test_omegalabs_fixed_is_silent(tmp_path: Path) -> None:
+    # the fix (7bccc07): the model goes to its GPU before DDP, the step unwraps
+    text = (
+        OMEGA_RECIPE.replace("config.instantiate(cfg_model)", "config.instantiate(cfg_model).to(rank)")
+        .replace("self._model.tok_embeddings", "self._model.module.tok_embeddings")
+        .replace("self._model.output.", "self._model.module.output.")
+    )
+    found = _lint(tmp_path, {"train.py": text})
+    assert _sev(found, "DDP-WRAPPER-ATTR") == [] and _sev(found, "DDP-WRAP-BEFORE-TO") == []
+
+
+# jpata/particleflow @ 8d2ee0b1e4def8bca59f0a6533b4451413a1111e, mlpf/model/PFDataset.py
+# (the pitfall; fixed in PR #467): the sampler deals whole shards to the ranks.
+PF_SAMPLER = """\
+import random
+import torch
+
+
+class DistributedShardConsecutiveSampler(torch.utils.data.distributed.DistributedSampler):
+    def __init__(self, dataset, world_size=None, rank=None, shuffle=True, seed=0, drop_last=False):
+        super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
+
+    def __iter__(self):
+        rng = random.Random(self.seed + self.epoch)
+        shard_ranges = []
+        start_idx = 0
+        for end_idx in self.dataset.cumulative_sizes:
+            shard_ranges.append((start_idx, end_idx))
+            start_idx = end_idx
+        if self.shuffle:
+            rng.shuffle(shard_ranges)
+        my_shard_ranges = shard_ranges[self.rank :: self.num_replicas]
+        indices = []
+        for s_start, s_end in my_shard_ranges:
+            shard_indices = list(range(s_start, s_end))
+            indices.extend(shard_indices)
+        return iter(indices)
+"""
+
+PF_TRAIN = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from sampler import DistributedShardConsecutiveSampler
+
+
+def main(rank, world_size, model, ds):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    torch.cuda.set_device(rank)
+    model = DDP(model.to(rank), device_ids=[rank])
+    sampler = DistributedShardConsecutiveSampler(ds, world_size=world_size, rank=rank)
+    loader = torch.utils.data.DataLoader(ds, batch_size=8, sampler=sampler)
+    for batch in loader:
+        model(batch).sum().backward()
+"""
+
+# the fix (PR #467): one global index list, padded to total_size, sliced per rank
+PF_FIXED = PF_SAMPLER.replace(
+    """        my_shard_ranges = shard_ranges[self.rank :: self.num_replicas]
+        indices = []
+        for s_start, s_end in my_shard_ranges:
+            shard_indices = list(range(s_start, s_end))
+            indices.extend(shard_indices)
+        return iter(indices)
+""",
+    """        indices = [i for s_start, s_end in shard_ranges for i in range(s_start, s_end)]
+        indices += indices[: self.total_size - len(indices)]
+        return iter(indices[self.rank : self.total_size : self.num_replicas])
+""",
+)
+
+
+def test_particleflow_shards_dealt_to_ranks_are_uneven(tmp_path: Path) -> None:
+    found = _lint(tmp_path, {"train.py": PF_TRAIN, "sampler.py": PF_SAMPLER})
+    assert _sev(found, "DDP-UNEVEN-BATCH") == [("sampler.py", 18, "error")]
+
+
+def test_particleflow_padded_sampler_is_silent(tmp_path: Path) -> None:
+    assert PF_FIXED != PF_SAMPLER
+    found = _lint(tmp_path, {"train.py": PF_TRAIN, "sampler.py": PF_FIXED})
+    assert _sev(found, "DDP-UNEVEN-BATCH") == []

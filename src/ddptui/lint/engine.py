@@ -20,6 +20,7 @@ from ddptui.lint import (
     rules_lint7,
     rules_lint10,
     rules_lint12,
+    rules_lint13,
     rules_loader_lint6,
     rules_model,
     rules_notapplied,
@@ -60,6 +61,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_lint7.RULES,
     *rules_lint10.RULES,
     *rules_lint12.RULES,
+    *rules_lint13.RULES,
     *rules_notapplied.RULES,
     *rules_poll.RULES,
 )

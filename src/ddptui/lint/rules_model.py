@@ -18,6 +18,10 @@ from ddptui.lint.script import Script, const, kwarg, last
 
 _CUDA_N: Final = re.compile(r"^cuda:\d+$")
 _MOVERS: Final = frozenset({"to", "cuda"})
+# `model.to(torch.bfloat16)`, `.to(self._dtype)`: a cast, the module stays where it is
+_DTYPE: Final = re.compile(
+    r"^(torch\.(float|bfloat|half|double|int|uint|bool|complex)\w*|\w*dtype|\w*\.\w*dtype)$", re.I
+)
 _BN: Final = re.compile(r"^(Lazy)?BatchNorm[123]d$")
 _BN_ARCHS: Final = re.compile(
     r"^(resnet|resnext|wide_resnet|densenet|mobilenet|efficientnet|inception_v3|googlenet|regnet"
@@ -61,6 +65,17 @@ def receiver(call: ast.Call) -> str | None:
     return ast.unparse(call.func.value) if isinstance(call.func, ast.Attribute) else None
 
 
+def _moves(c: ast.Call) -> bool:
+    """`.cuda()`, `.to(device)`; not a cast alone (`.to(torch.bfloat16)`, `.to(dtype=...)`)."""
+    if not (isinstance(c.func, ast.Attribute) and c.func.attr in _MOVERS):
+        return False
+    if c.func.attr == "cuda" or kwarg(c, "device") is not None:
+        return True
+    if c.args:
+        return not all(_DTYPE.match(ast.unparse(a)) for a in c.args)
+    return not any(k.arg in ("dtype", "memory_format") for k in c.keywords)
+
+
 def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
     """Whether the module `expr` was put on a device before `line` (`.to()`, `.cuda()`,
     built with `device=`), as far as the file shows."""
@@ -70,7 +85,7 @@ def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
     for o in s.origins(expr):
         if not isinstance(o, ast.Call) or (o.lineno > line and s.scope_of(o) is places[0][1]):
             continue
-        if (isinstance(o.func, ast.Attribute) and o.func.attr in _MOVERS) or kwarg(
+        if _moves(o) or kwarg(
             o, "device"
         ) is not None:
             return True
@@ -85,8 +100,7 @@ def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
             places.append((ast.unparse(parent.targets[0]), s.scope_of(o), line if here else 10**9))
     if any(
         c.lineno < until
-        and isinstance(c.func, ast.Attribute)
-        and c.func.attr in _MOVERS
+        and _moves(c)
         and receiver(c) == text
         for text, scope, until in places
         for c in s.function_calls(scope)
@@ -97,7 +111,7 @@ def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
     built = {o for o in s.origins(expr) if isinstance(o, ast.Call) and _is_constructor(s, o)}
     return bool(built) and any(
         isinstance(c.func, ast.Attribute)
-        and c.func.attr in _MOVERS
+        and _moves(c)
         and not (s.scope_of(c) is places[0][1] and c.lineno > line)
         and built & set(s.origins(c.func.value))
         for c in s.calls
@@ -145,7 +159,7 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
             for c in s.function_calls(s.scope_of(call))
             if c.lineno > end
             and isinstance(c.func, ast.Attribute)
-            and c.func.attr in _MOVERS
+            and _moves(c)
             and receiver(c) in names
         ]
         built_here = any(
@@ -200,7 +214,12 @@ def _holds_moved(s: Script, call: ast.Call) -> bool:
 
 def _is_constructor(s: Script, call: ast.Call) -> bool:
     name = ident(call.func) or ""
-    return name in s.classes or (name[:1].isupper() and not name.isupper())
+    # `config.instantiate(cfg.model)` (torchtune's, hydra's) builds the module on the CPU
+    return (
+        name in s.classes
+        or (name[:1].isupper() and not name.isupper())
+        or (name == "instantiate" and kwarg(call, "device") is None)
+    )
 
 
 def hardcoded_device(s: Script, f: Flow) -> Iterator[Hit]:

@@ -192,12 +192,19 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
             key=lambda n: (n.lineno, n.col_offset),
         )
         held: dict[str, bool] = {}
+        said: set[ast.AST] = set()  # once per statement: each is a place to unwrap
         for n in reads:
             assert isinstance(n.value, ast.Attribute)
             attr = n.value.attr
             if attr not in held:
                 values = [v for v, _ in s.self_attr_values(n.value, attr)]
-                held[attr] = any(isinstance(v, ast.Call) and v in f.ddp_calls for v in values)
+                # `self._model = self._setup_model(...)`, whose `return model` is the
+                # wrapper (a project helper's return value, followed)
+                held[attr] = any(
+                    isinstance(v, ast.Call)
+                    and (v in f.ddp_calls or (bool(s.callees(v)) and f.is_ddp_value(v)))
+                    for v in values
+                )
                 held[attr] = held[attr] and not _class_tells_wrapper(cls, f"self.{attr}")
             fn = s.scope_of(n)
             if (
@@ -208,6 +215,10 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                 and not _checks_wrapper(s, n)
                 and not _mode_branch(s, n)
             ):
+                stmt = next((a for a in s.ancestors(n) if isinstance(a, ast.stmt)), n)
+                if stmt in said:
+                    continue
+                said.add(stmt)
                 yield Hit.at(
                     "DDP-WRAPPER-ATTR",
                     n,
@@ -218,7 +229,6 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                     model=f"self.{attr}",
                     attr=n.attr,
                 )
-                break
 
 
 def wrapper_attr_inherited(s: Script, f: Flow) -> Iterator[Hit]:
@@ -306,11 +316,12 @@ def _base_reads(
 
 
 def _class_tells_wrapper(cls: ast.ClassDef, held: str) -> bool:
-    """The class unwraps it somewhere (`self.model.module`, `hasattr(self.model, ...)`,
-    a `model_without_ddp`): it knows what it holds."""
+    """The class tests what it holds (`hasattr(self.model, ...)`, `isinstance`,
+    `unwrap_model`): it knows. A plain `self.model.module.x` read does not count: it says
+    the value is the wrapper, and `self.model.y` elsewhere is the pitfall (omegalabs
+    bf2bad3: `self._model.module._transformer` in the save, `self._model.output` in the
+    step)."""
     for n in ast.walk(cls):
-        if isinstance(n, ast.Attribute) and n.attr == "module" and ast.unparse(n.value) == held:
-            return True
         if (
             isinstance(n, ast.Call)
             and ident(n.func) in ("hasattr", "isinstance", "getattr", "unwrap_model")
