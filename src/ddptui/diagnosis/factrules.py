@@ -51,6 +51,7 @@ from ddptui.diagnosis.factrules_logs14 import (
     main_first_bar_beside,
     world_of_one,
 )
+from ddptui.diagnosis.factrules_logs15 import ib_hca_unfound, ray_worker_vanished
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -67,6 +68,7 @@ HINTS: Final = frozenset(
     | {"shm_full", "semlock", "enospc"}  # logs12
     | {"connect_loopback", "shm_register", "nccl_cuda_failure"}  # logs13
     | {"connect_failed"}  # logs14
+    | {"ib_hca_named", "net_socket", "ray_worker_eof", "crashed"}  # logs15
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -235,7 +237,7 @@ def _who(p: Proc) -> str:
 
 
 _PLURAL: Final = {"family": "families", "kind": "kinds", "network": "networks"}
-_CONNECT_TO: Final = re.compile(r"\b[Cc]onnect to \[?([0-9A-Za-z:.%_-]+?)\]?<\d+>")
+_CONNECT_TO: Final = re.compile(r"\b[Cc]onnect to \[?([0-9A-Za-z:.%_-]+?)\]?<(?:\d+|\.\.\.)>")
 
 
 def _failed_peer(ctx: Context) -> str | None:
@@ -538,6 +540,9 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "world_of_one": world_of_one,
     "main_first_bar_alone": main_first_bar_alone,
     "main_first_bar_beside": main_first_bar_beside,
+    # logs15 (blind batch J)
+    "ib_hca_unfound": ib_hca_unfound,
+    "ray_worker_vanished": ray_worker_vanished,
 }
 
 

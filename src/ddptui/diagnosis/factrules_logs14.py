@@ -103,6 +103,7 @@ def main_first_bar(rules: object, rule: object, ctx: Context) -> Hit | None:
         f"{limit / 60:g}-minute collective timeout"
     )
     if seqs:
-        said += f" (the waiting rank timed out in collective #{max(seqs)}, before any training step)"
+        said += f" (the waiting rank timed out in collective #{max(seqs)}"
+        said += ", before any training step)" if max(seqs) <= _SETUP_SEQ else ")"
     ev = [line, *[ctx.watchdog_lines[r] for r in sorted(ctx.watchdog_lines)[:2]]]
     return [], ev, said, {}

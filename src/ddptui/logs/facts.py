@@ -193,7 +193,9 @@ class FactCollector:
         self._world(where, text)
         if "Avg bus bandwidth" in text or "Using devices" in text:
             self._bench_line(source, where, text)
-        if "NCCL" in text and pid is not None:
+        # logs15: NCCL's own "NET/Socket : Using [0]if:addr<0>" pasted without its
+        # "host:pid:tid [dev] NCCL INFO" prefix states the devices of this file's process
+        if ("NCCL" in text and pid is not None) or (pid is None and "NET/Socket : Using [" in text):
             self._nccl(self._proc(source, host, pid, rank), where, text)
         if "GLOBAL_RANK: " in text and (m := LIGHTNING.search(text)) is not None:
             # Printed once per process: a second line for one rank is a second process.
