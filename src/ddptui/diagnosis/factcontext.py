@@ -86,6 +86,18 @@ def ranks_said(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + span(ranks)
 
 
+def who(p: Proc) -> str:
+    """A process as a finding names it: its rank (and host), else its host:pid."""
+    return f"rank {p.rank}" + (f" ({p.host})" if p.host else "") if p.rank is not None else p.ident
+
+
+def values_said(groups: Mapping[str, Sequence[Proc]]) -> str:
+    """What each group of processes states: "2.28.9 on rank 0 (gpu01); 2.28.3 on rank 1"."""
+    return "; ".join(
+        f"{v} on {', '.join(dict.fromkeys(who(p) for p in ps[:4]))}" for v, ps in groups.items()
+    )
+
+
 def missing_nodes(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """torchrun's agents state the node count (min_nodes = max_nodes) and their node rank;
     with two or more agents in the log, the node ranks none of them holds never joined."""

@@ -25,6 +25,8 @@ from ddptui.diagnosis.factcontext import (
     span,
     stalled,
     stalled_one_host,
+    values_said,
+    who,
 )
 from ddptui.diagnosis.factmodel import (
     FactRule,
@@ -232,10 +234,6 @@ def outranks_line(fid: str, lead: str) -> bool:
 # --------------------------------------------------------------------------- the facts
 
 
-def _who(p: Proc) -> str:
-    return f"rank {p.rank}" + (f" ({p.host})" if p.host else "") if p.rank is not None else p.ident
-
-
 _PLURAL: Final = {"family": "families", "kind": "kinds", "network": "networks"}
 _CONNECT_TO: Final = re.compile(r"\b[Cc]onnect to \[?([0-9A-Za-z:.%_-]+?)\]?<(?:\d+|\.\.\.)>")
 
@@ -267,7 +265,7 @@ def _iface_class(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
                     ranks.append(p.rank)
                 seen.append(f"{iface}:{addr}")
                 key = {"bootstrap": "bootstrap", "NET/IB OOB": "ib"}.get(role, "socket")
-                ev.append(p.evidence.get(key, f"{_who(p)}: {role} {iface}:{addr}"))
+                ev.append(p.evidence.get(key, f"{who(p)}: {role} {iface}:{addr}"))
                 break
     if not seen:
         return None
@@ -315,9 +313,7 @@ def _differs(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
             groups.setdefault(str(v), []).append(p)
     if len(groups) < 2:
         return None
-    said = "; ".join(
-        f"{v} on {', '.join(dict.fromkeys(_who(p) for p in ps[:4]))}" for v, ps in groups.items()
-    )
+    said = values_said(groups)
     key = {
         "nccl_version": "version", "world_size": "world", "network": "network",
         "net_plugin": "net_plugin",

@@ -13,13 +13,9 @@ Core layer, stdlib only."""
 from __future__ import annotations
 
 from ddptui.diagnosis.envkb import NCCL_MUST_MATCH
-from ddptui.diagnosis.factcontext import Context, Hit, Proc
+from ddptui.diagnosis.factcontext import Context, Hit, Proc, values_said
 
 UNSET = "unset"
-
-
-def _who(p: Proc) -> str:
-    return f"rank {p.rank}" + (f" ({p.host})" if p.host else "") if p.rank is not None else p.ident
 
 
 def nccl_env_differs(rules: object, rule: object, ctx: Context) -> Hit | None:
@@ -36,9 +32,7 @@ def nccl_env_differs(rules: object, rule: object, ctx: Context) -> Hit | None:
             values.setdefault(v if v is not None else UNSET, []).append(p)
         if len(values) < 2:
             continue
-        said = "; ".join(
-            f"{v} on {', '.join(dict.fromkeys(_who(p) for p in ps[:4]))}" for v, ps in values.items()
-        )
+        said = values_said(values)
         ev = [
             p.evidence[f"env:{var}"]
             for ps in values.values()
