@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from typing import Final
 
 from ddptui.diagnosis.finding import Severity
@@ -33,13 +34,13 @@ _MULTI_NODE: Final = re.compile(
     re.I,
 )
 
-# the last script's facts (one script at a time is linted; a Script is not hashable)
-_memo: dict[str, tuple[Script, object]] = {}
+# per script, its facts computed once (a Script compares by identity; the entry goes
+# with the Script)
+_memo: weakref.WeakKeyDictionary[Script, dict[str, object]] = weakref.WeakKeyDictionary()
 
 
 def _cached(kind: str, s: Script) -> object | None:
-    got = _memo.get(kind)
-    return got[1] if got is not None and got[0] is s else None
+    return _memo.get(s, {}).get(kind)
 
 
 def rank0_gpu0(s: Script, f: Flow, node: ast.AST) -> bool:
@@ -77,7 +78,7 @@ def project_defines(s: Script, attr: str) -> bool:
                 ):
                     found.add(str(const(n.args[1])))
         names = frozenset(found)
-        _memo["defined"] = (s, names)
+        _memo.setdefault(s, {})["defined"] = names
     return attr in names
 
 
@@ -87,7 +88,7 @@ def multi_node_aware(s: Script) -> bool:
     known = _cached("multi", s)
     if not isinstance(known, bool):
         known = any(_multi_node_word(n) for m in s.modules for n in ast.walk(m.tree))
-        _memo["multi"] = (s, known)
+        _memo.setdefault(s, {})["multi"] = known
     return known
 
 
