@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lintproject import lint_project
+
 from ddptui.lint import lint_paths
 from ddptui.lint.model import LintFinding
 
@@ -116,16 +118,10 @@ WHOLE_DATA = CONTRIEVER_DATA.replace(
 )
 
 
-def _lint(tmp_path: Path, files: dict[str, str]) -> list[LintFinding]:
-    (tmp_path / ".git").mkdir()
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    return lint_paths([tmp_path / "train.py"], root=tmp_path).findings
 
 
 def test_contriever_helper_splits_files_by_rank_no_sampler_error(tmp_path: Path) -> None:
-    found = _lint(
+    found = lint_project(
         tmp_path,
         {
             "train.py": CONTRIEVER_TRAIN,
@@ -139,7 +135,7 @@ def test_contriever_helper_splits_files_by_rank_no_sampler_error(tmp_path: Path)
 
 
 def test_same_helper_without_the_rank_pick_is_a_sampler_error(tmp_path: Path) -> None:
-    found = _lint(
+    found = lint_project(
         tmp_path,
         {
             "train.py": CONTRIEVER_TRAIN,

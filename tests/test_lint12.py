@@ -6,16 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddptui.lint import lint_paths
+from lintproject import lint_project
+
 from ddptui.lint.model import LintFinding
-
-
-def _lint(tmp_path: Path, files: dict[str, str], entry: str = "train.py") -> list[LintFinding]:
-    (tmp_path / ".git").mkdir(exist_ok=True)
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    return list(lint_paths([tmp_path / entry], root=tmp_path).findings)
 
 
 def _at(found: list[LintFinding], fid: str) -> list[tuple[str, int]]:
@@ -121,7 +114,7 @@ BISENET_FILES = {
 
 
 def test_bisenet_single_process_arm_is_no_sampler_error(tmp_path: Path) -> None:
-    found = _lint(tmp_path, BISENET_FILES)
+    found = lint_project(tmp_path, BISENET_FILES)
     assert not _at(found, "DDP-SAMPLER"), found
     assert not [f for f in found if f.severity == "error"], found
 
@@ -130,7 +123,7 @@ def test_bisenet_without_the_distributed_arm_is_a_sampler_error(tmp_path: Path) 
     start = BISENET_LOADER.index("    if dist.is_initialized():")
     end = BISENET_LOADER.index("    else:\n        dl = DataLoader(")
     loader = BISENET_LOADER[:start] + "    if True:\n        pass\n" + BISENET_LOADER[end:]
-    found = _lint(tmp_path, {**BISENET_FILES, "lib/data/get_dataloader.py": loader})
+    found = lint_project(tmp_path, {**BISENET_FILES, "lib/data/get_dataloader.py": loader})
     assert _at(found, "DDP-SAMPLER") == [("get_dataloader.py", 23)], found
 
 
@@ -194,13 +187,13 @@ TORCHFT_FILES = {
 
 
 def test_torchft_stateful_loader_without_its_sampler(tmp_path: Path) -> None:
-    found = _lint(tmp_path, TORCHFT_FILES)
+    found = lint_project(tmp_path, TORCHFT_FILES)
     assert _at(found, "DDP-SAMPLER") == [("train.py", 27)], found
     fixed = TORCHFT.replace(
         "trainset, batch_size=64, shuffle=True, num_workers=2",
         "trainset, batch_size=64, num_workers=2, sampler=sampler",
     )
-    assert not _at(_lint(tmp_path, {**TORCHFT_FILES, "train.py": fixed}), "DDP-SAMPLER")
+    assert not _at(lint_project(tmp_path, {**TORCHFT_FILES, "train.py": fixed}), "DDP-SAMPLER")
 
 
 # RVC-Project/Retrieval-based-Voice-Conversion-WebUI @
@@ -261,12 +254,12 @@ def save_checkpoint(model, learning_rate, iteration, checkpoint_path):
 
 
 def test_rvc_checkpoint_through_sys_path_on_every_rank(tmp_path: Path) -> None:
-    found = _lint(tmp_path, {"train.py": RVC_TRAIN, "train/utils.py": RVC_UTILS})
+    found = lint_project(tmp_path, {"train.py": RVC_TRAIN, "train/utils.py": RVC_UTILS})
     assert ("train.py", 29) in _at(found, "DDP-ALL-RANKS-IO"), found
     fixed = RVC_TRAIN.replace(
         "if epoch % hps.save_every_epoch == 0:", "if epoch % hps.save_every_epoch == 0 and rank == 0:"
     )
-    found = _lint(tmp_path, {"train.py": fixed})
+    found = lint_project(tmp_path, {"train.py": fixed})
     assert not _at(found, "DDP-ALL-RANKS-IO"), found
 
 
@@ -321,14 +314,14 @@ def run(args):
 
 
 def test_pneumonia_ddp_imported_never_applied(tmp_path: Path) -> None:
-    found = _lint(tmp_path, {"train.py": PNEUMONIA})
+    found = lint_project(tmp_path, {"train.py": PNEUMONIA})
     assert _at(found, "DDP-NOT-APPLIED") == [("train.py", 16)], found
     fixed = PNEUMONIA.replace(
         "        self.loss_ = torch.nn.CrossEntropyLoss()\n",
         "        self.model_ = DDP(self.model_, device_ids=[device_id])\n"
         "        self.loss_ = torch.nn.CrossEntropyLoss()\n",
     )
-    assert not _at(_lint(tmp_path, {"train.py": fixed}), "DDP-NOT-APPLIED")
+    assert not _at(lint_project(tmp_path, {"train.py": fixed}), "DDP-NOT-APPLIED")
 
 
 # yangxy/GPEN @ c9cc29009b633788a77d782ba102cee913e3a349, train_simple.py; fixed by
@@ -361,14 +354,14 @@ if __name__ == '__main__':
 
 
 def test_gpen_load_without_map_location_on_every_rank(tmp_path: Path) -> None:
-    found = _lint(tmp_path, {"train.py": GPEN})
+    found = lint_project(tmp_path, {"train.py": GPEN})
     hits = [f for f in found if f.id == "DDP-LOAD-MAP-LOCATION"]
     assert [(h.line, h.severity) for h in hits] == [(15, "warning")], found
     assert "args.pretrain" in hits[0].fix
     fixed = GPEN.replace(
         "torch.load(args.pretrain)", 'torch.load(args.pretrain, map_location=torch.device("cpu"))'
     )
-    assert not _at(_lint(tmp_path, {"train.py": fixed}), "DDP-LOAD-MAP-LOCATION")
+    assert not _at(lint_project(tmp_path, {"train.py": fixed}), "DDP-LOAD-MAP-LOCATION")
 
 
 # baidu-baige/LoongForge @ 647a3c582fd34d330ee70fb002522bfda0e609f2,
@@ -411,7 +404,7 @@ def main(ctx, model):
 
 
 def test_loongforge_no_sync_around_backward_only(tmp_path: Path) -> None:
-    found = _lint(tmp_path, {"train.py": LOONGFORGE})
+    found = lint_project(tmp_path, {"train.py": LOONGFORGE})
     assert ("train.py", 22) in _at(found, "DDP-NO-SYNC"), found
     fixed = LOONGFORGE.replace(
         "                with self.model.no_sync():\n                    loss.backward()",
@@ -419,7 +412,7 @@ def test_loongforge_no_sync_around_backward_only(tmp_path: Path) -> None:
         "                    loss = self.model(**batch) / grad_accum\n"
         "                    loss.backward()",
     )
-    assert ("train.py", 22) not in _at(_lint(tmp_path, {"train.py": fixed}), "DDP-NO-SYNC")
+    assert ("train.py", 22) not in _at(lint_project(tmp_path, {"train.py": fixed}), "DDP-NO-SYNC")
 
 
 # pytorch/examples imagenet/main.py (in the 168 public correct scripts): the unmapped load
@@ -435,4 +428,4 @@ IMAGENET_RESUME = GPEN.replace(
 
 
 def test_unmapped_load_in_the_single_process_arm_is_silent(tmp_path: Path) -> None:
-    assert not _at(_lint(tmp_path, {"train.py": IMAGENET_RESUME}), "DDP-LOAD-MAP-LOCATION")
+    assert not _at(lint_project(tmp_path, {"train.py": IMAGENET_RESUME}), "DDP-LOAD-MAP-LOCATION")

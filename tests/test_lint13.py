@@ -6,16 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddptui.lint import lint_paths
+from lintproject import lint_project
+
 from ddptui.lint.model import LintFinding
-
-
-def _lint(tmp_path: Path, files: dict[str, str], entry: str = "train.py") -> list[LintFinding]:
-    (tmp_path / ".git").mkdir(exist_ok=True)
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    return list(lint_paths([tmp_path / entry], root=tmp_path).findings)
 
 
 def _sev(found: list[LintFinding], fid: str) -> list[tuple[str, int, str]]:
@@ -75,7 +68,7 @@ def evaluate(hps, generator, eval_loader):
 
 
 def test_vits_gpu0_in_rank0_only_code_is_silent(tmp_path: Path) -> None:
-    assert _sev(_lint(tmp_path, {"train.py": VITS_TRAIN}), "DDP-HARDCODED-DEVICE") == []
+    assert _sev(lint_project(tmp_path, {"train.py": VITS_TRAIN}), "DDP-HARDCODED-DEVICE") == []
 
 
 def test_gpu0_on_every_rank_keeps_the_error(tmp_path: Path) -> None:
@@ -83,7 +76,7 @@ def test_gpu0_on_every_rank_keeps_the_error(tmp_path: Path) -> None:
     text = VITS_TRAIN.replace(
         "    if rank==0:\n      if batch_idx", "    if True:\n      if batch_idx"
     )
-    found = _sev(_lint(tmp_path, {"train.py": text}), "DDP-HARDCODED-DEVICE")
+    found = _sev(lint_project(tmp_path, {"train.py": text}), "DDP-HARDCODED-DEVICE")
     assert ("train.py", 43, "error") in found
 
 
@@ -134,7 +127,7 @@ class XMemTrainer:
 
 
 def test_xmem_global_rank_on_one_node_is_a_warning(tmp_path: Path) -> None:
-    found = _lint(tmp_path, {"train.py": XMEM_TRAIN, "model/trainer.py": XMEM_TRAINER})
+    found = lint_project(tmp_path, {"train.py": XMEM_TRAIN, "model/trainer.py": XMEM_TRAINER})
     hits = _sev(found, "DDP-HARDCODED-DEVICE")
     assert ("train.py", 11, "warning") in hits and ("trainer.py", 9, "warning") in hits
     assert not [f for f in found if f.severity == "error"]
@@ -146,7 +139,7 @@ def test_global_rank_in_a_multi_node_project_keeps_the_error(tmp_path: Path) -> 
     text = XMEM_TRAIN.replace(
         "world_size = torch", "node_gpu = int(os.environ['LOCAL_RANK'])\nworld_size = torch"
     ).replace("import torch\n", "import os\nimport torch\n", 1)
-    hits = _sev(_lint(tmp_path, {"train.py": text}), "DDP-HARDCODED-DEVICE")
+    hits = _sev(lint_project(tmp_path, {"train.py": text}), "DDP-HARDCODED-DEVICE")
     assert ("train.py", 13, "error") in hits
 
 
@@ -200,7 +193,7 @@ def get_models(args):
 
 
 def test_latte_attribute_no_class_defines_is_a_warning(tmp_path: Path) -> None:
-    found = _lint(tmp_path, {"train.py": LATTE_TRAIN, "models/__init__.py": LATTE_MODELS})
+    found = lint_project(tmp_path, {"train.py": LATTE_TRAIN, "models/__init__.py": LATTE_MODELS})
     assert _sev(found, "DDP-WRAPPER-ATTR") == [("train.py", 21, "warning")]
     assert not [f for f in found if f.severity == "error"]
 
@@ -210,7 +203,7 @@ def test_attribute_the_model_defines_keeps_the_error(tmp_path: Path) -> None:
     models = LATTE_MODELS.replace(
         "    def forward", "    def load_state(self, path):\n        pass\n\n    def forward"
     )
-    found = _lint(tmp_path, {"train.py": LATTE_TRAIN, "models/__init__.py": models})
+    found = lint_project(tmp_path, {"train.py": LATTE_TRAIN, "models/__init__.py": models})
     assert _sev(found, "DDP-WRAPPER-ATTR") == [("train.py", 21, "error")]
 
 
@@ -278,7 +271,7 @@ recipe_main(None)
 
 
 def test_omegalabs_wrapper_from_a_helper_and_a_cast_only(tmp_path: Path) -> None:
-    found = _lint(tmp_path, {"train.py": OMEGA_RECIPE})
+    found = lint_project(tmp_path, {"train.py": OMEGA_RECIPE})
     assert _sev(found, "DDP-WRAPPER-ATTR") == [
         ("train.py", 26, "error"),
         ("train.py", 27, "error"),
@@ -294,7 +287,7 @@ def test_omegalabs_fixed_is_silent(tmp_path: Path) -> None:
         .replace("self._model.tok_embeddings", "self._model.module.tok_embeddings")
         .replace("self._model.output.", "self._model.module.output.")
     )
-    found = _lint(tmp_path, {"train.py": text})
+    found = lint_project(tmp_path, {"train.py": text})
     assert _sev(found, "DDP-WRAPPER-ATTR") == [] and _sev(found, "DDP-WRAP-BEFORE-TO") == []
 
 
@@ -360,11 +353,11 @@ PF_FIXED = PF_SAMPLER.replace(
 
 
 def test_particleflow_shards_dealt_to_ranks_are_uneven(tmp_path: Path) -> None:
-    found = _lint(tmp_path, {"train.py": PF_TRAIN, "sampler.py": PF_SAMPLER})
+    found = lint_project(tmp_path, {"train.py": PF_TRAIN, "sampler.py": PF_SAMPLER})
     assert _sev(found, "DDP-UNEVEN-BATCH") == [("sampler.py", 18, "error")]
 
 
 def test_particleflow_padded_sampler_is_silent(tmp_path: Path) -> None:
     assert PF_FIXED != PF_SAMPLER
-    found = _lint(tmp_path, {"train.py": PF_TRAIN, "sampler.py": PF_FIXED})
+    found = lint_project(tmp_path, {"train.py": PF_TRAIN, "sampler.py": PF_FIXED})
     assert _sev(found, "DDP-UNEVEN-BATCH") == []
