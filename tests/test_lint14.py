@@ -333,3 +333,37 @@ def test_seed_finding_names_the_models_first_binding(tmp_path: Path) -> None:
     assert _at(found, "DDP-SEED") == [("train.py", 8)]
     fixed = CLAP.replace("    device = ", "    torch.manual_seed(args.seed)\n    device = ")
     assert _at(lint_project(tmp_path / "ok", {"train.py": fixed}), "DDP-SEED") == []
+
+
+# Azure-Samples/azure-ml-federated-learning @ 1071a4958821db028acc083d0c9978d2df5fd004,
+# examples/components/PNEUMONIA/traininsilo/run.py: the per-process device is picked from
+# device_id, then overwritten with "cuda:0" if available (fix 94009ce7 drops the line).
+PNEUMONIA = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class PTLearner:
+    def __init__(self, device_id=None, distributed=False):
+        self._distributed = distributed
+        self.model_ = PneumoniaNetwork()
+        self.device_ = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        self.model_.to(self.device_)
+        if self._distributed:
+            self.model_ = DDP(self.model_, device_ids=[device_id])
+
+
+def main():
+    dist.init_process_group("nccl")
+    torch.manual_seed(0)
+    PTLearner(device_id=int(os.environ["LOCAL_RANK"]), distributed=True)
+"""
+
+
+def test_cuda0_if_available_else_cpu_is_a_hardcoded_device(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": PNEUMONIA})
+    assert _at(found, "DDP-HARDCODED-DEVICE") == [("train.py", 11)]
+    fixed = PNEUMONIA.replace('"cuda:0" if', 'f"cuda:{device_id}" if')
+    assert _at(lint_project(tmp_path / "ok", {"train.py": fixed}), "DDP-HARDCODED-DEVICE") == []

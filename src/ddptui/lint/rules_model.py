@@ -338,6 +338,9 @@ def _single_process_branch(s: Script, f: Flow, node: ast.AST) -> bool:
 
 
 def _cuda_n(e: ast.expr | None) -> bool:
+    """`"cuda:0"`, also as `"cuda:0" if torch.cuda.is_available() else "cpu"`."""
+    if isinstance(e, ast.IfExp) and const(e.orelse) == "cpu":
+        e = e.body
     v = const(e)
     return isinstance(v, str) and bool(_CUDA_N.match(v))
 
