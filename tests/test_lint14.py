@@ -367,3 +367,75 @@ def test_cuda0_if_available_else_cpu_is_a_hardcoded_device(tmp_path: Path) -> No
     assert _at(found, "DDP-HARDCODED-DEVICE") == [("train.py", 11)]
     fixed = PNEUMONIA.replace('"cuda:0" if', 'f"cuda:{device_id}" if')
     assert _at(lint_project(tmp_path / "ok", {"train.py": fixed}), "DDP-HARDCODED-DEVICE") == []
+
+
+# Nota-NetsPresso/netspresso-trainer @ 49cffbb1f6c84bbe3c958b6f0ff77a44201b341b (issue
+# #235, fix 4a5dd31a): trainer_common wraps the model in DDP and hands it to
+# build_pipeline, which picks the class from the TASK_PIPELINE registry dict; the class
+# passes it to `super().__init__`, where `self.model = model.float()`. train_step reads
+# `self.model.backbone` and `.head` on the wrapper. The save method's
+# `hasattr(self.model, 'module')` does not unwrap those reads.
+NETSPRESSO = {
+    "train.py": """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from pipelines import TASK_PIPELINE
+
+
+def build_pipeline(conf, task, model):
+    task_pipeline = TASK_PIPELINE[task]
+    return task_pipeline(conf, task, model)
+
+
+def train_common(conf, task, devices):
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(devices)
+    torch.manual_seed(conf.seed)
+    model = build_model(conf.model).to(device=devices)
+    if conf.distributed:
+        model = DDP(model, device_ids=[devices])
+    trainer = build_pipeline(conf, task, model)
+    trainer.train()
+""",
+    "pipelines/__init__.py": """\
+from .base import BasePipeline
+from .detection import TwoStageDetectionPipeline
+
+TASK_PIPELINE = {"detection-two-stage": TwoStageDetectionPipeline}
+""",
+    "pipelines/base.py": """\
+class BasePipeline:
+    def __init__(self, conf, task, model):
+        self.conf = conf
+        self.model = model.float()
+
+    def save_checkpoint(self, path):
+        model = self.model.module if hasattr(self.model, 'module') else self.model
+        torch.save(model.state_dict(), path)
+""",
+    "pipelines/detection.py": """\
+from .base import BasePipeline
+
+
+class TwoStageDetectionPipeline(BasePipeline):
+    def __init__(self, conf, task, model):
+        super(TwoStageDetectionPipeline, self).__init__(conf, task, model)
+
+    def train_step(self, images):
+        self.model.train()
+        backbone = self.model.backbone
+        head = self.model.head
+        return head(backbone(images))
+""",
+}
+
+
+def test_wrapper_attr_through_a_registry_of_classes_and_super_init(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", NETSPRESSO)
+    assert sorted(_at(found, "DDP-WRAPPER-ATTR")) == [("detection.py", 10), ("detection.py", 11)]
+    fixed = dict(NETSPRESSO)
+    fixed["pipelines/detection.py"] = NETSPRESSO["pipelines/detection.py"].replace(
+        "self.model.backbone", "self.model.module.backbone"
+    ).replace("self.model.head", "self.model.module.head")
+    assert _at(lint_project(tmp_path / "ok", fixed), "DDP-WRAPPER-ATTR") == []
