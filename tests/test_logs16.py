@@ -1,0 +1,54 @@
+"""Round logs16 (issue 15): general readings of misses that name an id, and failure lines
+any user reads as one, each read from the printing program's own message format (zsh's
+job report, bash's "Killed", torch's gloo wrapper, Ray's node.py, Go's net.OpError, NCCL's
+ibvwrap.cc) and checked on the real excerpt as pasted, and on the neighbours it must leave
+alone."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+from corpus_excerpts import excerpt, ids, lead
+
+from ddptui.logs.diagnose import diagnose_lines
+
+
+def test_failure_lines_a_user_reads_as_one_are_never_called_clean() -> None:
+    """A paste whose only failure is zsh's "[1]  PID bus error  cmd", Ray's "The current
+    node timed out during startup ... raylet failed to startup", torch's bare "Gloo
+    connectFullMesh failed" or Go's "dial tcp ...: connect: connection refused" gets an
+    honest unknown quoting that line, not a tick."""
+    for name, quoted in (
+        ("j-badlibnccl-vllm-4077", "bus error"),
+        ("j1-interface-ray-worker-ip-aws-do-eks-49", "timed out during startup"),
+        ("i-gloo-gitcode-447a6367", "connectFullMesh"),
+        ("j-istio-mpi-operator-407", "connection refused"),
+    ):
+        d = excerpt(name)
+        assert lead(d) == "LOGS-UNRECOGNIZED", (name, ids(d))
+        assert quoted in d.first.cause, (name, d.first.cause)
+    zsh = diagnose_lines(["epoch 1", "[2]  + 4242 killed     python train.py"], "sh")
+    assert lead(zsh) == "LOGS-UNRECOGNIZED", ids(zsh)
+    assert lead(diagnose_lines(["epoch 1", "Killed"], "sh")) is not None
+    quiet = diagnose_lines(
+        [
+            "[1] 4242",
+            "Killed 3 stale workers from the previous run",
+            "dial tcp 10.0.0.1:443 established",
+            "Gloo connectFullMesh took 2 s",
+        ],
+        "ok",
+    )
+    assert quiet.findings == [] or all(f.severity == "info" for f in quiet.findings), ids(quiet)
+
+
+def test_bare_ibv_reg_mr_failure_of_old_nccl_is_the_memlock_limit() -> None:
+    """NCCL <= 2.11's ibvwrap.cc IBV_PTR_CHECK prints "Call to ibv_reg_mr failed" with no
+    errno: the locked-memory limit (IB-MEMLOCK).  With an errno that names another cause
+    (Bad address: GPUDirect RDMA) it keeps that reading."""
+    d = excerpt("i-memlock-hhhyunwoo-infiniband-nccl-issue")
+    assert lead(d) == "IB-MEMLOCK", ids(d)
+    gdr = diagnose_lines(["n1:1:2 [0] misc/ibvwrap.cc:182 NCCL WARN Call to ibv_reg_mr failed with error Bad address"], "g")
+    assert lead(gdr) == "IB-GDR-REG", ids(gdr)
+    cq = diagnose_lines(["n1:1:2 [0] misc/ibvwrap.cc:106 NCCL WARN Call to ibv_create_cq failed"], "c")
+    assert "IB-MEMLOCK" not in ids(cq), ids(cq)
