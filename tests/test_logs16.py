@@ -52,3 +52,17 @@ def test_bare_ibv_reg_mr_failure_of_old_nccl_is_the_memlock_limit() -> None:
     assert lead(gdr) == "IB-GDR-REG", ids(gdr)
     cq = diagnose_lines(["n1:1:2 [0] misc/ibvwrap.cc:106 NCCL WARN Call to ibv_create_cq failed"], "c")
     assert "IB-MEMLOCK" not in ids(cq), ids(cq)
+
+
+def test_c10d_hostname_warning_a_resolver_timeout_apart_is_not_clean() -> None:
+    """c10d's socket.cpp "The hostname of the client socket cannot be retrieved" from one
+    process again and again, each ~10 s after the last (pytorch#159007: every reverse
+    lookup waits out DNS): an honest unknown quoting the lines.  The same warning in a
+    burst (one per rank in the same second, a healthy sglang TP=16 start) stays silent."""
+    d = excerpt("i-hostname-pytorch-159007")
+    assert lead(d) == "LOGS-UNRECOGNIZED", ids(d)
+    assert d.first.severity == "warning"
+    assert "reverse DNS" in d.first.cause and "5 times" in d.first.cause
+    assert excerpt("a-healthy-hostname-client-socket-warning-sglang-29853").findings == ()
+    burst = [f"[W724 18:22:{s:02d}.909218572 socket.cpp:200] [c10d] The hostname of the client socket cannot be retrieved. err=-3" for s in (1, 1, 2, 2, 3, 9)]
+    assert diagnose_lines(burst, "b").findings == (), "a burst is no resolver timeout"

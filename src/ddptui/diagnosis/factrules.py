@@ -54,6 +54,7 @@ from ddptui.diagnosis.factrules_logs14 import (
     world_of_one,
 )
 from ddptui.diagnosis.factrules_logs15 import ib_hca_unfound, ray_worker_vanished
+from ddptui.diagnosis.factrules_logs16 import rdns_slow
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -539,6 +540,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs15 (blind batch J)
     "ib_hca_unfound": ib_hca_unfound,
     "ray_worker_vanished": ray_worker_vanished,
+    "rdns_slow": rdns_slow,
 }
 
 
