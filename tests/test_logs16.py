@@ -66,3 +66,17 @@ def test_c10d_hostname_warning_a_resolver_timeout_apart_is_not_clean() -> None:
     assert excerpt("a-healthy-hostname-client-socket-warning-sglang-29853").findings == ()
     burst = [f"[W724 18:22:{s:02d}.909218572 socket.cpp:200] [c10d] The hostname of the client socket cannot be retrieved. err=-3" for s in (1, 1, 2, 2, 3, 9)]
     assert diagnose_lines(burst, "b").findings == (), "a burst is no resolver timeout"
+
+
+def test_lightning_under_slurm_alone_in_its_registration() -> None:
+    """Lightning's "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/96", the log
+    stopping in the registration and Slurm's own line (slurmstepd's CANCELLED): the Slurm
+    tasks do not fill the Trainer's world (LAUNCH-LIGHTNING-SLURM leads the cancel).
+    Without Slurm's lines, or with a world of one, it is not said."""
+    d = excerpt("j2-lightning-slurm-ntasks-torchmetrics-2300")
+    assert lead(d) == "LAUNCH-LIGHTNING-SLURM", ids(d)
+    assert "world of 96" in d.first.cause
+    start = "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/"
+    cancel = "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2023-08-31T18:04:42 ***"
+    for lines in ([start + "8"], [start + "1", cancel]):
+        assert "LAUNCH-LIGHTNING-SLURM" not in ids(diagnose_lines(lines, "x")), lines

@@ -76,3 +76,36 @@ def rdns_slow(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         }
         return [], [ln for _, ln in lines[:4]], said, fill
     return None
+
+
+_REGISTRATION: Final = "process registration"
+
+
+def lightning_slurm_alone(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Under Slurm (its own lines in the log: slurmstepd, srun), Lightning's "Initializing
+    distributed: GLOBAL_RANK: 0, MEMBER: 1/N" (N > 1) is the only process that registered
+    and the log stops in that registration (no "All distributed processes registered"):
+    under Slurm, Lightning takes its world from the Slurm tasks (SLURM_NTASKS) and one
+    process per task, so a world no task count fills (--ntasks-per-node other than
+    Trainer(devices), --nodes other than num_nodes) waits for processes Slurm never
+    starts (LAUNCH-LIGHTNING-SLURM).  Two or more registered processes that form one
+    node's block are logs6's LOGS-MISSING-NODES."""
+    if "slurm" not in ctx.hints or not any(_REGISTRATION in st.what for st, _ in ctx.stopped):
+        return None
+    ranked = [p for p in ctx.procs if p.rank is not None and p.world_size]
+    worlds = {p.world_size for p in ranked}
+    if len(worlds) != 1 or {p.rank for p in ranked} != {0}:
+        return None
+    world = int(worlds.pop() or 0)
+    if not 1 < world <= 65536:
+        return None
+    line = ranked[0].evidence.get("rank") or ranked[0].evidence.get("world", "")
+    said = (
+        f"under Slurm, Lightning set up a world of {world} and only rank 0 registered; the "
+        "log stops there (the others never started)"
+    )
+    fill = {
+        "want": f"a world of {world} processes (its 'MEMBER: 1/{world}' line)",
+        "have": "one process that registered (rank 0) while the others never did",
+    }
+    return [], [e for e in (line, ctx.hints["slurm"], ctx.stopped[0][1]) if e], said, fill
