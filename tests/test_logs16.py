@@ -27,8 +27,13 @@ def test_failure_lines_a_user_reads_as_one_are_never_called_clean() -> None:
         d = excerpt(name)
         assert lead(d) == "LOGS-UNRECOGNIZED", (name, ids(d))
         assert quoted in d.first.cause, (name, d.first.cause)
-    zsh = diagnose_lines(["epoch 1", "[2]  + 4242 killed     python train.py"], "sh")
-    assert lead(zsh) == "LOGS-UNRECOGNIZED", ids(zsh)
+    for line in (
+        "[2]  + 4242 killed     python train.py",  # zsh's job report
+        "fish: Job 1, 'python x.py' terminated by signal SIGSEGV (Address boundary error)",
+        "run.sh: line 3:   777 Terminated              python x.py",  # bash's
+    ):
+        shell = diagnose_lines(["epoch 1", line], "sh")
+        assert lead(shell) == "LOGS-UNRECOGNIZED", (line, ids(shell))
     assert lead(diagnose_lines(["epoch 1", "Killed"], "sh")) is not None
     quiet = diagnose_lines(
         [
@@ -36,6 +41,8 @@ def test_failure_lines_a_user_reads_as_one_are_never_called_clean() -> None:
             "Killed 3 stale workers from the previous run",
             "dial tcp 10.0.0.1:443 established",
             "Gloo connectFullMesh took 2 s",
+            "process 1 terminated with signal handlers installed",
+            "see line 12:  3 Terminated jobs are listed by squeue",
         ],
         "ok",
     )
