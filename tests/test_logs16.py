@@ -31,6 +31,8 @@ def test_failure_lines_a_user_reads_as_one_are_never_called_clean() -> None:
         "[2]  + 4242 killed     python train.py",  # zsh's job report
         "fish: Job 1, 'python x.py' terminated by signal SIGSEGV (Address boundary error)",
         "run.sh: line 3:   777 Terminated              python x.py",  # bash's
+        "*** SIGSEGV (@0x0) received by PID 1234 (TID 0x7f3e2c1ff700) from PID 0; stack trace: ***",  # glog's
+        '*** Aborted at 1581234567 (unix time) try "date -d @1581234567" if you are using GNU date ***',
     ):
         shell = diagnose_lines(["epoch 1", line], "sh")
         assert lead(shell) == "LOGS-UNRECOGNIZED", (line, ids(shell))
