@@ -54,6 +54,7 @@ from ddptui.diagnosis.factrules_logs14 import (
     world_of_one,
 )
 from ddptui.diagnosis.factrules_logs15 import ib_hca_unfound, ray_worker_vanished
+from ddptui.diagnosis.factrules_logs16 import lightning_slurm_alone, rdns_slow
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -71,6 +72,7 @@ HINTS: Final = frozenset(
     | {"connect_loopback", "shm_register", "nccl_cuda_failure"}  # logs13
     | {"connect_failed"}  # logs14
     | {"ib_hca_named", "net_socket", "ray_worker_eof", "crashed"}  # logs15
+    | {"slurm"}  # logs16
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -539,6 +541,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs15 (blind batch J)
     "ib_hca_unfound": ib_hca_unfound,
     "ray_worker_vanished": ray_worker_vanished,
+    "rdns_slow": rdns_slow,
+    "lightning_slurm_alone": lightning_slurm_alone,
 }
 
 
