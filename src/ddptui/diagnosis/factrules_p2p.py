@@ -63,4 +63,4 @@ def first_collective_hang(rules: FactRules, rule: FactRule, ctx: Context) -> Hit
         f"{who} timed out in the process group's first collective, {op}{took}: no data "
         "ever moved between the GPUs, and no line shows a rank busy elsewhere"
     )
-    return ranks, lines, said, {"op": op, "ran": took.strip() or "its timeout"}
+    return ranks, lines, said, {"op": op, "ran": took.removeprefix(" after ") or "its timeout"}
