@@ -71,6 +71,9 @@ class Context:
     # the launcher's command line asking for N processes (N, "where: line")
     world_of_one: tuple[str, ...] = ()
     launch_n: tuple[int, str] | None = None
+    # logs16: c10d's "The hostname of the client socket cannot be retrieved" lines, in
+    # order: (source, "where: text")
+    rdns: tuple[tuple[str, str], ...] = ()
 
     @property
     def hosts(self) -> list[str]:

@@ -38,10 +38,10 @@ from ddptui.diagnosis.factmodel import (
 from ddptui.diagnosis.factrules_env import nccl_env_differs
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
-    WAIT_IDS,
     lone_gloo_or_unranked,
     lone_waiter,
     nccl_predates_gpu,
+    specific_failure,
 )
 from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_loading
 from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
@@ -54,6 +54,8 @@ from ddptui.diagnosis.factrules_logs14 import (
     world_of_one,
 )
 from ddptui.diagnosis.factrules_logs15 import ib_hca_unfound, ray_worker_vanished
+from ddptui.diagnosis.factrules_logs16 import lightning_slurm_alone, rdns_slow
+from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -71,6 +73,7 @@ HINTS: Final = frozenset(
     | {"connect_loopback", "shm_register", "nccl_cuda_failure"}  # logs13
     | {"connect_failed"}  # logs14
     | {"ib_hca_named", "net_socket", "ray_worker_eof", "crashed"}  # logs15
+    | {"slurm"}  # logs16
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -404,17 +407,6 @@ def _fingerprints(ctx: Context) -> Hit | None:
     return absent, ev, said, {"op": op, "absent": span(absent), "waiting": span(waiting)}
 
 
-# Findings that name a failure of the fabric, the GPU or a rank itself: with one of them the
-# ranks that do not report a timeout may well be the broken ones, not ranks elsewhere.
-_SPECIFIC: Final = ("IB-", "NET-", "BOOT-", "NCCL-", "SHM-", "P2P-", "CUDA-", "RANK-", "GPU-", "ENV-", "GLOO-")
-
-
-def _specific_failure(ctx: Context) -> bool:
-    return any(
-        i.startswith(_SPECIFIC) and i not in WAIT_IDS for i, sev in ctx.present.items() if sev == "error"
-    )
-
-
 def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """Ranks whose watchdogs time out in one collective, and the ranks that never report
     it: ranks the log knows otherwise, ranks below the highest waiting one when several
@@ -436,7 +428,7 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
             names[key] = said
     key, waiting = max(groups.items(), key=lambda kv: (len(kv[1]), names[kv[0]] != UNNAMED_OP))
     op, waiting = names[key], sorted(waiting)
-    if len(waiting) >= 2 and not _specific_failure(ctx):
+    if len(waiting) >= 2 and not specific_failure(ctx):
         known |= set(range(min(max(waiting), 4096)))
     # logs14: ranks that state (torch's PG status) they never enqueued that work, or did
     seq = key.rstrip(")")
@@ -454,14 +446,14 @@ def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
             last = min(ctx.enqueued[r][0] for r in behind)
             said += f" ({ranks_said(sorted(behind))} enqueued work up to #{last} only)"
         return absent, ev, said, {**fill, "absent": ranks_said(absent)}
-    busy = None if _specific_failure(ctx) else busy_bar(ctx)
+    busy = None if specific_failure(ctx) else busy_bar(ctx)
     if busy is not None:
         who, ran, line = busy
         verb = "waits" if len(waiting) == 1 else "wait"
         said = f"{ranks_said(waiting)} {verb} in {op}; meanwhile {ran}"
         return [], [line, *ev], said, {**fill, "absent": who}
     if ctx.ended is None:
-        return None if _specific_failure(ctx) else lone_waiter(ctx, waiting, op, ev)
+        return None if specific_failure(ctx) else lone_waiter(ctx, waiting, op, ev)
     where, _, text = ctx.ended.partition(": ")
     others = f"the other ranks, which had left the loop (the log says {text[:120]!r}, {where})"
     verb = "waits" if len(waiting) == 1 else "wait"
@@ -539,6 +531,11 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs15 (blind batch J)
     "ib_hca_unfound": ib_hca_unfound,
     "ray_worker_vanished": ray_worker_vanished,
+    # logs16 (the corpus misses that name an id)
+    "rdns_slow": rdns_slow,
+    "lightning_slurm_alone": lightning_slurm_alone,
+    # a first collective that never completed on one host (P2P-HANG)
+    "first_collective_hang": first_collective_hang,
 }
 
 

@@ -17,11 +17,22 @@ from ddptui.diagnosis.gpuarch import arch_of, version_tuple
 LONE_MIN_TIMEOUT_MS: Final = 10_000
 WATCHDOG_IDS: Final = ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE")
 # a collective's own timeout besides torch's NCCL watchdog: the waiting side, not a failure
-# of the fabric or a rank (factrules._specific_failure leaves them out)
+# of the fabric or a rank (specific_failure leaves them out)
 WAIT_IDS: Final = frozenset({"GLOO-OP-TIMEOUT"})
+# Findings that name a failure of the fabric, the GPU or a rank itself: with one of them the
+# ranks that do not report a timeout may well be the broken ones, not ranks elsewhere.
+_SPECIFIC: Final = ("IB-", "NET-", "BOOT-", "NCCL-", "SHM-", "P2P-", "CUDA-", "RANK-", "GPU-", "ENV-", "GLOO-")
+
+
+def specific_failure(ctx: Context) -> bool:
+    """An error line of the log names a failure of the fabric, the GPU or a rank."""
+    return any(
+        i.startswith(_SPECIFIC) and i not in WAIT_IDS for i, sev in ctx.present.items() if sev == "error"
+    )
+
 # errors that say a peer died, a scheduler ended the job or the network failed: then the
-# ranks missing from the collective are explained, not "elsewhere" (factrules.py's
-# _specific_failure covers NCCL's, the fabric's, the GPU's and a rank's own errors)
+# ranks missing from the collective are explained, not "elsewhere" (specific_failure
+# covers NCCL's, the fabric's, the GPU's and a rank's own errors)
 _OTHER_CAUSES: Final = (
     "GLOO-PEER-", "GLOO-CONNECT-", "GLOO-MESH", "PORT-", "PING-", "SLURM-", "K8S-", "HOST-OOM-KILL",
     "LAUNCH-",

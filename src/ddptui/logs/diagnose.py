@@ -179,6 +179,9 @@ class Diagnoser:
         self.gloo_waits: dict[int, str] = {}  # rank -> its first gloo send/recv timeout line
         self._run_ended = load_factrules().run_ended
         self.hints: dict[str, str] = {}  # factrules.yaml hints: name -> first line saying it
+        # logs16: c10d's "The hostname of the client socket cannot be retrieved" lines,
+        # (source, "where: text") in order (factrules_logs16.rdns_slow reads their times)
+        self.rdns: list[tuple[str, str]] = []
         self._hints = list(load_factrules().hints)
         # a log that stops where a job waits (off for a live job's logs: they always stop)
         self.stalls = StallWatch(load_factrules().stalls if stalls else ())
@@ -291,6 +294,8 @@ class Diagnoser:
             self.ended = f"{where}: {cand.text.strip()[:300]}"
         if self._hints:
             self._hint(where, cand.text)
+        if "socket cannot be retrieved" in cand.text and len(self.rdns) < 64:
+            self.rdns.append((cand.source, f"{where}: {cand.text.strip()[:300]}"))
         if not self.collective and "%|" in cand.text:
             bars = list(PROGRESS.finditer(cand.text[-4000:]))
             if bars:  # the last state of the bar (tqdm's carriage returns keep one line)

@@ -100,6 +100,9 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "0 out of 1",
     "mpirun ",
     "mpiexec ",
+    # logs16: c10d's store could not name a client (its reverse lookup failed); the times
+    # these come at (factrules_logs16.rdns_slow)
+    "socket cannot be retrieved",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

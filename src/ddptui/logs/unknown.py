@@ -85,6 +85,8 @@ class Diagnoser(Protocol):
     def gloo_waits(self) -> dict[int, str]: ...
     @property
     def lone(self) -> bool: ...
+    @property
+    def rdns(self) -> Sequence[tuple[str, str]]: ...
 
 MAX_KEYS: Final = 1024
 # logs9: a rank's own Python exception (its last traceback line) that no signature knows: it
@@ -272,6 +274,7 @@ def conclude(
         enqueued=d.enqueued,
         world_of_one=tuple(d.facts.world_of_one),
         launch_n=d.facts.launch_n,
+        rdns=tuple(d.rdns),
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
