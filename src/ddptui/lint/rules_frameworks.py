@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from typing import Final
 
 from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.lint15 import helper_runs_wrapper
 from ddptui.lint.model import Hit
 from ddptui.lint.reach import Scope
 from ddptui.lint.rules_project import _WRAPPER_API
@@ -305,6 +306,7 @@ def _wrapper_runs_beside(s: Script, f: Flow, call: ast.Call) -> bool:
                 and n.func.attr == "forward"
                 and f.is_ddp_value(n.func.value)
             )
+            or helper_runs_wrapper(s, f, n)
         )
         for sc in scopes
         for n in own_nodes(sc)

@@ -10,6 +10,7 @@ from typing import Final
 
 from ddptui.lint.anchor import io_helper_call
 from ddptui.lint.flow import Flow, calls_in, ident
+from ddptui.lint.lint15 import one_shot
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -175,27 +176,29 @@ def _roots(s: Script) -> list[list[ast.stmt]]:
     return [top, *[fn.body for fn in funcs]]
 
 
-def _in_order(stmts: list[ast.stmt]) -> Iterator[ast.Call]:
-    """Calls in execution order, a loop's body twice (the next iteration follows)."""
+def _in_order(stmts: list[ast.stmt], again: bool = False) -> Iterator[ast.Call]:
+    """Calls in execution order, a loop's body twice (the next iteration follows); on
+    that second pass a one-shot branch (`if cfg['checkpoint'] is not None: load(...);
+    cfg['checkpoint'] = None`) no longer runs."""
     for st in stmts:
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue
         if isinstance(st, ast.For | ast.AsyncFor | ast.While):
             yield from calls_in([st.iter if isinstance(st, ast.For | ast.AsyncFor) else st.test])
-            body = list(_in_order(st.body))
-            yield from body
-            yield from body
-            yield from _in_order(st.orelse)
+            yield from _in_order(st.body, again)
+            yield from _in_order(st.body, True)
+            yield from _in_order(st.orelse, again)
         elif isinstance(st, ast.If):
             yield from calls_in([st.test])
-            yield from _in_order(st.body)
-            yield from _in_order(st.orelse)
+            if not (again and one_shot(st)):
+                yield from _in_order(st.body, again)
+            yield from _in_order(st.orelse, again)
         elif isinstance(st, ast.With | ast.AsyncWith):
             yield from calls_in([i.context_expr for i in st.items])
-            yield from _in_order(st.body)
+            yield from _in_order(st.body, again)
         elif isinstance(st, ast.Try):
             for part in (st.body, *(h.body for h in st.handlers), st.orelse, st.finalbody):
-                yield from _in_order(part)
+                yield from _in_order(part, again)
         else:
             yield from calls_in([st])
 
@@ -446,8 +449,6 @@ def _checks_world_size(s: Script, call: ast.Call) -> bool:
     return any(
         isinstance(n, ast.Compare) and "world_size" in ast.unparse(n) for n in ast.walk(scope)
     )
-
-
 
 
 def main_only_writer(s: Script, f: Flow) -> Iterator[Hit]:

@@ -1,0 +1,167 @@
+"""Precision and reach that blind batch K (lint15) asked for, in general readings.
+
+- An early exit that also needs an option of the run (`if config.THROUGHPUT_MODE and
+  dist.get_rank() == 0: return`, VMamba): the ranks part only in that mode, so the
+  DDP-RANK-DIVERGENCE it causes is a warning.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ddptui.lint.flow import Flow
+from ddptui.lint.script import Script, kwarg
+
+
+def mode_exit(f: Flow, guard: ast.AST, call: ast.Call, s: Script) -> str | None:
+    """An early exit that also needs an option of the run (`if config.THROUGHPUT_MODE and
+    dist.get_rank() == 0: ... return`, VMamba's main.py): in the ordinary run the option is
+    off and every rank goes on; the ranks part only in that mode (a warning, not an
+    error). The option: an attribute of a config or argument object, not a rank test."""
+    if not isinstance(guard, ast.If) or guard in set(s.ancestors(call)):
+        return None
+    test = guard.test
+    if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)):
+        return None
+    opts = [
+        v
+        for v in test.values
+        if isinstance(v, ast.Attribute)
+        and not (isinstance(v.value, ast.Name) and v.value.id == "self")
+        and not f.is_rank_test(v)
+    ]
+    return ast.unparse(opts[0]) if opts else None
+
+
+def one_shot(st: ast.If) -> bool:
+    """`if X is not None:` or `if X:` whose body clears X (`X = None`, `X = False`,
+    `X = ""`): the branch runs once, on the first pass of a loop at most (Cutie's resume:
+    `if cfg['checkpoint'] is not None: trainer.load_checkpoint(cfg['checkpoint']);
+    cfg['checkpoint'] = None`, inside its loop over training stages)."""
+    test = st.test
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.IsNot)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        subject: ast.expr = test.left
+    elif isinstance(test, ast.Name | ast.Attribute | ast.Subscript):
+        subject = test
+    else:
+        return False
+    text = ast.unparse(subject)
+    return any(
+        isinstance(n, ast.Assign)
+        and isinstance(n.value, ast.Constant)
+        and not n.value.value
+        and any(ast.unparse(t) == text for t in n.targets)
+        for b in st.body
+        for n in ast.walk(b)
+    )
+
+
+def helper_runs_wrapper(s: Script, f: Flow, call: ast.Call) -> bool:
+    """`loss = _do_biencoder_fwd_pass(self.biencoder, batch, ...)` (DPR): the DDP wrapper
+    is handed to a project function that calls that parameter (`model(...)`,
+    `model.forward(...)`): the step runs the wrapper's forward there, and what the
+    unwrapped module computes beside it (the input batch) is no bypass."""
+    for fn in s.callees(call):
+        params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
+        if params and params[0] in ("self", "cls"):
+            params = params[1:]
+        handed = {
+            params[i] for i, a in enumerate(call.args) if i < len(params) and f.is_ddp_value(a)
+        } | {k.arg for k in call.keywords if k.arg in params and f.is_ddp_value(k.value)}
+        if handed and any(
+            isinstance(n, ast.Call)
+            and (
+                (isinstance(n.func, ast.Name) and n.func.id in handed)
+                or (
+                    isinstance(n.func, ast.Attribute)
+                    and n.func.attr == "forward"
+                    and isinstance(n.func.value, ast.Name)
+                    and n.func.value.id in handed
+                )
+            )
+            for n in ast.walk(fn)
+        ):
+            return True
+    return False
+
+
+def cuda_arm_unmapped(s: Script, load: ast.Call) -> bool:
+    """`if torch.cuda.is_available(): ckpt = torch.load(path) else: ckpt = torch.load(path,
+    map_location='cpu')` (wespeaker's load_checkpoint before 68c0d31): the author maps the
+    file only where no GPU exists, so it holds GPU tensors, and the unmapped arm is the one
+    every DDP process takes: each loads them onto the GPU they were saved from."""
+    child: ast.AST = load
+    for a in s.ancestors(load):
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            return False
+        if isinstance(a, ast.If) and child is not a.test:
+            test, negated = a.test, False
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, negated = test.operand, True
+            if isinstance(test, ast.Call) and s.call_name(test).endswith("cuda.is_available"):
+                in_body = any(child is st for st in a.body)
+                other = a.orelse if in_body else a.body
+                return in_body != negated and any(
+                    isinstance(n, ast.Call)
+                    and s.call_name(n) == "torch.load"
+                    and kwarg(n, "map_location") is not None
+                    for st in other
+                    for n in ast.walk(st)
+                )
+        child = a
+    return False
+
+
+def returned_checkpoint(s: Script, load: ast.Call) -> bool:
+    """`ckpt = torch.load(filepath); return ckpt` in a loader (SimpleCV's CheckPoint.load
+    before fbf9903) whose caller reads keys of it (`ckpt[CheckPoint.MODEL]`,
+    `ckpt["optimizer"]`): a training checkpoint, read one call up."""
+    scope = s.scope_of(load)
+    if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    parent = s.parents.get(load)
+    held = (
+        parent.targets[0].id
+        if isinstance(parent, ast.Assign)
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0], ast.Name)
+        else None
+    )
+    if not any(
+        isinstance(n, ast.Return)
+        and n.value is not None
+        and (n.value is load or (isinstance(n.value, ast.Name) and n.value.id == held))
+        for n in ast.walk(scope)
+    ):
+        return False
+    for site in s.call_sites(scope):
+        up = s.parents.get(site)
+        if not (
+            isinstance(up, ast.Assign)
+            and len(up.targets) == 1
+            and isinstance(up.targets[0], ast.Name)
+        ):
+            continue
+        name = up.targets[0].id
+        if any(
+            isinstance(n, ast.Subscript)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == name
+            and _key(n.slice)
+            for n in ast.walk(s.scope_of(site))
+        ):
+            return True
+    return False
+
+
+def _key(sl: ast.expr) -> bool:
+    """A string key or a named constant (`CheckPoint.MODEL`)."""
+    if isinstance(sl, ast.Constant):
+        return isinstance(sl.value, str)
+    return isinstance(sl, ast.Attribute) and sl.attr.isupper()

@@ -1,0 +1,329 @@
+"""Round 15: false errors blind batch K found on correct real projects, each read in
+general. The code is the real projects' (only the lines needed, each cited with its
+repository and commit); each correct shape is beside the pitfall it must not hide."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lintproject
+
+from ddptui.lint.model import LintFinding
+
+
+def lint_project(root: Path, files: dict[str, str], entry: str = "train.py") -> list[LintFinding]:
+    root.mkdir(parents=True, exist_ok=True)
+    return lintproject.lint_project(root, files, entry)
+
+
+def _sev(found: list[LintFinding], fid: str) -> list[tuple[str, int, str]]:
+    return [(Path(f.file).name, f.line, f.severity) for f in found if f.id == fid]
+
+
+# MzeroMiko/VMamba @ 2ed52ead062a51a64521ed3871d52914bf532876, classification/main.py:
+# throughput mode leaves on rank 0 (`config.THROUGHPUT_MODE and dist.get_rank() == 0`);
+# an ordinary run has the option off and every rank trains.
+VMAMBA = """\
+import torch
+import torch.distributed as dist
+
+
+def reduce_tensor(tensor):
+    rt = tensor.clone()
+    dist.all_reduce(rt, op=dist.ReduceOp.SUM)
+    return rt / dist.get_world_size()
+
+
+def validate(config, data_loader, model):
+    for images, target in data_loader:
+        loss = model(images).mean()
+        loss = reduce_tensor(loss)
+    return loss
+
+
+def throughput(data_loader, model, logger):
+    return None
+
+
+def main(config, model, data_loader_train, data_loader_val, optimizer, logger):
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(config.LOCAL_RANK)
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[config.LOCAL_RANK])
+    if config.THROUGHPUT_MODE and (dist.get_rank() == 0):
+        throughput(data_loader_val, model, logger)
+        return
+    for epoch in range(config.TRAIN.START_EPOCH, config.TRAIN.EPOCHS):
+        data_loader_train.sampler.set_epoch(epoch)
+        acc = validate(config, data_loader_val, model)
+"""
+
+
+def test_rank0_exit_of_an_option_mode_is_a_warning(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "ok", {"train.py": VMAMBA})
+    assert _sev(found, "DDP-RANK-DIVERGENCE") == [("train.py", 31, "warning")]
+    assert "THROUGHPUT_MODE" in next(f.summary for f in found if f.id == "DDP-RANK-DIVERGENCE")
+    # the rank test alone leaves early on rank 0 in every run: the error stays
+    bad = VMAMBA.replace(
+        "config.THROUGHPUT_MODE and (dist.get_rank() == 0)", "dist.get_rank() == 0"
+    )
+    found = lint_project(tmp_path / "bad", {"train.py": bad})
+    assert _sev(found, "DDP-RANK-DIVERGENCE") == [("train.py", 31, "error")]
+
+
+# facebookresearch/DPR @ a31212dc0a54dfa85d8bfa01e1669f149ac832b7, train_dense_encoder.py
+# and dpr/utils/model_utils.py: the unwrapped module builds the input batch
+# (`get_model_obj(self.biencoder).create_biencoder_input(...)`), the loss comes from the
+# wrapper, handed to `_do_biencoder_fwd_pass`, which calls it.
+DPR_UTILS = """\
+import torch
+
+
+def setup_for_distributed_mode(model, optimizer, device, n_gpu=1, local_rank=-1):
+    model.to(device)
+    if local_rank != -1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device if device else local_rank], output_device=local_rank
+        )
+    return model, optimizer
+
+
+def get_model_obj(model):
+    return model.module if hasattr(model, "module") else model
+"""
+
+DPR = """\
+import torch
+
+from model_utils import get_model_obj, setup_for_distributed_mode
+
+
+def _do_biencoder_fwd_pass(model, input, cfg):
+    if model.training:
+        model_out = model(input.question_ids, input.context_ids)
+    else:
+        with torch.no_grad():
+            model_out = model(input.question_ids, input.context_ids)
+    loss = model_out[0].sum()
+    return loss, 0
+
+
+class BiEncoderTrainer:
+    def __init__(self, cfg, model, optimizer):
+        model, optimizer = setup_for_distributed_mode(model, optimizer, cfg.device, cfg.n_gpu, cfg.local_rank)
+        self.biencoder = model
+        self.optimizer = optimizer
+
+    def train_epoch(self, cfg, train_data_iterator, epoch):
+        biencoder = get_model_obj(self.biencoder)
+        for i, samples_batch in enumerate(train_data_iterator.iterate_ds_data(epoch=epoch)):
+            biencoder_batch = biencoder.create_biencoder_input(samples_batch, True)
+            loss, correct_cnt = _do_biencoder_fwd_pass(self.biencoder, biencoder_batch, cfg)
+            loss.backward()
+            self.optimizer.step()
+
+
+def main(cfg, model, optimizer, it):
+    torch.distributed.init_process_group("nccl")
+    trainer = BiEncoderTrainer(cfg, model, optimizer)
+    trainer.train_epoch(cfg, it, 0)
+"""
+
+
+def test_unwrapped_module_beside_a_helper_that_runs_the_wrapper(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "ok", {"train.py": DPR, "model_utils.py": DPR_UTILS})
+    assert _sev(found, "DDP-FORWARD-BYPASS") == []
+    # the helper given the unwrapped module: the loss bypasses the wrapper
+    bad = DPR.replace("_do_biencoder_fwd_pass(self.biencoder,", "_do_biencoder_fwd_pass(biencoder,")
+    bad = bad.replace("biencoder.create_biencoder_input(", "biencoder.compute_loss(")
+    bad = bad.replace(
+        "loss, correct_cnt = _do_biencoder_fwd_pass(biencoder, biencoder_batch, cfg)",
+        "loss = biencoder_batch",
+    )
+    found = lint_project(tmp_path / "bad", {"train.py": bad, "model_utils.py": DPR_UTILS})
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-FORWARD-BYPASS")] == [("train.py", 25)]
+
+
+# hkchengrex/Cutie @ ec5cdd4cf16f75c73ad785a2f96fb97dbad4125a, cutie/train.py and
+# cutie/model/trainer.py: the trainer names the global rank `local_rank` (a one-node
+# design), and the resume loads `cfg['checkpoint']` once, clearing it, in the loop over
+# training stages whose end saves on rank 0.
+CUTIE_TRAINER = """\
+import os
+
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, cfg, net, run_path):
+        local_rank = torch.distributed.get_rank()
+        self.local_rank = local_rank
+        self.cutie = nn.parallel.DistributedDataParallel(
+            net.cuda(), device_ids=[local_rank], output_device=local_rank, broadcast_buffers=False
+        )
+        self.run_path = run_path
+        self.optimizer = torch.optim.AdamW(self.cutie.parameters(), lr=1e-4)
+
+    def do_pass(self, data, it):
+        loss = self.cutie(data).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+
+    def save_checkpoint(self, it):
+        if self.local_rank != 0:
+            return
+        checkpoint = {"it": it, "weights": self.cutie.module.state_dict()}
+        model_path = os.path.join(self.run_path, "ckpt_last.pth")
+        torch.save(checkpoint, model_path)
+
+    def load_checkpoint(self, path):
+        map_location = "cuda:%d" % self.local_rank
+        checkpoint = torch.load(path, map_location={"cuda:0": map_location})
+        self.cutie.module.load_state_dict(checkpoint["weights"])
+        return checkpoint["it"]
+"""
+
+CUTIE = """\
+import os
+
+import torch
+from torch import distributed
+
+from trainer import Trainer
+
+local_rank = int(os.environ["LOCAL_RANK"])
+
+
+def distributed_setup():
+    distributed.init_process_group(backend="nccl")
+    local_rank = distributed.get_rank()
+    return local_rank, distributed.get_world_size()
+
+
+def train(cfg, net, stages, loader):
+    local_rank, world_size = distributed_setup()
+    torch.cuda.set_device(local_rank)
+    for stage in stages:
+        trainer = Trainer(cfg, net, "runs")
+        if cfg["checkpoint"] is not None:
+            curr_iter = trainer.load_checkpoint(cfg["checkpoint"])
+            cfg["checkpoint"] = None
+        else:
+            curr_iter = 0
+        loader.sampler.set_epoch(0)
+        for data in loader:
+            trainer.do_pass(data, curr_iter)
+            curr_iter += 1
+        trainer.save_checkpoint(curr_iter)
+"""
+
+
+def test_global_rank_named_local_rank_and_one_shot_resume(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "ok", {"train.py": CUTIE, "trainer.py": CUTIE_TRAINER})
+    assert {s for _, _, s in _sev(found, "DDP-HARDCODED-DEVICE")} == {"warning"}
+    assert _sev(found, "DDP-CKPT-BARRIER") == []
+    # named `rank`, the global rank is a mix-up (the error stays), and a resume that
+    # stays set reloads, on every stage, what rank 0 alone just wrote
+    bad_t = CUTIE_TRAINER.replace("local_rank", "rank")
+    bad = CUTIE.replace('            cfg["checkpoint"] = None\n', "")
+    found = lint_project(tmp_path / "bad", {"train.py": bad, "trainer.py": bad_t})
+    assert ("trainer.py", 12, "error") in _sev(found, "DDP-HARDCODED-DEVICE")
+    assert _sev(found, "DDP-CKPT-BARRIER") == [("trainer.py", 32, "error")]
+
+
+# wenet-e2e/wespeaker @ c8d020c3f83106f7bdf5c96c528cdae39264d02e, wespeaker/utils/
+# checkpoint.py and wespeaker/bin/train.py (fixed in 68c0d31): the file is mapped to the
+# CPU only where no GPU exists; every DDP process takes the unmapped CUDA arm.
+WESPEAKER_CKPT = """\
+import torch
+
+
+def load_checkpoint(model: torch.nn.Module, path: str):
+    if torch.cuda.is_available():
+        checkpoint = torch.load(path)
+    else:
+        checkpoint = torch.load(path, map_location='cpu')
+    model.load_state_dict(checkpoint, strict=False)
+"""
+
+WESPEAKER = """\
+import os
+
+import torch
+import torch.distributed as dist
+
+from checkpoint import load_checkpoint
+
+
+def train(configs, model, checkpoint):
+    gpu = int(os.environ['LOCAL_RANK'])
+    torch.cuda.set_device(gpu)
+    dist.init_process_group(backend='nccl')
+    if checkpoint is not None:
+        load_checkpoint(model, checkpoint)
+    model = model.cuda()
+    ddp_model = torch.nn.parallel.DistributedDataParallel(model)
+"""
+
+# Z-Zheng/SimpleCV @ 3e27e893955a9ecea5493b1d2a8ee9dbb1080ae6, simplecv/util/checkpoint.py
+# (fixed in fbf9903): a static loader returns what torch.load gave; try_resume, run on
+# every rank, reads its keys.
+SIMPLECV_CKPT = """\
+import torch
+
+
+class CheckPoint(object):
+    MODEL = 'model'
+    OPTIMIZER = 'opt'
+
+    def __init__(self, launcher=None):
+        self._launcher = launcher
+
+    @staticmethod
+    def load(filepath):
+        ckpt = torch.load(filepath)
+
+        return ckpt
+
+    def try_resume(self, last_path):
+        ckpt = self.load(last_path)
+        self._launcher.model.load_state_dict(ckpt[CheckPoint.MODEL])
+        self._launcher.optimizer.load_state_dict(ckpt[CheckPoint.OPTIMIZER])
+"""
+
+SIMPLECV = """\
+import torch
+import torch.distributed as dist
+
+from checkpoint import CheckPoint
+
+
+def run(local_rank, launcher, model, last_path):
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="nccl", init_method="env://")
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+    CheckPoint(launcher).try_resume(last_path)
+"""
+
+
+def test_unmapped_load_in_the_cuda_arm_and_through_a_returning_loader(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "w", {"train.py": WESPEAKER, "checkpoint.py": WESPEAKER_CKPT})
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-LOAD-MAP-LOCATION")] == [("checkpoint.py", 6)]
+    found = lint_project(tmp_path / "s", {"train.py": SIMPLECV, "checkpoint.py": SIMPLECV_CKPT})
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-LOAD-MAP-LOCATION")] == [("checkpoint.py", 13)]
+    # the fixes (map_location given) are silent; so is a CPU-only arm's unmapped load
+    for name, text, broken, fixed in (
+        ("wf", WESPEAKER, WESPEAKER_CKPT, "torch.load(path, map_location='cpu')\n    else"),
+        ("sf", SIMPLECV, SIMPLECV_CKPT, "torch.load(filepath, map_location=torch.device('cpu'))"),
+    ):
+        ckpt = broken.replace("torch.load(path)\n    else", fixed).replace(
+            "torch.load(filepath)", fixed
+        )
+        found = lint_project(tmp_path / name, {"train.py": text, "checkpoint.py": ckpt})
+        assert _sev(found, "DDP-LOAD-MAP-LOCATION") == []
+    cpu_arm = WESPEAKER_CKPT.replace(
+        "if torch.cuda.is_available():", "if not torch.cuda.is_available():"
+    )
+    found = lint_project(tmp_path / "c", {"train.py": WESPEAKER, "checkpoint.py": cpu_arm})
+    assert _sev(found, "DDP-LOAD-MAP-LOCATION") == []
