@@ -327,3 +327,121 @@ def test_unmapped_load_in_the_cuda_arm_and_through_a_returning_loader(tmp_path: 
     )
     found = lint_project(tmp_path / "c", {"train.py": WESPEAKER, "checkpoint.py": cpu_arm})
     assert _sev(found, "DDP-LOAD-MAP-LOCATION") == []
+
+
+# DLLXW/baby-llama2-chinese @ 9edb74c109614455c81c814a3fb6583905ac6c50, pretrain.py (fixed
+# in 02e0aa4, PR #56): `if ddp and get_rank() == 0: ... else: ...` sends every other rank
+# of the DDP run to the `else`, which saves the wrapper's own state_dict() too.
+BABY_LLAMA2 = """\
+import os
+
+import torch
+from torch.distributed import destroy_process_group, init_process_group
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train_epoch(epoch, model, train_loader, optimizer, save_dir, save_interval):
+    for step, (X, Y) in enumerate(train_loader):
+        loss = model(X, Y)
+        loss.backward()
+        optimizer.step()
+        if step % save_interval == 0:
+            if ddp and torch.distributed.get_rank() == 0:
+                torch.save(model.module.state_dict(), '{}/iter_{}.pth'.format(save_dir, step))
+            else:
+                torch.save(model.state_dict(), '{}/iter_{}.pth'.format(save_dir, step))
+
+
+ddp = int(os.environ.get("RANK", -1)) != -1
+if ddp:
+    init_process_group(backend="nccl")
+    ddp_local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(f"cuda:{ddp_local_rank}")
+model = build()
+if ddp:
+    model = DDP(model, device_ids=[ddp_local_rank])
+raw_model = model.module if ddp else model
+for epoch in range(10):
+    train_loader.sampler.set_epoch(epoch)
+    train_epoch(epoch, model, train_loader, optimizer, "out", 100)
+    if ddp and torch.distributed.get_rank() == 0:
+        torch.save(raw_model.state_dict(), '{}/epoch_{}.pth'.format("out", epoch))
+    else:
+        torch.save(raw_model.state_dict(), '{}/epoch_{}.pth'.format("out", epoch))
+if ddp:
+    destroy_process_group()
+"""
+
+BABY_FIXED = BABY_LLAMA2.replace(
+    "            if ddp and torch.distributed.get_rank() == 0:\n"
+    "                torch.save(model.module",
+    "            if ddp:\n"
+    "                if torch.distributed.get_rank() == 0:\n"
+    "                    torch.save(model.module",
+).replace(
+    "    if ddp and torch.distributed.get_rank() == 0:\n        torch.save(raw",
+    "    if ddp:\n        if torch.distributed.get_rank() == 0:\n            torch.save(raw",
+)
+
+
+def test_else_of_ddp_and_rank0_runs_on_the_other_ranks(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": BABY_LLAMA2})
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-SAVE-WRAPPER")] == [("train.py", 17)]
+    io = [(n, ln) for n, ln, _ in _sev(found, "DDP-ALL-RANKS-IO")]
+    assert ("train.py", 14) in io and ("train.py", 32) in io
+    found = lint_project(tmp_path / "ok", {"train.py": BABY_FIXED})
+    assert _sev(found, "DDP-SAVE-WRAPPER") == []
+    assert not [f for f in found if f.id == "DDP-ALL-RANKS-IO" and "`else` of" in f.summary]
+
+
+# openvla/openvla @ c5069ff4895f8e6294292cb9c3b140ce8838e6ad, vla-scripts/finetune.py
+# (fixed in 339e601): the main process saves the LoRA adapter folder, every rank reads
+# it back at once to merge it; the fix waits with dist.barrier() in between.
+OPENVLA = """\
+import os
+
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+from peft import PeftModel
+from torch.nn.parallel import DistributedDataParallel as DDP
+from transformers import AutoModelForVision2Seq
+
+
+def finetune(cfg, dataloader, optimizer) -> None:
+    distributed_state = PartialState()
+    torch.cuda.set_device(device_id := distributed_state.local_process_index)
+    exp_id = f"{cfg.vla_path.split('/')[-1]}+{cfg.dataset_name}"
+    run_dir, adapter_dir = cfg.run_root_dir / exp_id, cfg.adapter_tmp_dir / exp_id
+    vla = AutoModelForVision2Seq.from_pretrained(cfg.vla_path, torch_dtype=torch.bfloat16)
+    vla = DDP(vla, device_ids=[device_id], gradient_as_bucket_view=True)
+    for step_idx, batch in enumerate(dataloader):
+        loss = vla(input_ids=batch["input_ids"].to(device_id)).loss
+        loss.backward()
+        optimizer.step()
+        if step_idx > 0 and step_idx % cfg.save_steps == 0:
+            if distributed_state.is_main_process:
+                save_dir = adapter_dir if cfg.use_lora else run_dir
+                vla.module.save_pretrained(save_dir)
+            if cfg.use_lora:
+                base_vla = AutoModelForVision2Seq.from_pretrained(cfg.vla_path)
+                merged_vla = PeftModel.from_pretrained(base_vla, adapter_dir)
+                merged_vla = merged_vla.merge_and_unload()
+                if distributed_state.is_main_process:
+                    merged_vla.save_pretrained(run_dir)
+            dist.barrier()
+
+
+if __name__ == "__main__":
+    finetune()
+"""
+
+
+def test_adapter_folder_read_back_before_the_barrier(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": OPENVLA})
+    assert _sev(found, "DDP-CKPT-BARRIER") == [("train.py", 28, "error")]
+    fixed = OPENVLA.replace(
+        "            if cfg.use_lora:\n",
+        "            dist.barrier()\n            if cfg.use_lora:\n",
+    )
+    assert _sev(lint_project(tmp_path / "ok", {"train.py": fixed}), "DDP-CKPT-BARRIER") == []

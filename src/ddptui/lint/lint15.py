@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
-from ddptui.lint.flow import Flow
+from ddptui.lint.flow import Flow, calls_in
+from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, kwarg
 
 
@@ -165,3 +167,89 @@ def _key(sl: ast.expr) -> bool:
     if isinstance(sl, ast.Constant):
         return isinstance(sl.value, str)
     return isinstance(sl, ast.Attribute) and sl.attr.isupper()
+
+
+def rank_conjoined_else(s: Script, f: Flow, node: ast.AST) -> bool:
+    """In the `else` of `if ddp and get_rank() == 0:` (baby-llama2-chinese before PR #56):
+    the ranks other than 0 of the DDP run take that arm too, so it is no single-process
+    branch: the wrapper's `state_dict()` saved there keeps the `module.` prefix."""
+    child = node
+    for a in s.ancestors(node):
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            return False
+        if isinstance(a, ast.If) and any(child is st for st in a.orelse):
+            test = a.test
+            return (
+                isinstance(test, ast.BoolOp)
+                and isinstance(test.op, ast.And)
+                and any(f.is_rank_test(v) for v in test.values)
+                and not all(f.is_rank_test(v) for v in test.values)
+            )
+        child = a
+    return False
+
+
+def conjoined_else_io(s: Script, f: Flow) -> Iterator[Hit]:
+    """`if ddp and get_rank() == 0: torch.save(...) else: torch.save(...)` (baby-llama2-
+    chinese before PR #56): the `else` meant for a single-process run is also where every
+    rank but 0 of the DDP run goes, so they all write the same file. Said at the `if`,
+    the line the fix changes (`if ddp:` then `if get_rank() == 0:`)."""
+    from ddptui.lint.rules_io import _writer
+
+    if not f.distributed:
+        return
+    for n in s.nodes:
+        if not (isinstance(n, ast.If) and n.orelse and rank_conjoined_else(s, f, n.orelse[0])):
+            continue
+        writes = [
+            (w, c)
+            for c in calls_in(n.orelse)
+            if (w := _writer(s, f, c)) is not None and not f.is_rank_expr(w[1] or ast.Constant(0))
+        ]
+        if writes:
+            (what, path), c = writes[0]
+            yield Hit.at(
+                "DDP-ALL-RANKS-IO",
+                n,
+                (
+                    f"`{what}` in the `else` of `if {ast.unparse(n.test)}:` runs on every "
+                    "rank but 0 of the DDP run too: each writes "
+                    + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
+                    + f" (line {c.lineno})"
+                ),
+                what=what,
+            )
+
+
+RULES = (conjoined_else_io,)
+
+
+def pretrained_kind(call: ast.Call) -> str | None:
+    """'psave' for `x.save_pretrained(dir)`, 'pload' for `X.from_pretrained(..., dir)`
+    (Hugging Face, PEFT): a folder written and read back."""
+    if isinstance(call.func, ast.Attribute) and call.args:
+        return {"save_pretrained": "psave", "from_pretrained": "pload"}.get(call.func.attr)
+    return None
+
+
+def reloads(s: Script, written: list[ast.Call], load: ast.Call) -> ast.Call | None:
+    """The `save_pretrained(save_dir)` among `written` whose folder `load` reads back: the
+    same expression, or a value the saved path was given (`save_dir = adapter_dir if
+    cfg.use_lora else run_dir`, then `PeftModel.from_pretrained(base, adapter_dir)`:
+    openvla's finetune.py before 339e601). A hub name or another folder is no reload."""
+    read = {ast.unparse(a) for a in load.args}
+    read_from = {id(o) for a in load.args for o in _built(s, a)}
+    for save in reversed(written):
+        path = save.args[0]
+        if ast.unparse(path) in read or read_from & {id(o) for o in _built(s, path)}:
+            return save
+    return None
+
+
+def _built(s: Script, path: ast.expr) -> list[ast.expr]:
+    """Where a local name's path was built (`cfg.adapter_tmp_dir / exp_id`,
+    `os.path.join(out, "adapter")`): never a bare parameter or attribute, which many
+    unrelated paths share (`args`)."""
+    if not isinstance(path, ast.Name):
+        return []
+    return [o for o in s.origins(path) if isinstance(o, ast.BinOp | ast.Call | ast.JoinedStr)]

@@ -10,7 +10,7 @@ from typing import Final
 
 from ddptui.lint.anchor import io_helper_call
 from ddptui.lint.flow import Flow, calls_in, ident
-from ddptui.lint.lint15 import one_shot
+from ddptui.lint.lint15 import one_shot, pretrained_kind, rank_conjoined_else, reloads
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -97,7 +97,11 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
         if not _torch(s, c, "save") or not c.args:
             continue
         for recv in _state_dict_receivers(s, c.args[0]):
-            if f.is_ddp_value(recv) and not _unwrapped(s, recv) and not _other_branch(s, recv):
+            if (
+                f.is_ddp_value(recv)
+                and not _unwrapped(s, recv)
+                and (not _other_branch(s, recv) or rank_conjoined_else(s, f, recv))
+            ):
                 # said at the `.state_dict()` call, where `.module` belongs (the save
                 # may be lines below, through a dict or a name), unless a helper's
                 # parameter: then where the caller hands the wrapper over
@@ -223,6 +227,8 @@ def _events(
             out.append(("save", call, g))
         elif _torch(s, call, "load"):
             out.append(("load", call, g))
+        elif (pk := pretrained_kind(call)) is not None:
+            out.append((pk, call, g))
         elif f.direct_sync(call):
             out.append(("sync", call, g))
         for fn in s.callees(call):
@@ -249,11 +255,20 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
     memo: dict[tuple[FuncNode, bool], list[Event]] = {}
     for root in _roots(s):
         pending: ast.Call | None = None
+        written: list[ast.Call] = []  # `save_pretrained(dir)` on some ranks, not waited for
         for kind, call, guarded in _events(s, f, root, False, frozenset(), memo):
+            if kind == "psave" and guarded:
+                written.append(call)
+            elif kind == "pload" and not guarded:
+                saved_by = reloads(s, written, call)
+                if saved_by is not None and call.lineno not in reported:
+                    reported.add(call.lineno)
+                    yield _barrier_hit(s, saved_by, call)
             if kind == "save" and guarded:
                 pending = call
             elif kind == "sync" and not guarded:
                 pending = None
+                written = []
             elif kind == "load" and not guarded and pending is not None:
                 saved, loaded = const(_path(pending, 1, "f")), const(_path(call, 0, "f"))
                 if isinstance(saved, str) and isinstance(loaded, str) and saved != loaded:
@@ -264,17 +279,20 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
                     continue  # helpers of two files: no sign that they meet on one file
                 if call.lineno not in reported:
                     reported.add(call.lineno)
-                    yield Hit.at(
-                        "DDP-CKPT-BARRIER",
-                        call,
-                        (
-                            "every rank loads a checkpoint here, but only some ranks wrote it "
-                            f"({_where(s, pending, call)}) and nothing waits for that write to "
-                            "finish"
-                        ),
-                        saved_at=pending.lineno,
-                    )
+                    yield _barrier_hit(s, pending, call)
                 pending = None
+
+
+def _barrier_hit(s: Script, saved: ast.Call, call: ast.Call) -> Hit:
+    return Hit.at(
+        "DDP-CKPT-BARRIER",
+        call,
+        (
+            "every rank loads a checkpoint here, but only some ranks wrote it "
+            f"({_where(s, saved, call)}) and nothing waits for that write to finish"
+        ),
+        saved_at=saved.lineno,
+    )
 
 
 def _where(s: Script, node: ast.AST, here: ast.AST) -> str:
