@@ -445,3 +445,112 @@ def test_adapter_folder_read_back_before_the_barrier(tmp_path: Path) -> None:
         "            dist.barrier()\n            if cfg.use_lora:\n",
     )
     assert _sev(lint_project(tmp_path / "ok", {"train.py": fixed}), "DDP-CKPT-BARRIER") == []
+
+
+# MDIL-SNU/SevenNet @ 770585d747b535e7e382873a32dc764abd13642e, sevenn/sevenn_logger.py
+# and sevenn/main/sevenn.py (fixed in 9849bb0): the rank check sits in `__init__` only;
+# `__enter__`, which `with Logger(...)` runs on every rank, reopens the shared log file.
+SEVENN_LOGGER = """\
+from typing import Optional
+
+
+class Logger:
+    def __init__(self, filename: Optional[str] = None, screen: bool = False, rank: int = 0):
+        self.rank = rank
+        self._filename = filename
+        self.logfile = None
+
+    def __enter__(self):
+        if self.logfile is None and self._filename is not None:
+            self.logfile = open(self._filename, 'a', buffering=1, encoding='utf-8')
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        if self.logfile is not None:
+            self.logfile.close()
+            self.logfile = None
+"""
+
+SEVENN = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from sevenn_logger import Logger
+
+
+def main(args, model, loader, optimizer):
+    local_rank = int(os.environ['LOCAL_RANK'])
+    rank = int(os.environ['RANK'])
+    dist.init_process_group(backend='nccl')
+    torch.cuda.set_device(local_rank)
+    model = DDP(model.cuda(), device_ids=[local_rank])
+    with Logger(filename='log.sevenn', screen=args.screen, rank=rank) as logger:
+        for epoch in range(10):
+            loader.sampler.set_epoch(epoch)
+            for batch in loader:
+                loss = model(batch).mean()
+                loss.backward()
+                optimizer.step()
+"""
+
+
+def test_enter_of_a_logger_class_runs_on_every_rank(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": SEVENN, "sevenn_logger.py": SEVENN_LOGGER})
+    assert ("sevenn_logger.py", 12) in [(n, ln) for n, ln, _ in _sev(found, "DDP-ALL-RANKS-IO")]
+    fixed = SEVENN_LOGGER.replace(
+        "    def __enter__(self):\n",
+        "    def __enter__(self):\n        if self.rank != 0:\n            return self\n",
+    )
+    found = lint_project(tmp_path / "ok", {"train.py": SEVENN, "sevenn_logger.py": fixed})
+    assert _sev(found, "DDP-ALL-RANKS-IO") == []
+
+
+# Physical-Intelligence/openpi @ c23745b5ad24e98f66967ea795a07b2588ed6c79,
+# scripts/train_pytorch.py (fixed in 5f7958d, PR #908): `--overwrite` deletes the shared
+# checkpoint folder on every rank, then each re-creates it.
+OPENPI = """\
+import os
+import shutil
+
+import torch
+import torch.distributed as dist
+
+
+def train_loop(config, model):
+    dist.init_process_group(backend="nccl", init_method="env://")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    is_main = dist.get_rank() == 0
+    if config.overwrite and config.checkpoint_dir.exists():
+        shutil.rmtree(config.checkpoint_dir)
+    exp_checkpoint_dir = config.checkpoint_dir
+    exp_checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+
+
+def main():
+    train_loop(_config.cli(), build())
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_rmtree_of_the_shared_folder_on_every_rank(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": OPENPI})
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-ALL-RANKS-IO")] == [("train.py", 14)]
+    assert "deletes" in next(f.summary for f in found if f.id == "DDP-ALL-RANKS-IO")
+    fixed = OPENPI.replace(
+        "    if config.overwrite and",
+        "    if is_main and config.overwrite and",
+    )
+    assert _sev(lint_project(tmp_path / "ok", {"train.py": fixed}), "DDP-ALL-RANKS-IO") == []
+    tolerant = OPENPI.replace(
+        "shutil.rmtree(config.checkpoint_dir)",
+        "shutil.rmtree(config.checkpoint_dir, ignore_errors=True)",
+    )
+    assert _sev(lint_project(tmp_path / "t", {"train.py": tolerant}), "DDP-ALL-RANKS-IO") == []

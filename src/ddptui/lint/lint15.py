@@ -253,3 +253,22 @@ def _built(s: Script, path: ast.expr) -> list[ast.expr]:
     if not isinstance(path, ast.Name):
         return []
     return [o for o in s.origins(path) if isinstance(o, ast.BinOp | ast.Call | ast.JoinedStr)]
+
+
+def dunder_used(s: Script, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """`__enter__` / `__exit__` of a project class that some `with` statement enters
+    (`with Logger(...) as log:`, `with Logger():` of a singleton): Python calls them,
+    no line of the project does (SevenNet's Logger before 9849bb0 reopened its log file
+    in `__enter__` on every rank)."""
+    if fn.name not in ("__enter__", "__exit__", "__aenter__", "__aexit__"):
+        return False
+    cls = s.class_of(fn)
+    if cls is None:
+        return False
+    for n in s.nodes:
+        if isinstance(n, ast.With | ast.AsyncWith):
+            for item in n.items:
+                e = item.context_expr
+                if isinstance(e, ast.Call) and s.class_named(e.func) is cls:
+                    return True
+    return False

@@ -10,7 +10,7 @@ from typing import Final
 
 from ddptui.lint.anchor import io_helper_call
 from ddptui.lint.flow import Flow, calls_in, ident
-from ddptui.lint.lint15 import one_shot, pretrained_kind, rank_conjoined_else, reloads
+from ddptui.lint.lint15 import dunder_used, one_shot, pretrained_kind, rank_conjoined_else, reloads
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -329,6 +329,11 @@ def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | No
         mode = const(kwarg(c, "mode", 1))
         if isinstance(mode, str) and mode.startswith(_WRITE_MODES):
             return "open(..., " + repr(mode) + ")", _path(c, 0, "file")
+    if qn == "shutil.rmtree" and f.ddp_calls and const(kwarg(c, "ignore_errors", 1)) is not True:
+        # every rank deletes the shared folder (openpi before 5f7958d: `--overwrite` ran
+        # `shutil.rmtree(config.checkpoint_dir)` on all ranks): the slower ones fail
+        # with FileNotFoundError or delete what the faster ones already re-created
+        return "shutil.rmtree", _path(c, 0, "path")
     if name in _MEDIA_WRITERS and not s.callees(c):
         path = next((a for a in [*c.args, *(k.value for k in c.keywords)] if _path_like(a)), None)
         if path is not None:
@@ -359,7 +364,7 @@ def _referenced(s: Script, node: ast.AST) -> bool:
     owner = s.scope_of(node)
     if not isinstance(owner, ast.FunctionDef | ast.AsyncFunctionDef):
         return True
-    if s.call_sites(owner):
+    if s.call_sites(owner) or dunder_used(s, owner):
         return True
     return any(
         isinstance(n, ast.Name | ast.Attribute)
@@ -405,7 +410,8 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             "DDP-ALL-RANKS-IO",
             at,
             (
-                f"`{what}` runs on every rank: each process writes "
+                f"`{what}` runs on every rank: each process "
+                + ("deletes " if what == "shutil.rmtree" else "writes ")
                 + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
                 + ("" if at is c else f" ({s.path_of(c)}:{c.lineno})")
             ),
