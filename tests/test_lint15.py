@@ -554,3 +554,86 @@ def test_rmtree_of_the_shared_folder_on_every_rank(tmp_path: Path) -> None:
         "shutil.rmtree(config.checkpoint_dir, ignore_errors=True)",
     )
     assert _sev(lint_project(tmp_path / "t", {"train.py": tolerant}), "DDP-ALL-RANKS-IO") == []
+
+
+# vllm-project/speculators @ d673cb9d8f81cc6bddd24ad742daa03861543a00,
+# src/speculators/train/trainer.py and checkpointer.py (fixed in 322f8c0): the checkpointer
+# class is chosen at run time and held in a name; only rank 0 calls its
+# load_model_state_dict, whose body ends in dist.barrier(); load_optimizer_state_dict,
+# run after the DDP wrap, reads `model.dtype` from the wrapper.
+SPEC_CKPT = """\
+import torch
+import torch.distributed as dist
+
+
+class BaseCheckpointer:
+    def __init__(self, path):
+        self.path = path
+
+    def load_model_state_dict(self, model, float_dtype=None):
+        raise NotImplementedError
+
+
+class SingleGPUCheckpointer(BaseCheckpointer):
+    def load_model_state_dict(self, model, float_dtype=None):
+        model.load_state_dict(torch.load(self.path, map_location="cpu"))
+
+
+class DistributedCheckpointer(BaseCheckpointer):
+    def load_model_state_dict(self, model, float_dtype=None):
+        model.load_state_dict(torch.load(self.path, map_location="cpu"))
+        dist.barrier()
+
+    def load_optimizer_state_dict(self, model, optimizer, float_dtype=None):
+        full_state_dict = torch.load(self.path, map_location="cpu")
+        dtype = float_dtype or model.dtype
+        optimizer.load_state_dict(full_state_dict)
+"""
+
+SPEC = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from checkpointer import DistributedCheckpointer, SingleGPUCheckpointer
+
+
+class Trainer:
+    def __init__(self, model, config, local_rank):
+        self.model = model
+        self.local_rank = local_rank
+        checkpointer_class = (
+            DistributedCheckpointer if config.distributed else SingleGPUCheckpointer
+        )
+        self.checkpointer = checkpointer_class(config.save_path)
+
+    def setup_model_ddp(self, load_checkpoint):
+        self.model.to(self.local_rank)
+        if load_checkpoint:
+            if dist.get_rank() == 0:
+                self.checkpointer.load_model_state_dict(self.model)
+        self.model = DistributedDataParallel(self.model)
+
+    def setup_optimizer(self):
+        self.optimizer = torch.optim.AdamW(self.model.parameters())
+        self.checkpointer.load_optimizer_state_dict(self.model, self.optimizer)
+
+
+def main(model, config):
+    dist.init_process_group("nccl")
+    trainer = Trainer(model, config, dist.get_rank() % torch.cuda.device_count())
+    trainer.setup_model_ddp(True)
+    trainer.setup_optimizer()
+"""
+
+
+def test_class_chosen_at_run_time_resolves_its_methods(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": SPEC, "checkpointer.py": SPEC_CKPT})
+    assert _sev(found, "DDP-RANK-DIVERGENCE") == [("train.py", 21, "error")]
+    assert ("checkpointer.py", 25) in [(n, ln) for n, ln, _ in _sev(found, "DDP-WRAPPER-ATTR")]
+    fixed = SPEC.replace(
+        "            if dist.get_rank() == 0:\n                self.checkpointer",
+        "            if True:\n                self.checkpointer",
+    )
+    found = lint_project(tmp_path / "ok", {"train.py": fixed, "checkpointer.py": SPEC_CKPT})
+    assert _sev(found, "DDP-RANK-DIVERGENCE") == []
