@@ -1,0 +1,70 @@
+"""Round logs17 (issue 15, blind batch K's misses that name an id): each reading comes from
+the printing program's own message format (torch's socket.cpp and reducer.cpp, torch's
+DataLoader, argparse, Slurm's salloc/sbatch and its gres validation) and is checked on the
+real excerpt as pasted and on the neighbours it must leave alone."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+from corpus_excerpts import excerpt, ids, lead
+
+from ddptui.logs.diagnose import diagnose_lines
+
+
+def test_socket_cpp_listen_failure_without_a_version_marker_is_the_master_port_in_use() -> None:
+    """torch's socket.cpp raises "The server socket has failed to listen on any local
+    network address." followed by each bind attempt's error: the only TCPStore backend
+    before torch 2.4 (ModelArts' troubleshooting page pasted it alone).  Only torch >= 2.4
+    with use_libuv=0 (its glog prefix carries a timestamp) is the legacy backend."""
+    d = excerpt("k1-port-inuse-huaweicloud-modelarts-trouble-0124")
+    assert lead(d) == "PORT-INUSE", ids(d)
+    assert d.first is not None and "sport = :29500" in d.first.fix
+    new = diagnose_lines(["[W1122 13:52:25.570934259 socket.cpp:752] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)."], "x")
+    assert lead(new) == "PORT-INUSE-LEGACY", ids(new)
+    refused = diagnose_lines(["RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:29500 (errno: 13 - Permission denied)."], "x")
+    assert lead(refused) != "PORT-INUSE", ids(refused)
+
+
+def test_dataloaders_bus_error_message_in_any_case_is_shared_memory() -> None:
+    """torch's DataLoader SIGBUS handler: "ERROR: Unexpected bus error encountered in
+    worker. This might be caused by insufficient shared memory (shm)." retyped in lower
+    case by a blog (a docker container's 64 MB /dev/shm)."""
+    d = excerpt("k1-shm-dataloader-docker-csdn-109053807")
+    assert lead(d) == "SHM-DATALOADER", ids(d)
+    assert lead(diagnose_lines(["epoch 1: unexpected values encountered in worker output, skipped"], "x")) is None
+
+
+def test_argparse_requiring_local_rank_is_the_launchers_local_rank_argument() -> None:
+    """argparse's "PROG: error: the following arguments are required: --local_rank": the
+    script requires the option and the launcher passes none of that spelling
+    (Swin-Transformer#342: torch.distributed.launch of torch 2.x writes --local-rank)."""
+    d = excerpt("k3-localrank-swin-342")
+    assert lead(d) == "LAUNCH-LOCAL-RANK-ARG", ids(d)
+    assert d.first is not None and "--local_rank" in d.first.cause and "required" in d.first.cause
+    other = diagnose_lines(["train.py: error: the following arguments are required: --config"], "x")
+    assert lead(other) != "LAUNCH-LOCAL-RANK-ARG", ids(other)
+
+
+def test_reducers_message_cut_after_its_first_sentence_is_unused_parameters() -> None:
+    """torch's reducer.cpp: "Expected to have finished reduction in the prior iteration
+    before starting a new one." with the rest on the next lines (detectron2 SwinT#28)."""
+    d = excerpt("k3-unusedparams-swint-detectron2-28")
+    assert lead(d) == "DDP-UNUSED-PARAMS", ids(d)
+    assert lead(diagnose_lines(["note: Expected to have finished reduction in the prior iteration before starting a new one. Skipping"], "x")) != "DDP-UNUSED-PARAMS"
+
+
+def test_slurm_clients_refusing_the_job_spec_is_the_allocation_refused() -> None:
+    """Slurm's salloc.c "Job submit/allocate failed: %m" (slurmctld's "invalid partition
+    specified: X" before it) and slurm_opt.c's gres validation, "Failed to validate job
+    spec. --gpus-per-task ... is not allowed." (sbatch 23.11, torchx#1100): nothing of the
+    job ran."""
+    for name, said in (
+        ("k3-slurm-partition-inferencex-3336", "Invalid partition name specified"),
+        ("k4-scheduler-sbatch-gpus-per-task-torchx-1100", "--gpus-per-task"),
+    ):
+        d = excerpt(name)
+        assert lead(d) == "SLURM-ALLOC-FAILED", (name, ids(d))
+        assert d.first is not None and said in d.first.cause, d.first.cause
+    ok = diagnose_lines(["salloc: Granted job allocation 4242", "salloc: Waiting for resource configuration", "sbatch: Submitted batch job 77"], "x")
+    assert lead(ok) is None, ids(ok)
