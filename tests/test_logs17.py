@@ -68,3 +68,16 @@ def test_slurm_clients_refusing_the_job_spec_is_the_allocation_refused() -> None
         assert d.first is not None and said in d.first.cause, d.first.cause
     ok = diagnose_lines(["salloc: Granted job allocation 4242", "salloc: Waiting for resource configuration", "sbatch: Submitted batch job 77"], "x")
     assert lead(ok) is None, ids(ok)
+
+
+def test_nccl_proxy_accept_failing_with_enospc_is_dev_shm_full() -> None:
+    """NCCL's proxy.cc: "[Service thread] Accept failed %s" with strerror(errno) after
+    ncclSocketAccept failed, which need not set errno; ENOSPC is never a socket error but
+    the proxy thread's failed write to its /dev/shm segment (DeepEP#53: the next line is
+    shmutils' "failed to extend /dev/shm/nccl-..."; the fix was a larger /dev/shm)."""
+    d = excerpt("k2-shm-full-deepep-53")
+    assert lead(d) == "SHM-SIZE", ids(d)
+    alone = diagnose_lines(["node1:1234:1300 [0] proxy.cc:1587 NCCL WARN [Service thread] Accept failed No space left on device"], "x")
+    assert lead(alone) == "SHM-SIZE", ids(alone)
+    files = diagnose_lines(["node1:1234:1300 [0] proxy.cc:1587 NCCL WARN [Service thread] Accept failed Too many open files"], "x")
+    assert lead(files) == "NOFILE-LIMIT", ids(files)
