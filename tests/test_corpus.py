@@ -107,12 +107,13 @@ CORPUS = load_corpus()
 # labelled with an id; 114 healthy silent.  Round logs17 (tuned on K's misses that name an
 # id, general readings: socket.cpp's whole listen failure, the DataLoader's bus error in any
 # case, argparse requiring --local_rank, the reducer's first sentence alone, Slurm's
-# salloc/sbatch refusing a job spec, NCCL's proxy accept failing with a stale ENOSPC):
-# 291 right (68.3 %), 64 wrong (15.0 %), 48 unrecognized, 23 called clean; 15 wrong on
-# excerpts labelled with an id.
-RIGHT_CAUSE_FLOOR = 0.683
-WRONG_CAUSE_CEILING = 0.151
-WRONG_LABELLED_CEILING = 15
+# salloc/sbatch refusing a job spec, NCCL's proxy accept failing with a stale ENOSPC; a
+# SIGKILL after the log stated large host-memory use is the OOM killer): 292 right
+# (68.5 %), 63 wrong (14.8 %), 48 unrecognized, 23 called clean; 14 wrong on excerpts
+# labelled with an id.
+RIGHT_CAUSE_FLOOR = 0.685
+WRONG_CAUSE_CEILING = 0.148
+WRONG_LABELLED_CEILING = 14
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
 # with the host replaced by "<container id>", nccl#697's NET/Socket device list as the

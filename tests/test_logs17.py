@@ -81,3 +81,22 @@ def test_nccl_proxy_accept_failing_with_enospc_is_dev_shm_full() -> None:
     assert lead(alone) == "SHM-SIZE", ids(alone)
     files = diagnose_lines(["node1:1234:1300 [0] proxy.cc:1587 NCCL WARN [Service thread] Accept failed Too many open files"], "x")
     assert lead(files) == "NOFILE-LIMIT", ids(files)
+
+
+def test_sigkill_after_the_log_states_large_host_memory_is_the_oom_killer() -> None:
+    """ColossalAI#3172: every step prints "CPU memory usage: 44096.98 MB" (placement=cpu
+    offloads the 7B model to host RAM), then torchrun's "failed (exitcode: -9)": the host
+    memory the log was tracking ran out.  A SIGKILL with small stated use, or with no
+    such line (7 corpus excerpts labelled C10D-CHILD-SIGKILL alone), stays a SIGKILL."""
+    d = excerpt("k2-host-oom-sigkill-colossalai-3172")
+    assert lead(d) == "HOST-OOM-KILL", ids(d)
+    assert d.first is not None and "44096.98 MB" in " ".join(d.first.evidence)
+    kill = "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 2410412) of binary: /usr/bin/python"
+    small = diagnose_lines(["INFO: [3/1000] Forward GPU memory usage: 8367.72 MB, CPU memory usage: 4096.98 MB", kill], "x")
+    assert lead(small) == "C10D-CHILD-SIGKILL", ids(small)
+    ds = diagnose_lines(["[INFO] [utils.py:786:see_memory_usage] CPU Virtual Memory:  used = 121.3 GB, percent = 96.4%", kill], "x")
+    assert lead(ds) == "HOST-OOM-KILL", ids(ds)
+    healthy = diagnose_lines(["INFO: [3/1000] Forward GPU memory usage: 8367.72 MB, CPU memory usage: 44096.98 MB"], "x")
+    assert lead(healthy) is None, ids(healthy)
+    for name in ("crash-ra-isf-11", "r2c-crash-rlhfv-11", "crash-amvur-2"):
+        assert lead(excerpt(name)) == "C10D-CHILD-SIGKILL", name

@@ -55,6 +55,7 @@ from ddptui.diagnosis.factrules_logs14 import (
 )
 from ddptui.diagnosis.factrules_logs15 import ib_hca_unfound, ray_worker_vanished
 from ddptui.diagnosis.factrules_logs16 import lightning_slurm_alone, rdns_slow
+from ddptui.diagnosis.factrules_logs17 import sigkill_host_memory
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -74,6 +75,7 @@ HINTS: Final = frozenset(
     | {"connect_failed"}  # logs14
     | {"ib_hca_named", "net_socket", "ray_worker_eof", "crashed"}  # logs15
     | {"slurm"}  # logs16
+    | {"host_memory"}  # logs17
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -534,6 +536,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs16 (the corpus misses that name an id)
     "rdns_slow": rdns_slow,
     "lightning_slurm_alone": lightning_slurm_alone,
+    # logs17 (blind batch K)
+    "sigkill_host_memory": sigkill_host_memory,
     # a first collective that never completed on one host (P2P-HANG)
     "first_collective_hang": first_collective_hang,
 }

@@ -103,6 +103,9 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # logs16: c10d's store could not name a client (its reverse lookup failed); the times
     # these come at (factrules_logs16.rdns_slow)
     "socket cannot be retrieved",
+    # logs17: a process stating its host-memory use (factrules_logs17.sigkill_host_memory)
+    "CPU memory usage: ",
+    "CPU Virtual Memory: ",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
