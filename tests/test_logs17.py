@@ -100,3 +100,65 @@ def test_sigkill_after_the_log_states_large_host_memory_is_the_oom_killer() -> N
     assert lead(healthy) is None, ids(healthy)
     for name in ("crash-ra-isf-11", "r2c-crash-rlhfv-11", "crash-amvur-2"):
         assert lead(excerpt(name)) == "C10D-CHILD-SIGKILL", name
+
+
+def test_a_crash_whose_innermost_frames_are_nccls_is_a_crash_inside_nccl() -> None:
+    """NCCL#1996 (labelled [NEW]: a use-after-free in NCCL 2.27.7's RAS thread): UCX's
+    "Caught signal 11 (Segmentation fault ...)" and its backtrace, whose frames right past
+    the handler's (libucs) are libnccl.so's.  glibc's backtrace_symbols as Open MPI prints
+    it reads the same; a libnccl frame deep in the stack (the caller's side) does not, nor
+    a frame without a crash."""
+    d = excerpt("k4-rank-crash-ras-segv-nccl-1996")
+    assert lead(d) == "NCCL-INTERNAL-CRASH", ids(d)
+    assert d.first is not None and "NCCL_RAS_ENABLE=0" in d.first.fix
+    ompi = [
+        "[node3:40123] *** Process received signal ***",
+        "[node3:40123] Signal: Segmentation fault (11)",
+        "[node3:40123] [ 0] /lib/x86_64-linux-gnu/libc.so.6(+0x42520)[0x7f0e2c842520]",
+        "[node3:40123] [ 1] /usr/lib/x86_64-linux-gnu/libnccl.so.2(+0x8a1b2)[0x7f0e1a28a1b2]",
+    ]
+    assert lead(diagnose_lines(ompi, "x")) == "NCCL-INTERNAL-CRASH"
+    deep = [*ompi[:3], "[node3:40123] [ 1] /usr/lib/libcuda.so.1(+0x2f1c3)[0x7f0e1b02f1c3]", "[node3:40123] [ 9] /usr/lib/x86_64-linux-gnu/libnccl.so.2(ncclAllReduce+0x1b2)[0x7f0e1a28a1b2]"]
+    assert lead(diagnose_lines(deep, "x")) not in (None, "NCCL-INTERNAL-CRASH")
+    frame_only = diagnose_lines(["  3  /opt/nccl/lib/libnccl.so(+0x120057) [0x7ff1c18c1057]"], "x")
+    assert lead(frame_only) != "NCCL-INTERNAL-CRASH", ids(frame_only)
+
+
+def test_open_mpis_signal_report_is_a_failure_line() -> None:
+    """NCCL#1669: the only failure line is Open MPI's "[host:pid] *** Process received
+    signal ***" (the process crashed during NCCL's init): an honest unknown quoting it,
+    never a tick."""
+    d = excerpt("k4-rank-crash-ras-init-race-nccl-1669")
+    assert lead(d) == "LOGS-UNRECOGNIZED", ids(d)
+    assert d.first is not None and "Process received signal" in d.first.cause
+
+
+def test_a_paste_that_holds_no_next_line_of_a_process_is_cut_not_stopped_in_nccl_init() -> None:
+    """NCCL's init.cc prints "Using network X" (commAlloc) right before "Init START", with
+    nothing that waits between (2.18 to 2.29).  nccl#1713's healthy paste ends at rank 0's
+    "Init START" while two other processes printed "Using network IB" and never their
+    start: the paste is cut, not a job stopped in init.  A whole console that stops at
+    "Init START" after every process's start stays a stall (a warning)."""
+    d = excerpt("k4-healthy-roce-profiler-plugin-nccl-1713")
+    assert lead(d) is None, ids(d)
+    hung = diagnose_lines(
+        [
+            "node1:201:210 [0] NCCL INFO Using network IB",
+            "node1:201:210 [0] NCCL INFO ncclCommInitRank comm 0x55fa0e00e740 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 19000 commId 0xd37e70d13f797e7e - Init START",
+            "node2:301:310 [0] NCCL INFO Using network IB",
+            "node2:301:310 [0] NCCL INFO ncclCommInitRank comm 0x55fa0e00e900 rank 1 nranks 2 cudaDev 0 nvmlDev 0 busId 19000 commId 0xd37e70d13f797e7e - Init START",
+        ],
+        "x",
+    )
+    assert lead(hung) == "LOGS-UNRECOGNIZED" and "Init COMPLETE" in hung.first.cause, ids(hung)
+
+
+def test_nccl_229s_ib_probe_on_a_host_without_ib_is_noise() -> None:
+    """nccl#2094 (healthy, NCCL 2.29.7 on sockets): "Failed to open libibverbs.so[.1]",
+    the IB transport's error trace "transport/net_ib/init.cc:396 -> 3", the GIN plugin's
+    probe "misc/ibvwrap.cc:173 NCCL WARN lib wrapper not initialized." and
+    "transport/net_ib/gdr.cc:56 -> 3", then "Using network Socket"."""
+    d = excerpt("k4-healthy-nccl229-socket-noib-nccl-2094")
+    assert d.findings == () or all(f.id != "LOGS-UNRECOGNIZED" for f in d.findings), ids(d)
+    real = diagnose_lines(["node1:1:2 [0] misc/ibvwrap.cc:173 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory"], "x")
+    assert lead(real) is not None, ids(real)

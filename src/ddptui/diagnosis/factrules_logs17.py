@@ -37,3 +37,17 @@ def sigkill_host_memory(rules: FactRules, rule: FactRule, ctx: Context) -> Hit |
         "no scheduler or container limit is named: the kernel's OOM killer"
     )
     return [], [memory, kill], said, {}
+
+
+def nccl_crash(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """A crash report (UCX's "Caught signal 11 (Segmentation fault: ...)", Open MPI's "***
+    Process received signal ***", glibc's "Segmentation fault") and, in the log, one of its
+    innermost frames (number 0 to 4: past the signal handler's own frames) in libnccl.so:
+    UCX's " 3  /path/libnccl.so(+0x120057) [0x7f..]", glibc's backtrace_symbols as Open
+    MPI prints it "[host:pid] [ 1] /path/libnccl.so.2(+0x8a1b2)[0x7f..]"."""
+    crash = ctx.hints.get("signal_report")
+    frame = ctx.hints.get("nccl_frame")
+    if crash is None or frame is None:
+        return None
+    said = "a process crashed and the innermost frames of its crash report are NCCL's (libnccl.so)"
+    return [], [crash, frame], said, {}

@@ -106,6 +106,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # logs17: a process stating its host-memory use (factrules_logs17.sigkill_host_memory)
     "CPU memory usage: ",
     "CPU Virtual Memory: ",
+    # logs17: a crash report's frame in NCCL (factrules_logs17.nccl_crash)
+    "/libnccl.so",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
