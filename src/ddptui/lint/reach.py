@@ -32,6 +32,7 @@ class Script(Protocol):
     def _module_value(self, expr: ast.expr) -> Module | None: ...
     def scope_of(self, node: ast.AST) -> Scope: ...
     def class_of(self, node: ast.AST) -> ast.ClassDef | None: ...
+    def class_named(self, expr: ast.expr) -> ast.ClassDef | None: ...
     def assigned(self, scope: Scope, name: str, *, module_too: bool = False) -> list[ast.expr]: ...
     def _methods(self, cls: ast.ClassDef, name: str, depth: int = 0) -> list[FuncNode]: ...
 
@@ -122,8 +123,15 @@ def star(self: Script, mod: Module, name: str, depth: int) -> Resolved:
 
 def partial_target(self: Script, call: ast.Call, name: str) -> tuple[FuncNode, ...]:
     """`backwards = partial(loss_backwards, fp16)`, then `backwards(loss)`: the
-    project function the partial binds."""
+    project function the partial binds. `task_pipeline = TASK_PIPELINE[task]`, then
+    `task_pipeline(...)`: the `__init__` of every project class of that registry dict."""
     for v in self.assigned(self.scope_of(call), name, module_too=True):
+        if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name):
+            inits = [
+                m for cls in _registry_classes(self, v.value) for m in self._methods(cls, "__init__")
+            ]
+            if inits:
+                return tuple(dict.fromkeys(inits))
         if not (isinstance(v, ast.Call) and v.args and ident_of(v.func) == "partial"):
             continue
         target = v.args[0]
@@ -137,6 +145,16 @@ def partial_target(self: Script, call: ast.Call, name: str) -> tuple[FuncNode, .
             own = self.class_of(v)
             return tuple(self._methods(own, target.attr)) if own else ()
     return ()
+
+
+def _registry_classes(self: Script, name: ast.Name) -> list[ast.ClassDef]:
+    """The project classes a dict literal bound to `name` maps to (`{"det": DetPipeline}`,
+    here or imported from a registry module)."""
+    out: list[ast.ClassDef] = []
+    for d in self.assigned(self.scope_of(name), name.id, module_too=True):
+        if isinstance(d, ast.Dict):
+            out += [c for v in d.values if v is not None and (c := self.class_named(v)) is not None]
+    return out
 
 
 def ident_of(expr: ast.expr) -> str | None:

@@ -15,18 +15,10 @@ from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 
 _FLAG: Final = "--local_rank"
-# what else tells a process its local rank: the launcher's environment, or a local rank
-# computed by the code or a library
-_OTHER_SOURCES: Final = frozenset(
-    {
-        "LOCAL_RANK",
-        "SLURM_LOCALID",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "MPI_LOCALRANKID",
-        "--local-rank",
-        "use_env",
-    }
-)
+# what else tells a process its local rank under torchrun: its environment, or the new
+# flag spelling. (SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK exist under srun and mpirun
+# only: fairseq read SLURM_LOCALID and still put every torchrun process on GPU 0, #4302)
+_OTHER_SOURCES: Final = frozenset({"LOCAL_RANK", "--local-rank", "use_env"})
 _TEXT_ONLY: Final = frozenset({"print", "format", "str", "info", "debug", "warning", "log"})
 
 
@@ -41,14 +33,15 @@ def local_rank_flag_only(s: Script, f: Flow) -> Iterator[Hit]:
         and [const(a) for a in c.args] == [_FLAG]
         and const(kwarg(c, "default")) == 0
     ]
-    if not flags or _other_source(s):
+    at: ast.AST | None = flags[0] if flags else None
+    attr = "local_rank"
+    if at is None:  # a config dataclass's field the flag is an alias of (fairseq's)
+        at, attr = next(_flag_fields(s), (None, attr))
+    if at is None or _other_source(s) or not _used_as_device(s, attr):
         return
-    if not _used_as_device(s):
-        return
-    flag = flags[0]
     yield Hit.at(
         "DDP-HARDCODED-DEVICE",
-        flag,
+        at,
         (
             "the local rank comes only from the `--local_rank` flag (default 0), and nothing "
             "reads LOCAL_RANK: torchrun passes no such flag, so every process of a node "
@@ -71,14 +64,36 @@ def _other_source(s: Script) -> bool:
     )
 
 
-def _used_as_device(s: Script) -> bool:
-    """`.local_rank` (of the parsed arguments) handed to a call (a GPU pick, a DDP
-    wrap, a set-up helper), not only printed."""
+def _flag_fields(s: Script) -> Iterator[tuple[ast.expr, str]]:
+    """`device_id: int = field(default=0, metadata={"argparse_alias": "--local_rank"})`:
+    (its default, the field's name)."""
+    for m in s.modules:
+        for n in m.nodes:
+            if not (
+                isinstance(n, ast.AnnAssign)
+                and isinstance(n.target, ast.Name)
+                and isinstance(n.value, ast.Call)
+                and last(s.call_name(n.value)) == "field"
+            ):
+                continue
+            default, meta = kwarg(n.value, "default"), kwarg(n.value, "metadata")
+            if (
+                default is not None
+                and const(default) == 0
+                and isinstance(meta, ast.Dict)
+                and any(const(v) == _FLAG for v in meta.values)
+            ):
+                yield default, n.target.id
+
+
+def _used_as_device(s: Script, attr: str = "local_rank") -> bool:
+    """`.local_rank` (of the parsed arguments, or the config field the flag fills)
+    handed to a call (a GPU pick, a DDP wrap, a set-up helper), not only printed."""
     for c in s.calls:
         if last(s.call_name(c)) in _TEXT_ONLY:
             continue
         if any(
-            isinstance(n, ast.Attribute) and n.attr == "local_rank"
+            isinstance(n, ast.Attribute) and n.attr == attr
             for a in [*c.args, *(k.value for k in c.keywords)]
             for n in ast.walk(a)
         ):

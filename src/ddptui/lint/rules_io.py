@@ -8,6 +8,7 @@ import ast
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.anchor import io_helper_call
 from ddptui.lint.flow import Flow, calls_in, ident
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
@@ -96,10 +97,11 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         for recv in _state_dict_receivers(s, c.args[0]):
             if f.is_ddp_value(recv) and not _unwrapped(s, recv) and not _other_branch(s, recv):
-                # in another function than the save: said at the `.state_dict()` call,
-                # where `.module` belongs
+                # said at the `.state_dict()` call, where `.module` belongs (the save
+                # may be lines below, through a dict or a name), unless a helper's
+                # parameter: then where the caller hands the wrapper over
                 call = s.parents.get(recv, c)
-                at = c if s.scope_of(call) is s.scope_of(c) or _given(s, recv) else call
+                at = c if _given(s, recv) else call
                 yield Hit.at(
                     "DDP-SAVE-WRAPPER",
                     at,
@@ -366,7 +368,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         # a helper of another file: said at the entry's call; a writer a project class
         # builds into `self.x` in `__init__` (a logger class): said there, its fix is there
-        anchor = s.entry_anchor(c)
+        anchor = io_helper_call(s, f, s.entry_anchor(c))
         at = c if _class_owned(s, c) else anchor
         if at is c and anchor is not c:  # once per entry line, as when said there
             if anchor in owned:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.anchor import first_binding
 from ddptui.lint.callers import moved_with_owner
 from ddptui.lint.flow import Flow, ident
 from ddptui.lint.frameworks import moved_held
@@ -337,6 +338,9 @@ def _single_process_branch(s: Script, f: Flow, node: ast.AST) -> bool:
 
 
 def _cuda_n(e: ast.expr | None) -> bool:
+    """`"cuda:0"`, also as `"cuda:0" if torch.cuda.is_available() else "cpu"`."""
+    if isinstance(e, ast.IfExp) and const(e.orelse) == "cpu":
+        e = e.body
     v = const(e)
     return isinstance(v, str) and bool(_CUDA_N.match(v))
 
@@ -518,7 +522,8 @@ def seed(s: Script, f: Flow) -> Iterator[Hit]:
     if f.ddp_calls and f.ddp_calls[0].args:
         arg = f.ddp_calls[0].args[0]
         built = [o for o in s.origins(arg) if isinstance(o, ast.Call) and _is_constructor(s, o)]
-        at: ast.AST = built[0] if built else f.ddp_calls[0]
+        first = first_binding(s, arg)  # where the model is first made, before its wrapping
+        at: ast.AST = first if first is not None else built[0] if built else f.ddp_calls[0]
         yield Hit.at(
             "DDP-SEED",
             at,

@@ -105,7 +105,16 @@ def _returned_kind(s: Script, call: ast.Call, depth: int) -> str | None:
 
 
 def _device_string(c: ast.AST) -> ast.expr | None:
-    """X of `"cuda:{}".format(X)` and `f"cuda:{X}"`."""
+    """X of `"cuda:{}".format(X)`, `f"cuda:{X}"` and `"cuda:" + str(X)`."""
+    if (
+        isinstance(c, ast.BinOp)
+        and isinstance(c.op, ast.Add)
+        and const(c.left) == "cuda:"
+        and isinstance(c.right, ast.Call)
+        and ident(c.right.func) == "str"
+        and len(c.right.args) == 1
+    ):
+        return c.right.args[0]
     if (
         isinstance(c, ast.Call)
         and isinstance(c.func, ast.Attribute)
@@ -196,9 +205,11 @@ def global_rank_device(s: Script, f: Flow) -> Iterator[Hit]:
                 seen=f"{what} with a GPU number from CUDA_VISIBLE_DEVICES",
             )
             continue
+        # `Model(\n ...\n).cuda(rank)`: the line of the rank handed over, what changes
+        where = value if isinstance(at, ast.Call) and value.lineno != at.lineno else at
         yield Hit.at(
             "DDP-HARDCODED-DEVICE",
-            at,
+            where,
             (
                 f"{what} is given the global rank `{ast.unparse(value)}`, not the GPU index on "
                 "this node: on the second node it names a GPU that does not exist"

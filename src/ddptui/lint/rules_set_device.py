@@ -11,6 +11,7 @@ from typing import Final
 
 from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
+from ddptui.lint.rules_project import _device_string, rank_kind
 from ddptui.lint.rules_setup import _touches_gpu
 from ddptui.lint.script import Script, const, kwarg, last
 
@@ -31,8 +32,9 @@ def _current_device_use(s: Script, f: Flow, c: ast.Call) -> bool:
     return isinstance(c.func, ast.Attribute) and name == "cuda" and not (c.args or c.keywords)
 
 
-def _picks_per_rank_gpu(s: Script, f: Flow) -> ast.expr | None:
-    """The rank a process names its GPU by (`device_ids=[rank]`), if it names one."""
+def _picks_per_rank_gpu(s: Script, f: Flow) -> tuple[ast.expr, str] | None:
+    """The rank a process names its GPU by (`device_ids=[rank]`, `f"cuda:{rank}"`) and
+    the code that does, if it names one."""
     for c in f.torch_ddp_calls:
         ids = kwarg(c, "device_ids")
         if isinstance(ids, ast.List | ast.Tuple) and len(ids.elts) == 1:
@@ -42,13 +44,25 @@ def _picks_per_rank_gpu(s: Script, f: Flow) -> ast.expr | None:
                 for o in [rank, *s.origins(rank)]
             ):
                 return None  # `device_ids=[torch.cuda.current_device()]`: set elsewhere
-            return rank
+            return rank, f"device_ids=[{ast.unparse(rank)}]"
+    for n in dict.fromkeys(n for m in s.modules for n in m.nodes):  # `"cuda:" + str(rank)`
+        v = _device_string(n)
+        if v is not None and rank_kind(s, v) in ("local", "global"):
+            return v, ast.unparse(n)
     return None
+
+
+def _cuda_picker(s: Script, c: ast.Call) -> bool:
+    """`torch.cuda.set_device(i)`, not another accelerator's (`torch.xpu.set_device`)."""
+    qn = s.call_name(c)
+    return last(qn) in _PICKERS and not any(
+        f".{other}." in f".{qn}" for other in ("xpu", "npu", "mlu", "hpu", "mps", "musa")
+    )
 
 
 def never_set_device(s: Script, f: Flow) -> Iterator[Hit]:
     inits = [c for c in s.calls if last(s.call_name(c)) == "init_process_group"]
-    if not inits or any(last(s.call_name(c)) in _PICKERS for c in s.calls):
+    if not inits or any(_cuda_picker(s, c) for c in s.calls):
         return
     if f.uses("CUDA_VISIBLE_DEVICES", "device_id"):
         return  # one GPU visible per process, or the group is told its device
@@ -56,16 +70,17 @@ def never_set_device(s: Script, f: Flow) -> Iterator[Hit]:
     backend = const(kwarg(init, "backend", 0))
     if isinstance(backend, str) and backend != "nccl":
         return  # a literal other backend (a name or a config value may well be nccl)
-    rank = _picks_per_rank_gpu(s, f)
+    picked = _picks_per_rank_gpu(s, f)
     used = next((c for c in s.calls if _current_device_use(s, f, c)), None)
-    if rank is None or used is None:
+    if picked is None or used is None:
         return
+    rank, named = picked
     yield Hit.at(
         "DDP-INIT-BEFORE-SET-DEVICE",
         init,
         (
             f"no process ever calls `torch.cuda.set_device`: each names its GPU "
-            f"(`device_ids=[{ast.unparse(rank)}]`) but its current GPU stays 0, so "
+            f"(`{named}`) but its current GPU stays 0, so "
             f"`{ast.unparse(used)[:50]}` (line {used.lineno}) and NCCL's own state land on "
             "GPU 0 in every process"
         ),

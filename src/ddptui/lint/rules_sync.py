@@ -393,18 +393,24 @@ def no_sync(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         backward = _unguarded_backward(s, f, loop)
         if backward is not None:
+            # a backward in a helper (`loss_backwards(...)`) is shared: the accumulation
+            # loop that calls it is where `no_sync` goes, once per such loop
+            helper = s.scope_of(backward) is not s.scope_of(loop)
             yield Hit.at(
                 "DDP-NO-SYNC",
-                backward,
+                loop if helper else backward,
                 (
-                    f"`{ast.unparse(backward)}` all-reduces gradients on every micro-batch, but "
+                    f"`{ast.unparse(backward)}`"
+                    + (f" ({s.path_of(backward)}:{backward.lineno})" if helper else "")
+                    + " all-reduces gradients on every micro-batch, but "
                     f"the optimizer steps only every few (line {step.lineno})"
                 ),
                 model=ast.unparse(f.torch_ddp_calls[0].args[0])
                 if f.torch_ddp_calls[0].args
                 else "model",
             )
-            return
+            if not helper:
+                return
 
 
 def _late_sync_flag(s: Script, f: Flow) -> Iterator[Hit]:

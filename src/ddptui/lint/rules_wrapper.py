@@ -206,6 +206,9 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                     for v in values
                 )
                 held[attr] = held[attr] and not _class_tells_wrapper(cls, f"self.{attr}")
+                # handed in to the constructor: a `hasattr(self.model, "module")` in the
+                # save method does not unwrap the reads of the step (netspresso #235)
+                held[attr] = held[attr] or any(_given_wrapper(s, f, v) for v in values)
             fn = s.scope_of(n)
             if (
                 held[attr]
@@ -214,6 +217,7 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                 and not any(s.scope_of(c) is fn for c in f.ddp_calls)
                 and not _checks_wrapper(s, n)
                 and not _mode_branch(s, n)
+                and not _tells_wrapper(fn, f"self.{attr}")
             ):
                 stmt = next((a for a in s.ancestors(n) if isinstance(a, ast.stmt)), n)
                 if stmt in said:
@@ -229,6 +233,22 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                     model=f"self.{attr}",
                     attr=n.attr,
                 )
+
+
+def _given_wrapper(s: Script, f: Flow, value: ast.expr) -> bool:
+    """`self.model = model.float()` in `__init__(self, ..., model, ...)`, and the callers
+    pass the DDP wrapper (through `super().__init__` and a registry of classes too)."""
+    v = value
+    while isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and not v.args:
+        v = v.func.value  # `.float()`, `.cuda()`: the same module back
+    fn = s.scope_of(value)
+    return (
+        isinstance(v, ast.Name)
+        and isinstance(fn, ast.FunctionDef)
+        and fn.name == "__init__"
+        and v.id in {a.arg for a in fn.args.args}
+        and f.is_ddp_value(v)
+    )
 
 
 def wrapper_attr_inherited(s: Script, f: Flow) -> Iterator[Hit]:

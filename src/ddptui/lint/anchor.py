@@ -1,0 +1,75 @@
+"""Which line a finding names when the pitfall spans several: the line the user changes.
+
+- A write every rank makes inside a small I/O helper (no loop, no backward, a few
+  statements) that the project calls from one unguarded place: that call is what needs
+  the rank guard, so the finding names it (`save_checkpoint(...)` in `main_worker`, not
+  the `torch.save` in `save_checkpoint`). A helper called unguarded from several places
+  is fixed once, inside: the finding stays there.
+- A model built without a seed: the first line that binds the wrapped model in the
+  function that wraps it (the seed goes before it), not the DDP call.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Final
+
+from ddptui.lint.flow import Flow
+from ddptui.lint.script import Pick, Script
+
+_HELPER_STMTS: Final = 10  # a helper of more statements does more than write a file
+_HOPS: Final = 3
+
+
+def io_helper_call(s: Script, f: Flow, node: ast.AST, depth: int = 0) -> ast.AST:
+    """The one call site that leads to the write `node` through small I/O helpers, else
+    `node`."""
+    fn = s.scope_of(node)
+    if depth >= _HOPS or not _small_io_helper(f, fn) or _conditional(s, node, fn):
+        return node
+    every = s.call_sites(fn) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) else ()
+    sites = [c for c in every if not f.guarded(c)]  # the calls every rank makes
+    if len(sites) != 1:
+        return node
+    site = sites[0]
+    if not isinstance(s.scope_of(site), ast.FunctionDef | ast.AsyncFunctionDef):
+        return node  # `main()` under `if __name__ == "__main__":` is not a helper's call
+    return io_helper_call(s, f, site, depth + 1)
+
+
+def _conditional(s: Script, node: ast.AST, fn: ast.AST) -> bool:
+    """`node` runs under a test of its function (`if if_main_process(): open(...)`): the
+    test is what to look at, not the call."""
+    for a in s.ancestors(node):
+        if a is fn:
+            return False
+        if isinstance(a, ast.If | ast.IfExp | ast.Try | ast.Match):
+            return True
+    return False
+
+
+def _small_io_helper(f: Flow, fn: ast.AST) -> bool:
+    return (
+        isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+        and fn.name != "__init__"
+        and len(fn.body) <= _HELPER_STMTS
+        and not any(isinstance(n, ast.For | ast.AsyncFor | ast.While) for n in ast.walk(fn))
+        and not f.has_backward(fn)
+    )
+
+
+def first_binding(s: Script, use: ast.expr) -> ast.expr | None:
+    """The earliest value given to the name `use` in its function before `use`'s line
+    (`model = resnet50(...).cuda()`, `model, cfg = create_model(...)`)."""
+    if not isinstance(use, ast.Name):
+        return None
+    scope = s.scope_of(use)
+    if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    values = [
+        v.value if isinstance(v, Pick) else v
+        for v in s.assigned(scope, use.id)
+        if getattr(v, "lineno", 0) < use.lineno
+    ]
+    values = [v for v in values if not isinstance(v, ast.Constant)]  # `model = None`
+    return min(values, key=lambda v: v.lineno) if values else None
