@@ -102,9 +102,22 @@ CORPUS = load_corpus()
 # unrecognized, 25 called clean; 12 wrong on excerpts labelled with an id; 95 healthy silent.
 # Round logs16 (issue 15's misses that name an id): 265 right (68.8 %), 58 wrong, 42
 # unrecognized, 20 called clean.
-RIGHT_CAUSE_FLOOR = 0.688
+# Round 8 K added (60 excerpts, scored blind at 0e99dde, not tuned on): 284 right of 426
+# (66.7 %), 66 wrong (15.5 %), 52 unrecognized, 24 called clean; 17 wrong on excerpts
+# labelled with an id; 114 healthy silent.  Round logs17 (tuned on K's misses that name an
+# id, general readings: socket.cpp's whole listen failure, the DataLoader's bus error in any
+# case, argparse requiring --local_rank, the reducer's first sentence alone, Slurm's
+# salloc/sbatch refusing a job spec, NCCL's proxy accept failing with a stale ENOSPC; a
+# SIGKILL after the log stated large host-memory use is the OOM killer): 292 right
+# (68.5 %), 63 wrong (14.8 %), 48 unrecognized, 23 called clean; 14 wrong on excerpts
+# labelled with an id.  Then a [NEW] one of K (three NCCL RAS crashes): a crash whose
+# innermost frames are libnccl.so's is NCCL-INTERNAL-CRASH (kb/logs17.yaml), and Open
+# MPI's "*** Process received signal ***" a failure line: NCCL#1996 went from
+# unrecognized to that new id (a [NEW] label: counted wrong, 64 = 15.0 %), NCCL#1669 from
+# called clean to an honest unknown (22 called clean).
+RIGHT_CAUSE_FLOOR = 0.685
 WRONG_CAUSE_CEILING = 0.151
-WRONG_LABELLED_CEILING = 12
+WRONG_LABELLED_CEILING = 14
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
 # with the host replaced by "<container id>", nccl#697's NET/Socket device list as the
@@ -142,7 +155,10 @@ WRONG_LABELLED_CEILING = 12
 # Ray's "timed out during startup ... raylet failed to startup", a bare "Gloo
 # connectFullMesh failed", Go's "dial tcp ...: connect: connection refused") and one more
 # (c10d's client host-name warning repeated a DNS timeout apart, pytorch#159007).
-CALLED_CLEAN_CEILING = 20
+# Round 8 K (not tuned on) added 4 (2 of them a cause no id names).  Round logs17 took 1
+# back (torch's DataLoader bus error retyped in lower case), then 1 more (Open MPI's "***
+# Process received signal ***", NCCL#1669).
+CALLED_CLEAN_CEILING = 22
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"
@@ -172,7 +188,10 @@ def test_corpus_is_large_real_and_covers_every_category() -> None:
         if e.repo.startswith(("blog:", "vendor-doc:")):  # round 6 H3: write-ups of real runs
             assert urlsplit(e.url).hostname in (e.repo.split(":", 1)[1], "www." + e.repo.split(":", 1)[1]), e.id
             continue
-        assert e.url.startswith("https://github.com/" + e.repo + "/"), e.id
+        if urlsplit(e.url).hostname != "github.com":  # round 8 K: a forum's, blog's or vendor's host
+            assert e.url.startswith(("https://" + e.repo + "/", "https://www." + e.repo + "/")), e.id
+        else:
+            assert e.url.startswith("https://github.com/" + e.repo + "/"), e.id
         assert len(e.established_cause) > 40, e.id
         assert 1 <= len(e.lines) <= 60, e.id
 

@@ -102,3 +102,8 @@ class Stall:
     done: re.Pattern[str] | None  # the line that says it finished (None: any later output)
     first_step: bool  # the first collective or benchmark step, after init finished
     header: int = 0  # lines the step's own header prints after its start; more: it went on
+    # logs17: the line each process prints right before the start, nothing that can wait
+    # between (NCCL's commAlloc "Using network IB" before "Init START"), its process in the
+    # named group `proc`: a process that printed it and never the start is a log that holds
+    # none of that process's next lines (cut or filtered), not a job that stopped there
+    precedes: re.Pattern[str] | None = None

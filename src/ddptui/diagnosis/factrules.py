@@ -55,6 +55,7 @@ from ddptui.diagnosis.factrules_logs14 import (
 )
 from ddptui.diagnosis.factrules_logs15 import ib_hca_unfound, ray_worker_vanished
 from ddptui.diagnosis.factrules_logs16 import lightning_slurm_alone, rdns_slow
+from ddptui.diagnosis.factrules_logs17 import nccl_crash, sigkill_host_memory
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -74,6 +75,7 @@ HINTS: Final = frozenset(
     | {"connect_failed"}  # logs14
     | {"ib_hca_named", "net_socket", "ray_worker_eof", "crashed"}  # logs15
     | {"slurm"}  # logs16
+    | {"host_memory", "signal_report", "nccl_frame"}  # logs17
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -187,7 +189,7 @@ def _stalls(entries: object) -> tuple[Stall, ...]:
         raise FactRuleError("stalls: expected a list")
     out = []
     for i, e in enumerate(entries, 1):
-        keys = {"what", "start", "done", "first_step", "header"}
+        keys = {"what", "start", "done", "first_step", "header", "precedes"}
         if not isinstance(e, dict) or not {"what", "start"} <= set(e) <= keys:
             raise FactRuleError(
                 f"stalls[{i}]: keys must be what, start (and done, first_step, header)"
@@ -199,7 +201,11 @@ def _stalls(entries: object) -> tuple[Stall, ...]:
         header = e.get("header", 0)
         if not isinstance(header, int) or isinstance(header, bool) or header < 0:
             raise FactRuleError(f"stalls[{i}].header: expected a count of lines (0 or more)")
-        out.append(Stall(str(e["what"]), start, done, bool(e.get("first_step", False)), header))
+        precedes = _compile(f"stalls[{i}].precedes", e["precedes"]) if e.get("precedes") else None
+        if precedes is not None and "proc" not in precedes.groupindex:
+            raise FactRuleError(f"stalls[{i}].precedes: needs a named group proc")
+        first = bool(e.get("first_step", False))
+        out.append(Stall(str(e["what"]), start, done, first, header, precedes))
     return tuple(out)
 
 
@@ -534,6 +540,9 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs16 (the corpus misses that name an id)
     "rdns_slow": rdns_slow,
     "lightning_slurm_alone": lightning_slurm_alone,
+    # logs17 (blind batch K)
+    "sigkill_host_memory": sigkill_host_memory,
+    "nccl_crash": nccl_crash,
     # a first collective that never completed on one host (P2P-HANG)
     "first_collective_hang": first_collective_hang,
 }

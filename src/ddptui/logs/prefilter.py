@@ -103,6 +103,11 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # logs16: c10d's store could not name a client (its reverse lookup failed); the times
     # these come at (factrules_logs16.rdns_slow)
     "socket cannot be retrieved",
+    # logs17: a process stating its host-memory use (factrules_logs17.sigkill_host_memory)
+    "CPU memory usage: ",
+    "CPU Virtual Memory: ",
+    # logs17: a crash report's frame in NCCL (factrules_logs17.nccl_crash)
+    "/libnccl.so",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -41,8 +41,14 @@ class StallWatch:
         ) if self.stalls else None
         self.open: dict[str, tuple[Stall, int, str]] = {}  # source -> its last start
         self.stopped: list[Stopped] = []
+        # logs17: (source, process) that printed a step's `precedes` line and not its start
+        self.pending: set[tuple[str, str]] = set()
+        self._precedes = [st.precedes for st in self.stalls if st.precedes is not None]
 
     def feed(self, source: str, lineno: int, text: str) -> None:
+        for rx in self._precedes:
+            if (p := rx.search(text)) is not None and len(self.pending) < 4096:
+                self.pending.add((source, p["proc"]))
         now = self.open.get(source)
         if now is not None and now[0].done is not None and now[0].done.search(text):
             del self.open[source]
@@ -50,6 +56,9 @@ class StallWatch:
         m = self.starts.search(text) if self.starts is not None else None
         if m is not None and m.lastgroup is not None:
             st = self.stalls[int(m.lastgroup[1:])]
+            if st.precedes is not None:  # this process printed its start
+                head = text[: m.start()]
+                self.pending -= {(s, p) for s, p in self.pending if s == source and p + ":" in head}
             self.open[source] = (st, lineno, f"{source}:{lineno}: {text.strip()[:300]}")
 
     def end(self, source: str, lineno: int) -> None:
@@ -57,5 +66,8 @@ class StallWatch:
         # a step with a header of its own (nccl-tests' three table lines) went on when
         # the file holds more lines after its start than that header
         went_on = now is not None and now[0].done is None and 0 < now[0].header < lineno - now[1]
-        if now is not None and not went_on and lineno - now[1] < TAIL and len(self.stopped) < 64:
+        # logs17: another process's line that comes right before the start, never followed
+        # by its start: the log holds none of that process's next lines (cut or filtered)
+        cut = now is not None and now[0].precedes is not None and any(s == source for s, _ in self.pending)
+        if now is not None and not went_on and not cut and lineno - now[1] < TAIL and len(self.stopped) < 64:
             self.stopped.append(Stopped(now[0], source, now[1], now[2]))
