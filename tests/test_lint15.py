@@ -637,3 +637,50 @@ def test_class_chosen_at_run_time_resolves_its_methods(tmp_path: Path) -> None:
     )
     found = lint_project(tmp_path / "ok", {"train.py": fixed, "checkpointer.py": SPEC_CKPT})
     assert _sev(found, "DDP-RANK-DIVERGENCE") == []
+
+
+# OpenTSLM/OpenTSLM @ 104013b90b89fb39c1537c9190b3d047c3072fb5, curriculum_learning.py (PR
+# #49): the loss comes from `self._get_model().compute_loss(batch)`, and `_get_model()`
+# returns `self.model.module`: DDP's reducer never runs. The optimizer's parameter groups
+# read the unwrapped model's parameters: no forward there.
+OPENTSLM = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.optim import AdamW
+
+
+class CurriculumTrainer:
+    def __init__(self, model, local_rank):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        self.model = DDP(model.cuda(), device_ids=[local_rank])
+
+    def _get_optimizer(self):
+        model = self._get_model()
+        params_to_optimize = model.named_parameters()
+        params_to_optimize = list(filter(lambda p: p[1].requires_grad, params_to_optimize))
+        return AdamW([p for _, p in params_to_optimize])
+
+    def train(self, loader):
+        optimizer = self._get_optimizer()
+        for epoch in range(3):
+            loader.sampler.set_epoch(epoch)
+            for batch in loader:
+                optimizer.zero_grad()
+                loss = self._get_model().compute_loss(batch)
+                loss.backward()
+                optimizer.step()
+
+    def _get_model(self):
+        if hasattr(self.model, "module"):
+            return self.model.module
+        return self.model
+"""
+
+
+def test_loss_through_a_method_returning_the_module(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": OPENTSLM})
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-FORWARD-BYPASS")] == [("train.py", 25)]
+    fixed = OPENTSLM.replace("self._get_model().compute_loss(batch)", "self.model(batch)")
+    assert _sev(lint_project(tmp_path / "ok", {"train.py": fixed}), "DDP-FORWARD-BYPASS") == []

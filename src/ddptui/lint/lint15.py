@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
+from typing import Final
 
 from ddptui.lint.flow import Flow, calls_in
 from ddptui.lint.model import Hit
@@ -272,3 +274,16 @@ def dunder_used(s: Script, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
                 if isinstance(e, ast.Call) and s.class_named(e.func) is cls:
                     return True
     return False
+
+
+_MODULE_API: Final = re.compile(
+    r"(^|_)(parameters|buffers|modules|children|state_dict)$|^(train|eval|to|cuda|cpu|half"
+    r"|float|zero_grad|requires_grad_|apply|register_\w+)$"
+)
+
+
+def module_api(call: ast.Call) -> bool:
+    """`model.module.named_parameters()`, `get_lora_parameters()`, `.train()`: a method
+    that lists or sets up the module, no forward (OpenTSLM's optimizer groups read the
+    unwrapped model's parameters; the loss comes elsewhere)."""
+    return isinstance(call.func, ast.Attribute) and bool(_MODULE_API.search(call.func.attr))
