@@ -684,3 +684,58 @@ def test_loss_through_a_method_returning_the_module(tmp_path: Path) -> None:
     assert [(n, ln) for n, ln, _ in _sev(found, "DDP-FORWARD-BYPASS")] == [("train.py", 25)]
     fixed = OPENTSLM.replace("self._get_model().compute_loss(batch)", "self.model(batch)")
     assert _sev(lint_project(tmp_path / "ok", {"train.py": fixed}), "DDP-FORWARD-BYPASS") == []
+
+
+# LTH14/mar @ fe470ac24afbee924668d8c5c83e9fec60af3a73 (a correct project), main_mar.py
+# and engine_mar.py: the writer exists on rank 0 only (`log_writer = None` elsewhere), and
+# evaluate() removes its sample folder under `if log_writer is not None:`.
+MAR_ENGINE = """\
+import os
+import shutil
+
+import torch
+
+
+def evaluate(model_without_ddp, args, epoch, log_writer=None):
+    save_folder = os.path.join(args.output_dir, "samples")
+    if torch.distributed.get_rank() == 0:
+        os.makedirs(save_folder, exist_ok=True)
+    torch.distributed.barrier()
+    if log_writer is not None:
+        log_writer.add_scalar('fid', 0.0, epoch)
+        shutil.rmtree(save_folder)
+    torch.distributed.barrier()
+"""
+
+MAR = """\
+import os
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from engine_mar import evaluate
+
+
+def main(args, model):
+    torch.distributed.init_process_group(backend="nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    global_rank = torch.distributed.get_rank()
+    if global_rank == 0 and args.log_dir is not None:
+        log_writer = SummaryWriter(log_dir=args.log_dir)
+    else:
+        log_writer = None
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+    evaluate(model.module, args, 0, log_writer=log_writer)
+"""
+
+
+def test_writer_made_on_rank0_only_guards_what_runs_under_it(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "ok", {"train.py": MAR, "engine_mar.py": MAR_ENGINE})
+    assert _sev(found, "DDP-ALL-RANKS-IO") == []
+    # a writer every rank makes guards nothing
+    bad = MAR.replace(
+        "if global_rank == 0 and args.log_dir is not None:", "if args.log_dir is not None:"
+    )
+    found = lint_project(tmp_path / "bad", {"train.py": bad, "engine_mar.py": MAR_ENGINE})
+    assert "shutil.rmtree" in " ".join(f.summary for f in found if f.id == "DDP-ALL-RANKS-IO")

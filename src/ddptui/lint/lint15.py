@@ -287,3 +287,49 @@ def module_api(call: ast.Call) -> bool:
     that lists or sets up the module, no forward (OpenTSLM's optimizer groups read the
     unwrapped model's parameters; the loss comes elsewhere)."""
     return isinstance(call.func, ast.Attribute) and bool(_MODULE_API.search(call.func.attr))
+
+
+def none_guarded(s: Script, f: Flow, node: ast.AST) -> bool:
+    """Under `if log_writer is not None:` (or `if log_writer:`) where every value the name
+    gets other than None is made under a rank test (`if global_rank == 0: log_writer =
+    SummaryWriter(...) else: log_writer = None`, then passed down: MAR's and FractalGen's
+    evaluate() removes its sample folder there): only that rank gets past it."""
+    child = node
+    for a in s.ancestors(node):
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            return False
+        if isinstance(a, ast.If) and any(child is st for st in a.body):
+            name = _not_none_name(a.test)
+            if name is not None and _rank_only_values(s, f, a, name):
+                return True
+        child = a
+    return False
+
+
+def _not_none_name(test: ast.expr) -> str | None:
+    if isinstance(test, ast.Name):
+        return test.id
+    if (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.IsNot)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return test.left.id
+    return None
+
+
+def _rank_only_values(s: Script, f: Flow, at: ast.AST, name: str) -> bool:
+    scope = s.scope_of(at)
+    values = s.assigned(scope, name)
+    if not values and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        values = []
+        for arg in s.param_args(scope, name):
+            if isinstance(arg, ast.Name):
+                values += s.assigned(s.scope_of(arg), arg.id) or [arg]
+            else:
+                values.append(arg)
+    real = [v for v in values if not (isinstance(v, ast.Constant) and v.value is None)]
+    return bool(real) and all(f.local_guard(v) is not None for v in real)

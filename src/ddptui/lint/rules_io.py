@@ -10,7 +10,14 @@ from typing import Final
 
 from ddptui.lint.anchor import io_helper_call
 from ddptui.lint.flow import Flow, calls_in, ident
-from ddptui.lint.lint15 import dunder_used, one_shot, pretrained_kind, rank_conjoined_else, reloads
+from ddptui.lint.lint15 import (
+    dunder_used,
+    none_guarded,
+    one_shot,
+    pretrained_kind,
+    rank_conjoined_else,
+    reloads,
+)
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -390,7 +397,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             continue  # one file per rank, on purpose
         if path is not None and _unique_per_process(s, path):
             continue  # `tmp_<uuid4>` then an atomic os.replace: no two writers share it
-        if f.guarded(c):
+        if f.guarded(c) or none_guarded(s, f, c):
             continue
         # a helper of another file: said at the entry's call; a writer a project class
         # builds into `self.x` in `__init__` (a logger class): said there, its fix is there
