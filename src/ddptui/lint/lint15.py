@@ -1,8 +1,15 @@
-"""Precision and reach that blind batch K (lint15) asked for, in general readings.
+"""Precision and reach that blind batch K (lint15) asked for, each a general reading.
 
-- An early exit that also needs an option of the run (`if config.THROUGHPUT_MODE and
-  dist.get_rank() == 0: return`, VMamba): the ranks part only in that mode, so the
-  DDP-RANK-DIVERGENCE it causes is a warning.
+Precision (K's correct projects): an early exit that also needs a run option (`if
+config.THROUGHPUT_MODE and dist.get_rank() == 0: return`, VMamba) makes the divergence a
+warning; the wrapper handed to a helper that runs its forward (DPR) is no bypass; a
+one-shot resume branch (`if cfg['checkpoint'] is not None: ...; cfg['checkpoint'] = None`,
+Cutie) does not run again on a loop's next pass; listing methods (`named_parameters`) are
+no forward; a write under `if writer is not None:` where the writer is made on rank 0 only.
+Reach: the `else` of `if ddp and rank == 0:` runs on the other DDP ranks (baby-llama2);
+`save_pretrained(dir)` read back by `from_pretrained(.., dir)` before a barrier (openvla);
+torch.load in the `torch.cuda.is_available()` arm or through a returning loader (wespeaker,
+SimpleCV); `__enter__` of a class a `with` enters (SevenNet).
 """
 
 from __future__ import annotations
