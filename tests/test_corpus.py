@@ -117,10 +117,13 @@ CORPUS = load_corpus()
 # called clean to an honest unknown (22 called clean).
 # Round 8 L added (35 excerpts, scored blind at f83b864, not tuned on): 304 right of 450
 # (67.6 %), 68 wrong (15.1 %), 51 unrecognized, 27 called clean; 17 wrong on excerpts
-# labelled with an id; 125 healthy silent.
-RIGHT_CAUSE_FLOOR = 0.675
-WRONG_CAUSE_CEILING = 0.152
-WRONG_LABELLED_CEILING = 17
+# labelled with an id; 125 healthy silent.  Round logs18 (tuned on L's misses that name an
+# id, general readings: socket.cpp's bind line alone is torch < 2.4's port in use,
+# os.environ's KeyError on LOCAL_RANK is C10D-NO-LOCAL-RANK): 307 right (68.2 %), 66 wrong
+# (14.7 %), 50 unrecognized, 27 called clean; 15 wrong on excerpts labelled with an id.
+RIGHT_CAUSE_FLOOR = 0.682
+WRONG_CAUSE_CEILING = 0.147
+WRONG_LABELLED_CEILING = 15
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
 # with the host replaced by "<container id>", nccl#697's NET/Socket device list as the

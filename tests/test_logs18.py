@@ -1,0 +1,43 @@
+"""Round logs18 (issue 15, blind batch L's misses that name an id): each reading comes from
+the printing program's own message format (torch's socket.cpp, Python's os.environ
+KeyError naming LOCAL_RANK) and is checked on the real excerpt as pasted and on the
+neighbours it must leave alone."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+from corpus_excerpts import excerpt, ids, lead
+
+from ddptui.logs.diagnose import diagnose_lines
+
+
+def test_socket_cpps_bind_line_alone_without_a_glog_prefix_is_the_master_port_in_use() -> None:
+    """torch's socket.cpp formats each bind attempt "The server socket has failed to bind
+    to {addr}:{port} (errno: 98 - Address already in use)".  As a line of its own (no glog
+    prefix, or after the exception's name) it is the message torch < 2.4 raised from its
+    only TCPStore backend (lmdeploy#1925: MASTER_PORT 29500 already held); only torch >= 2.4
+    with use_libuv=0 prints it with a timestamped glog prefix (the legacy backend)."""
+    d = excerpt("l2-port-inuse-lmdeploy-1925")
+    assert lead(d) == "PORT-INUSE", ids(d)
+    assert d.first is not None and "sport = :29500" in d.first.fix
+    wrapped = diagnose_lines(["torch.distributed.DistNetworkError: The server socket has failed to bind to 0.0.0.0:29500 (errno: 98 - Address already in use)"], "x")
+    assert lead(wrapped) == "PORT-INUSE", ids(wrapped)
+    legacy = diagnose_lines(["[W1122 13:52:25.570934259 socket.cpp:752] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)."], "x")
+    assert lead(legacy) == "PORT-INUSE-LEGACY", ids(legacy)
+    denied = diagnose_lines(["The server socket has failed to bind to 0.0.0.0:80 (errno: 13 - Permission denied)"], "x")
+    assert lead(denied) not in ("PORT-INUSE", "PORT-INUSE-LEGACY"), ids(denied)
+
+
+def test_os_environs_keyerror_on_local_rank_is_no_launcher_setting_it() -> None:
+    """Python's os.environ raises KeyError(key): the script read os.environ["LOCAL_RANK"]
+    and was started without torchrun (LOMO#31 in a notebook, its "KeyError: 'LOCAL_RANK'";
+    MC-DDPM#1 pasted the KeyError's value alone, "'LOCAL_RANK'", then the frame reading
+    it).  RANK, WORLD_SIZE and MASTER_* stay ENV-MISSING (env:// itself needs them)."""
+    for name in ("l3-no-local-rank-lomo-31", "l3-no-local-rank-mc-ddpm-1"):
+        d = excerpt(name)
+        assert lead(d) == "C10D-NO-LOCAL-RANK", (name, ids(d))
+    rank = diagnose_lines(["KeyError: 'RANK'"], "x")
+    assert lead(rank) == "ENV-MISSING", ids(rank)
+    quoted = diagnose_lines(["setting key 'LOCAL_RANK' to 0 for this worker"], "x")
+    assert lead(quoted) is None, ids(quoted)
