@@ -41,3 +41,27 @@ def test_os_environs_keyerror_on_local_rank_is_no_launcher_setting_it() -> None:
     assert lead(rank) == "ENV-MISSING", ids(rank)
     quoted = diagnose_lines(["setting key 'LOCAL_RANK' to 0 for this worker"], "x")
     assert lead(quoted) is None, ids(quoted)
+
+
+def test_nccl_graph_file_set_by_environment_is_the_graph_xml_as_a_warning() -> None:
+    """NCCL's param.cc prints "NCCL_GRAPH_FILE set by environment to F" (NCCL_DEBUG=INFO):
+    NCCL imports its graphs from F instead of searching them (NCCL#1240: Azure's ncv4
+    graph.xml from nccl.conf; "This parameter should never be set in production").  With
+    nothing failing it leads as a warning (never an error: a healthy paste may state it);
+    a failure the log states still leads."""
+    d = excerpt("l3-graphfile-nccl-1240")
+    assert lead(d) == "NCCL-TOPO-XML", ids(d)
+    assert d.first is not None and d.first.severity == "warning"
+    assert "/opt/microsoft/ncv4/graph.xml" in d.first.summary
+    healthy = diagnose_lines([
+        "gpu1:100:100 [0] NCCL INFO NCCL_GRAPH_FILE set by environment to /etc/nccl/graph.xml",
+        "gpu1:100:100 [0] NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE",
+    ], "x")
+    assert not any(f.severity == "error" for f in healthy.findings), ids(healthy)
+    other = diagnose_lines([
+        "gpu1:100:100 [0] NCCL INFO NCCL_GRAPH_FILE set by environment to /etc/nccl/graph.xml",
+        "RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+    ], "x")
+    assert lead(other) == "PORT-INUSE", ids(other)
+    unset = diagnose_lines(["gpu1:100:100 [0] NCCL INFO NCCL_TOPO_FILE set by environment to /etc/nccl/topo.xml"], "x")
+    assert lead(unset) != "NCCL-TOPO-XML", ids(unset)
