@@ -65,3 +65,15 @@ def test_nccl_graph_file_set_by_environment_is_the_graph_xml_as_a_warning() -> N
     assert lead(other) == "PORT-INUSE", ids(other)
     unset = diagnose_lines(["gpu1:100:100 [0] NCCL INFO NCCL_TOPO_FILE set by environment to /etc/nccl/topo.xml"], "x")
     assert lead(unset) != "NCCL-TOPO-XML", ids(unset)
+
+
+def test_a_debuggers_stack_inside_ncclcomminit_is_never_called_clean() -> None:
+    """gdb's backtrace of a process in NCCL's communicator init ("#6  ncclCommInitRankSync
+    (newcomm=0x.., nranks=2, ...) at init.cc:950", NCCL#234: rank 0 in accept() while its
+    peer chose another transport).  The stack shows where it waits, not why: an honest
+    unknown, never "nothing wrong".  A source line naming the function stays silent."""
+    d = excerpt("l3-ib-one-side-nccl-234")
+    assert lead(d) == "LOGS-UNRECOGNIZED", ids(d)
+    assert d.first is not None and any("ncclCommInitRankSync" in e for e in d.first.evidence)
+    quiet = diagnose_lines(["    NCCLCHECK(ncclCommInitRank(&comm, nranks, id, rank));"], "x")
+    assert lead(quiet) is None, ids(quiet)
