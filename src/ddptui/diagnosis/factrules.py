@@ -56,6 +56,7 @@ from ddptui.diagnosis.factrules_logs14 import (
 from ddptui.diagnosis.factrules_logs15 import ib_hca_unfound, ray_worker_vanished
 from ddptui.diagnosis.factrules_logs16 import lightning_slurm_alone, rdns_slow
 from ddptui.diagnosis.factrules_logs17 import nccl_crash, sigkill_host_memory
+from ddptui.diagnosis.factrules_logs18 import graph_file_set
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -543,6 +544,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs17 (blind batch K)
     "sigkill_host_memory": sigkill_host_memory,
     "nccl_crash": nccl_crash,
+    # logs18 (blind batch L)
+    "graph_file_set": graph_file_set,
     # a first collective that never completed on one host (P2P-HANG)
     "first_collective_hang": first_collective_hang,
 }
