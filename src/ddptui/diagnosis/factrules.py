@@ -195,7 +195,7 @@ def _stalls(entries: object) -> tuple[Stall, ...]:
         keys = {"what", "start", "done", "first_step", "header", "precedes"}
         if not isinstance(e, dict) or not {"what", "start"} <= set(e) <= keys:
             raise FactRuleError(
-                f"stalls[{i}]: keys must be what, start (and done, first_step, header)"
+                f"stalls[{i}]: keys must be what, start (and done, first_step, header, precedes)"
             )
         done = _compile(f"stalls[{i}].done", e["done"]) if e.get("done") else None
         start = _compile(f"stalls[{i}].start", e["start"])
