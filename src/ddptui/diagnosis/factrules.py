@@ -56,6 +56,8 @@ from ddptui.diagnosis.factrules_logs14 import (
 from ddptui.diagnosis.factrules_logs15 import ib_hca_unfound, ray_worker_vanished
 from ddptui.diagnosis.factrules_logs16 import lightning_slurm_alone, rdns_slow
 from ddptui.diagnosis.factrules_logs17 import nccl_crash, sigkill_host_memory
+from ddptui.diagnosis.factrules_logs18 import graph_file_set
+from ddptui.diagnosis.factrules_logs19 import shell_child_killed
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -76,6 +78,7 @@ HINTS: Final = frozenset(
     | {"ib_hca_named", "net_socket", "ray_worker_eof", "crashed"}  # logs15
     | {"slurm"}  # logs16
     | {"host_memory", "signal_report", "nccl_frame"}  # logs17
+    | {"shell_killed"}  # logs19
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -192,7 +195,7 @@ def _stalls(entries: object) -> tuple[Stall, ...]:
         keys = {"what", "start", "done", "first_step", "header", "precedes"}
         if not isinstance(e, dict) or not {"what", "start"} <= set(e) <= keys:
             raise FactRuleError(
-                f"stalls[{i}]: keys must be what, start (and done, first_step, header)"
+                f"stalls[{i}]: keys must be what, start (and done, first_step, header, precedes)"
             )
         done = _compile(f"stalls[{i}].done", e["done"]) if e.get("done") else None
         start = _compile(f"stalls[{i}].start", e["start"])
@@ -543,6 +546,10 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs17 (blind batch K)
     "sigkill_host_memory": sigkill_host_memory,
     "nccl_crash": nccl_crash,
+    # logs18 (blind batch L)
+    "graph_file_set": graph_file_set,
+    # logs19 (blind batch M)
+    "shell_child_killed": shell_child_killed,
     # a first collective that never completed on one host (P2P-HANG)
     "first_collective_hang": first_collective_hang,
 }

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ddptui.diagnosis.factcontext import Context, Hit
-from ddptui.diagnosis.factrules_logs8 import _KILLERS, _PID
+from ddptui.diagnosis.factrules_logs8 import sigkill_beside
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
@@ -24,19 +24,12 @@ if TYPE_CHECKING:
 
 def sigkill_host_memory(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """A SIGKILLed rank, a line stating large host-memory use, no other killer named."""
-    kill = ctx.hints.get("sigkill")
-    memory = ctx.hints.get("host_memory")
-    if kill is None or memory is None or "C10D-CHILD-SIGKILL" not in ctx.present:
-        return None
-    if any(_KILLERS.match(i) for i in ctx.present):
-        return None
-    m = _PID.search(kill)
-    pid = f" (pid {m['pid'] or m['sub']})" if m else ""
-    said = (
-        f"a rank{pid} was killed with SIGKILL after the log stated its large host-memory use; "
-        "no scheduler or container limit is named: the kernel's OOM killer"
+    return sigkill_beside(
+        ctx,
+        "host_memory",
+        "after the log stated its large host-memory use; no scheduler or container limit is "
+        "named: the kernel's OOM killer",
     )
-    return [], [memory, kill], said, {}
 
 
 def nccl_crash(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:

@@ -48,16 +48,24 @@ def sigkill_while_loading(rules: FactRules, rule: FactRule, ctx: Context) -> Hit
     while the log says it was loading a model or checkpoint, and nothing names another
     killer: loading is where host RAM peaks (every rank reads the whole checkpoint into
     CPU memory), so the kernel's OOM killer is what killed it."""
+    return sigkill_beside(
+        ctx,
+        "loading",
+        "while it loaded its model or checkpoint, where host memory peaks; no scheduler or "
+        "container limit is named: the kernel's OOM killer",
+    )
+
+
+def sigkill_beside(ctx: Context, hint: str, when: str) -> Hit | None:
+    """A rank killed with SIGKILL (torch's child-signal line present), a line of the log the
+    hint `hint` names, and no other killer (a scheduler, Kubernetes, the kernel's own
+    lines): the OOM killer, said as "a rank (pid N) was killed with SIGKILL {when}"."""
     kill = ctx.hints.get("sigkill")
-    loading = ctx.hints.get("loading")
-    if kill is None or loading is None or "C10D-CHILD-SIGKILL" not in ctx.present:
+    beside = ctx.hints.get(hint)
+    if kill is None or beside is None or "C10D-CHILD-SIGKILL" not in ctx.present:
         return None
     if any(_KILLERS.match(i) for i in ctx.present):
         return None
     m = _PID.search(kill)
     pid = f" (pid {m['pid'] or m['sub']})" if m else ""
-    said = (
-        f"a rank{pid} was killed with SIGKILL while it loaded its model or checkpoint, where "
-        "host memory peaks; no scheduler or container limit is named: the kernel's OOM killer"
-    )
-    return [], [loading, kill], said, {}
+    return [], [beside, kill], f"a rank{pid} was killed with SIGKILL {when}", {}
