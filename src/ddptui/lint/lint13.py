@@ -119,7 +119,32 @@ def demoted(s: Script, hit: Hit) -> tuple[Severity | None, str]:
     seen = str(hit.facts.get("seen", ""))
     if hit.id == "DDP-HARDCODED-DEVICE" and "the global rank" in seen and not multi_node_aware(s):
         return "warning", (
-            f"{hit.summary} (the project reads no local rank or node count: right on "
-            "one node only)"
+            f"{hit.summary} (the project reads no local rank or node count: right on one node only)"
+        )
+    named = re.search(r"the global rank `(?:[\w.]*\.)?(\w*local\w*)`", seen)
+    if hit.id == "DDP-HARDCODED-DEVICE" and named and _equates(s, named.group(1)):
+        # Cutie: `local_rank = torch.distributed.get_rank()` in its trainer, and the
+        # launcher's LOCAL_RANK read into that same name: the project takes its global rank
+        # for the local one, the design of a one-node run
+        return "warning", (
+            f"{hit.summary} (the project names the global rank `{named.group(1)}`: written "
+            "for one node, where the two are equal)"
         )
     return None, hit.summary
+
+
+def _equates(s: Script, name: str) -> bool:
+    """Every local rank or node count the project reads goes into `name` itself
+    (`local_rank = int(os.environ['LOCAL_RANK'])`, later `local_rank = dist.get_rank()`):
+    it holds no local rank apart from the global one (`_local_rank`, a module's private
+    copy, is the same name; Cutie passes it as the sampler's rank). A read into another name
+    (`node_gpu = int(os.environ['LOCAL_RANK'])`) keeps the mix-up an error."""
+    for m in s.modules:
+        for n in ast.walk(m.tree):
+            if not isinstance(n, ast.Assign):
+                continue
+            if any(_multi_node_word(w) for w in ast.walk(n.value)) and not all(
+                isinstance(t, ast.Name) and t.id.lstrip("_") == name.lstrip("_") for t in n.targets
+            ):
+                return False
+    return True

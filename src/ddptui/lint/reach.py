@@ -204,3 +204,23 @@ def setattr_stores(calls: list[ast.Call], call: ast.Call) -> list[ast.expr]:
         and ast.unparse(c.args[0]) == "self"
         and ast.unparse(c.args[1]) == key
     ]
+
+
+def built_classes(self: Script, call: ast.Call) -> list[ast.ClassDef]:
+    """The project classes a call constructs: `Cls(...)`, or a name holding a class
+    chosen at run time (`checkpointer_class = DistributedCheckpointer if dist else
+    SingleGPUCheckpointer`, then `checkpointer_class(path)`: vllm-project/speculators)."""
+    cls = self.class_named(call.func)
+    if cls is not None:
+        return [cls]
+    if not isinstance(call.func, ast.Name):
+        return []
+    out: list[ast.ClassDef] = []
+    scope = self.scope_of(call)
+    for value in self.assigned(scope, call.func.id, module_too=True):
+        alts = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+        for alt in alts:
+            c = self.class_named(alt) if isinstance(alt, ast.Name | ast.Attribute) else None
+            if c is not None and c not in out:
+                out.append(c)
+    return out

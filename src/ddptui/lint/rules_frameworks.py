@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from typing import Final
 
 from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.lint15 import helper_runs_wrapper, module_api
 from ddptui.lint.model import Hit
 from ddptui.lint.reach import Scope
 from ddptui.lint.rules_project import _WRAPPER_API
@@ -259,6 +260,7 @@ def forward_bypass(s: Script, f: Flow) -> Iterator[Hit]:
         inner = _unwrapped_of(s, f, recv)
         if (
             inner is not None
+            and not module_api(c)
             and not _without_grad(s, c)
             and not _wrapper_runs_beside(s, f, c)
             and _feeds_backward(s, c)
@@ -305,6 +307,7 @@ def _wrapper_runs_beside(s: Script, f: Flow, call: ast.Call) -> bool:
                 and n.func.attr == "forward"
                 and f.is_ddp_value(n.func.value)
             )
+            or helper_runs_wrapper(s, f, n)
         )
         for sc in scopes
         for n in own_nodes(sc)
@@ -315,7 +318,7 @@ def _unwrapped_of(s: Script, f: Flow, recv: ast.expr) -> ast.Attribute | None:
     """The `wrapper.module` a receiver is: itself, or the value of the name holding it."""
     if isinstance(recv, ast.Attribute) and recv.attr == "module":
         return recv if f.is_ddp_value(recv.value) else None
-    if not isinstance(recv, ast.Name):
+    if not isinstance(recv, ast.Name | ast.Call):
         return None
     return next(
         (

@@ -10,6 +10,14 @@ from typing import Final
 
 from ddptui.lint.anchor import io_helper_call
 from ddptui.lint.flow import Flow, calls_in, ident
+from ddptui.lint.lint15 import (
+    dunder_used,
+    none_guarded,
+    one_shot,
+    pretrained_kind,
+    rank_conjoined_else,
+    reloads,
+)
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -96,7 +104,11 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
         if not _torch(s, c, "save") or not c.args:
             continue
         for recv in _state_dict_receivers(s, c.args[0]):
-            if f.is_ddp_value(recv) and not _unwrapped(s, recv) and not _other_branch(s, recv):
+            if (
+                f.is_ddp_value(recv)
+                and not _unwrapped(s, recv)
+                and (not _other_branch(s, recv) or rank_conjoined_else(s, f, recv))
+            ):
                 # said at the `.state_dict()` call, where `.module` belongs (the save
                 # may be lines below, through a dict or a name), unless a helper's
                 # parameter: then where the caller hands the wrapper over
@@ -175,27 +187,29 @@ def _roots(s: Script) -> list[list[ast.stmt]]:
     return [top, *[fn.body for fn in funcs]]
 
 
-def _in_order(stmts: list[ast.stmt]) -> Iterator[ast.Call]:
-    """Calls in execution order, a loop's body twice (the next iteration follows)."""
+def _in_order(stmts: list[ast.stmt], again: bool = False) -> Iterator[ast.Call]:
+    """Calls in execution order, a loop's body twice (the next iteration follows); on
+    that second pass a one-shot branch (`if cfg['checkpoint'] is not None: load(...);
+    cfg['checkpoint'] = None`) no longer runs."""
     for st in stmts:
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue
         if isinstance(st, ast.For | ast.AsyncFor | ast.While):
             yield from calls_in([st.iter if isinstance(st, ast.For | ast.AsyncFor) else st.test])
-            body = list(_in_order(st.body))
-            yield from body
-            yield from body
-            yield from _in_order(st.orelse)
+            yield from _in_order(st.body, again)
+            yield from _in_order(st.body, True)
+            yield from _in_order(st.orelse, again)
         elif isinstance(st, ast.If):
             yield from calls_in([st.test])
-            yield from _in_order(st.body)
-            yield from _in_order(st.orelse)
+            if not (again and one_shot(st)):
+                yield from _in_order(st.body, again)
+            yield from _in_order(st.orelse, again)
         elif isinstance(st, ast.With | ast.AsyncWith):
             yield from calls_in([i.context_expr for i in st.items])
-            yield from _in_order(st.body)
+            yield from _in_order(st.body, again)
         elif isinstance(st, ast.Try):
             for part in (st.body, *(h.body for h in st.handlers), st.orelse, st.finalbody):
-                yield from _in_order(part)
+                yield from _in_order(part, again)
         else:
             yield from calls_in([st])
 
@@ -220,6 +234,8 @@ def _events(
             out.append(("save", call, g))
         elif _torch(s, call, "load"):
             out.append(("load", call, g))
+        elif (pk := pretrained_kind(call)) is not None:
+            out.append((pk, call, g))
         elif f.direct_sync(call):
             out.append(("sync", call, g))
         for fn in s.callees(call):
@@ -246,11 +262,20 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
     memo: dict[tuple[FuncNode, bool], list[Event]] = {}
     for root in _roots(s):
         pending: ast.Call | None = None
+        written: list[ast.Call] = []  # `save_pretrained(dir)` on some ranks, not waited for
         for kind, call, guarded in _events(s, f, root, False, frozenset(), memo):
+            if kind == "psave" and guarded:
+                written.append(call)
+            elif kind == "pload" and not guarded:
+                saved_by = reloads(s, written, call)
+                if saved_by is not None and call.lineno not in reported:
+                    reported.add(call.lineno)
+                    yield _barrier_hit(s, saved_by, call)
             if kind == "save" and guarded:
                 pending = call
             elif kind == "sync" and not guarded:
                 pending = None
+                written = []
             elif kind == "load" and not guarded and pending is not None:
                 saved, loaded = const(_path(pending, 1, "f")), const(_path(call, 0, "f"))
                 if isinstance(saved, str) and isinstance(loaded, str) and saved != loaded:
@@ -261,17 +286,20 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
                     continue  # helpers of two files: no sign that they meet on one file
                 if call.lineno not in reported:
                     reported.add(call.lineno)
-                    yield Hit.at(
-                        "DDP-CKPT-BARRIER",
-                        call,
-                        (
-                            "every rank loads a checkpoint here, but only some ranks wrote it "
-                            f"({_where(s, pending, call)}) and nothing waits for that write to "
-                            "finish"
-                        ),
-                        saved_at=pending.lineno,
-                    )
+                    yield _barrier_hit(s, pending, call)
                 pending = None
+
+
+def _barrier_hit(s: Script, saved: ast.Call, call: ast.Call) -> Hit:
+    return Hit.at(
+        "DDP-CKPT-BARRIER",
+        call,
+        (
+            "every rank loads a checkpoint here, but only some ranks wrote it "
+            f"({_where(s, saved, call)}) and nothing waits for that write to finish"
+        ),
+        saved_at=saved.lineno,
+    )
 
 
 def _where(s: Script, node: ast.AST, here: ast.AST) -> str:
@@ -308,6 +336,11 @@ def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | No
         mode = const(kwarg(c, "mode", 1))
         if isinstance(mode, str) and mode.startswith(_WRITE_MODES):
             return "open(..., " + repr(mode) + ")", _path(c, 0, "file")
+    if qn == "shutil.rmtree" and f.ddp_calls and const(kwarg(c, "ignore_errors", 1)) is not True:
+        # every rank deletes the shared folder (openpi before 5f7958d: `--overwrite` ran
+        # `shutil.rmtree(config.checkpoint_dir)` on all ranks): the slower ones fail
+        # with FileNotFoundError or delete what the faster ones already re-created
+        return "shutil.rmtree", _path(c, 0, "path")
     if name in _MEDIA_WRITERS and not s.callees(c):
         path = next((a for a in [*c.args, *(k.value for k in c.keywords)] if _path_like(a)), None)
         if path is not None:
@@ -338,7 +371,7 @@ def _referenced(s: Script, node: ast.AST) -> bool:
     owner = s.scope_of(node)
     if not isinstance(owner, ast.FunctionDef | ast.AsyncFunctionDef):
         return True
-    if s.call_sites(owner):
+    if s.call_sites(owner) or dunder_used(s, owner):
         return True
     return any(
         isinstance(n, ast.Name | ast.Attribute)
@@ -364,7 +397,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             continue  # one file per rank, on purpose
         if path is not None and _unique_per_process(s, path):
             continue  # `tmp_<uuid4>` then an atomic os.replace: no two writers share it
-        if f.guarded(c):
+        if f.guarded(c) or none_guarded(s, f, c):
             continue
         # a helper of another file: said at the entry's call; a writer a project class
         # builds into `self.x` in `__init__` (a logger class): said there, its fix is there
@@ -384,7 +417,8 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             "DDP-ALL-RANKS-IO",
             at,
             (
-                f"`{what}` runs on every rank: each process writes "
+                f"`{what}` runs on every rank: each process "
+                + ("deletes " if what == "shutil.rmtree" else "writes ")
                 + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
                 + ("" if at is c else f" ({s.path_of(c)}:{c.lineno})")
             ),
@@ -446,8 +480,6 @@ def _checks_world_size(s: Script, call: ast.Call) -> bool:
     return any(
         isinstance(n, ast.Compare) and "world_size" in ast.unparse(n) for n in ast.walk(scope)
     )
-
-
 
 
 def main_only_writer(s: Script, f: Flow) -> Iterator[Hit]:

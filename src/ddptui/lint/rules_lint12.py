@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.flow import Flow
+from ddptui.lint.lint15 import cuda_arm_unmapped, returned_checkpoint
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, kwarg, last
 
@@ -72,7 +73,9 @@ def imported_never_wrapped(s: Script, f: Flow) -> Iterator[Hit]:
     (Azure-Samples/azure-ml-federated-learning PNEUMONIA run.py before 94009ce)."""
     if not f.inits_group or f.wrapper_calls or f.uses(*_TRAINERS):
         return
-    if not any(v.endswith("DistributedDataParallel") for m in s.modules for v in m.aliases.values()):
+    if not any(
+        v.endswith("DistributedDataParallel") for m in s.modules for v in m.aliases.values()
+    ):
         return
     if not f.uses("DistributedSampler") or not any(f.is_backward(c) for c in s.calls):
         return
@@ -128,9 +131,12 @@ def load_without_map_location(s: Script, f: Flow) -> Iterator[Hit]:
         if kwarg(c, "map_location") is not None or any(k.arg is None for k in c.keywords):
             continue
         path = kwarg(c, "f", 0)
-        if path is None or f.is_rank_expr(path) or f.guarded(c) or not _checkpoint_dict(s, c):
+        if path is None or f.is_rank_expr(path) or f.guarded(c):
             continue
-        if _mapped_in_other_arm(s, c):
+        gpu_arm = cuda_arm_unmapped(s, c)
+        if not (gpu_arm or _checkpoint_dict(s, c) or returned_checkpoint(s, c)):
+            continue
+        if _mapped_in_other_arm(s, c) and not gpu_arm:
             continue
         yield Hit.at(
             "DDP-LOAD-MAP-LOCATION",

@@ -12,6 +12,7 @@ from typing import Final
 from ddptui.lint.branches import branch_colls as _branch_colls
 from ddptui.lint.branches import dead_nest as _dead_nest
 from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.lint15 import mode_exit as _mode_exit
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 from ddptui.lint.taint import depends, rank_tainted
@@ -148,6 +149,7 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
         if other and f.stmts_sync(other):
             continue  # both branches reach a collective (`if rank == 0: send... else: ...`)
         test = ast.unparse(guard.test)
+        mode = _mode_exit(f, guard, call, s)
         yield Hit.at(
             "DDP-RANK-DIVERGENCE",
             call,
@@ -157,10 +159,11 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
                 if guard in set(s.ancestors(call))
                 else f"{what} runs only on the ranks that get past `if {test}:` (line "
                 f"{guard.lineno}, which leaves early); the other ranks never join it and wait "
-                "forever"
+                "forever" + (f" (only in the mode `{mode}` selects)" if mode else "")
             ),
             condition=test,
             collective=what,
+            severity="warning" if mode else None,
         )
 
 

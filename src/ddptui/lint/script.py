@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ddptui.lint import reach as R
 from ddptui.lint.project import FuncNode, Module, Project, Shared
-from ddptui.lint.reach import Resolved, Scope, partial_target, reached, star
+from ddptui.lint.reach import Resolved, Scope, built_classes, partial_target, reached, star
 
 # Module methods that return the module itself: `model.to(dev)` is still `model`.
 SELF_RETURNING = frozenset(
@@ -517,8 +517,7 @@ class Script:
             methods: list[FuncNode] = []
             for origin in self.origins(f.value, 1, params=False):
                 if isinstance(origin, ast.Call):
-                    cls_node = self.class_named(origin.func)
-                    if cls_node is not None:
+                    for cls_node in built_classes(self, origin):
                         methods += self._methods(cls_node, f.attr)
             return tuple(dict.fromkeys(methods))
         return ()
