@@ -246,3 +246,44 @@ def test_rank_only_resume_epoch_is_a_warning(tmp_path: Path) -> None:
     always = YOLOP_RESUME.replace("{TEST}", "if True:")
     found = lint_project(tmp_path / "bad", {"train.py": always})
     assert ("train.py", 14, "error") in _sev(found, "DDP-RANK-DIVERGENCE")
+
+
+# facebookresearch/vissl @ 8e0476b12674089ecea5b85c246a2df19f9402e4,
+# vissl/engines/train.py:79 and vissl/utils/misc.py:140-153: the seed comes from the
+# node's index (PR #299 then passes dist_rank).
+VISSL_MISC = """\
+import random
+import numpy as np
+import torch
+
+
+def set_seeds(cfg, node_id=0):
+    node_seed = cfg.SEED_VALUE
+    if cfg.DISTRIBUTED.NUM_NODES > 1:
+        node_seed = node_seed * 2 * node_id
+    random.seed(node_seed)
+    np.random.seed(node_seed)
+    torch.manual_seed(node_seed)
+"""
+VISSL_TRAIN = """\
+import torch
+import torch.distributed as dist
+from misc import set_seeds
+
+
+def train_main(cfg, dist_run_id, local_rank=0, node_id=0, dist_rank=0):
+    dist.init_process_group(backend="nccl", init_method=dist_run_id)
+    set_seeds(cfg, {WHO})
+    torch.cuda.set_device(local_rank)
+    model = torch.nn.parallel.DistributedDataParallel(cfg.model.cuda(), device_ids=[local_rank])
+    return model
+"""
+
+
+def test_seed_from_the_node_index(tmp_path: Path) -> None:
+    files = {"misc.py": VISSL_MISC, "train.py": VISSL_TRAIN.replace("{WHO}", "node_id")}
+    found = lint_project(tmp_path / "bad", files)
+    assert ("train.py", 8, "info") in _sev(found, "DDP-RANK-SEED")
+    files["train.py"] = VISSL_TRAIN.replace("{WHO}", "dist_rank")
+    found = lint_project(tmp_path / "ok", files)
+    assert ("train.py", 8, "info") not in _sev(found, "DDP-RANK-SEED")
