@@ -287,3 +287,43 @@ def test_seed_from_the_node_index(tmp_path: Path) -> None:
     files["train.py"] = VISSL_TRAIN.replace("{WHO}", "dist_rank")
     found = lint_project(tmp_path / "ok", files)
     assert ("train.py", 8, "info") not in _sev(found, "DDP-RANK-SEED")
+
+
+# metatensor/metatrain @ the commit before PR #391 (manifest of blind batch L),
+# src/metatrain/cli/train.py:370: every rank writes options_restart.yaml; the fix puts
+# it under `if is_main_process():`.
+METATRAIN = """\
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from omegaconf import OmegaConf
+
+
+def is_main_process():
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def train_model(options, checkpoint_dir, model, local_rank):
+    dist.init_process_group(backend="nccl")
+    torch.cuda.set_device(local_rank)
+{SAVE}
+    model = torch.nn.parallel.DistributedDataParallel(model.cuda(), device_ids=[local_rank])
+    return model
+
+
+if __name__ == "__main__":
+    train_model({}, "ckpt", torch.nn.Linear(2, 2), 0)
+"""
+SAVE = """\
+    OmegaConf.save(
+        config=options, f=Path(checkpoint_dir) / "options_restart.yaml", resolve=True
+    )"""
+
+
+def test_omegaconf_save_on_every_rank(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": METATRAIN.replace("{SAVE}", SAVE)})
+    assert ("train.py", 15, "warning") in _sev(found, "DDP-ALL-RANKS-IO")
+    guarded = "    if is_main_process():\n" + "\n".join("    " + line for line in SAVE.splitlines())
+    found = lint_project(tmp_path / "ok", {"train.py": METATRAIN.replace("{SAVE}", guarded)})
+    assert _sev(found, "DDP-ALL-RANKS-IO") == []
