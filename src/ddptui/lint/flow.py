@@ -356,15 +356,38 @@ class Flow:
         return found
 
     def _is_rank_expr(self, expr: ast.AST, depth: int) -> bool:
+        if self._saved_by_every_rank(expr):
+            return False
         for n in [expr, *own_nodes(expr)]:
             if self.rank_valued(n):
                 return True
             if isinstance(n, ast.Name) and depth < 2:
                 for v in self.s.assigned(self.s.scope_of(n), n.id):
                     # `a, b = f(x)`: one of f's results, not everything f was given
-                    if not isinstance(v, Pick) and self.is_rank_expr(v, depth + 1):
+                    if (
+                        not isinstance(v, Pick)
+                        and not self._saved_by_every_rank(v)
+                        and self.is_rank_expr(v, depth + 1)
+                    ):
                         return True
         return False
+
+    def _saved_by_every_rank(self, expr: ast.AST) -> bool:
+        """`torch.load(f"checkpoint_gpu_{rank}.pt")` of a per-rank file that every rank
+        writes at the same point (`torch.save(..., <same path>)` under no rank test,
+        arcface_torch's train_v2): the ranks read back values they saved together."""
+        if not (
+            isinstance(expr, ast.Call) and expr.args and last(self.s.call_name(expr)) == "load"
+        ):
+            return False
+        path = ast.unparse(expr.args[0])
+        return any(
+            last(self.s.call_name(c)) == "save"
+            and len(c.args) > 1
+            and ast.unparse(c.args[1]) == path
+            and self.local_guard(c) is None
+            for c in self.s.calls
+        )
 
     def _in_environ(self, node: ast.AST) -> bool:
         parent = self.s.parents.get(node)

@@ -307,7 +307,7 @@ def _where(s: Script, node: ast.AST, here: ast.AST) -> str:
     return f"line {line}" if s.path_of(node) == s.path_of(here) else f"{s.path_of(node)}:{line}"
 
 
-def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # noqa: PLR0911 - one case per writer
+def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # noqa: PLR0911, PLR0912 - one case per writer
     """(what, path) for a call that writes a file or starts a logger."""
     qn = s.call_name(c)
     name = last(qn)
@@ -318,6 +318,10 @@ def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | No
         ):
             return None
         return "torch.save", path
+    if name == "save" and "OmegaConf" in qn:
+        # `OmegaConf.save(config=options, f=Path(checkpoint_dir) / "options_restart.yaml")`
+        # (metatrain before PR #391): the file itself, like torch.save
+        return "OmegaConf.save", _path(c, 1, "f")
     if name == "SummaryWriter" or (
         # `importlib.import_module(module).SummaryWriter(log_dir)` (palette's VisualWriter)
         isinstance(c.func, ast.Attribute) and c.func.attr == "SummaryWriter"

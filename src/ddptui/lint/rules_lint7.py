@@ -261,8 +261,22 @@ def rank_only_loop_bound(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 condition=cond,
                 collective=sync,
+                # set from a checkpoint that may not exist (`if os.path.exists(ckpt):` on
+                # rank 0, YOLOP's resume): the ranks part only when resuming
+                severity="warning" if _only_if_file(s, mine[-1], guard) else None,
             )
             break
+
+
+def _only_if_file(s: Script, node: ast.AST, guard: ast.AST | None) -> bool:
+    for a in s.ancestors(node):
+        if a is guard:
+            return False
+        if isinstance(a, ast.If) and re.search(
+            r"\b(exists|isfile|isdir)\b|resume", ast.unparse(a.test)
+        ):
+            return True
+    return False
 
 
 RULES = (device_count_shards, no_sync_on_update, rank_seed_before_split, rank_only_loop_bound)

@@ -505,10 +505,16 @@ def _target(s: Script, c: ast.expr) -> str | None:
     return None
 
 
-def _criterion_moved(s: Script, c: ast.Call) -> bool:
+def _criterion_moved(s: Script, c: ast.Call, depth: int = 0) -> bool:
     parent = s.parents.get(c)
     if isinstance(parent, ast.Attribute) and parent.attr in _MOVERS:
         return True
+    if isinstance(parent, ast.Return) and depth < 2:
+        # a factory (`return EncNetLoss(**kwargs)` in `get_segmentation_loss`): moved
+        # where the project moves what the factory returns (SegmenTron's `.to(device)`)
+        fn = next((a for a in s.ancestors(c) if isinstance(a, ast.FunctionDef)), None)
+        if fn is not None and any(_criterion_moved(s, k, depth + 1) for k in s.call_sites(fn)):
+            return True
     name = _target(s, c)
     return name is not None and any(
         isinstance(k.func, ast.Attribute) and k.func.attr in _MOVERS and receiver(k) == name

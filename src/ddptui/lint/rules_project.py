@@ -511,7 +511,7 @@ def _checks_wrapper(s: Script, node: ast.AST) -> bool:
             text = ast.unparse(a.test)
             if any(
                 w in text for w in ("module", "isinstance", "hasattr", "Parallel", "distributed")
-            ):
+            ) or _wrapper_test_helper(s, a.test):
                 return True
         if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
             return False
@@ -519,3 +519,19 @@ def _checks_wrapper(s: Script, node: ast.AST) -> bool:
 
 
 RULES = (global_rank_device, unused_params, wrapper_attr)
+
+
+def _wrapper_test_helper(s: Script, test: ast.expr) -> bool:
+    """A project helper that tells the wrapper from the model (YOLOP's `is_parallel(model)`:
+    `return type(model) in (nn.parallel.DataParallel, nn.parallel.DistributedDataParallel)`)."""
+    return any(
+        any(
+            w in ast.unparse(r.value)
+            for r in ast.walk(fn)
+            if isinstance(r, ast.Return) and r.value is not None
+            for w in ("DistributedDataParallel", "DataParallel", "hasattr", "isinstance")
+        )
+        for c in ast.walk(test)
+        if isinstance(c, ast.Call)
+        for fn in s.callees(c)
+    )

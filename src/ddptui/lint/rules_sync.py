@@ -13,6 +13,8 @@ from ddptui.lint.branches import branch_colls as _branch_colls
 from ddptui.lint.branches import dead_nest as _dead_nest
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint15 import mode_exit as _mode_exit
+from ddptui.lint.lint16 import BUFFERS as _BUFFERS
+from ddptui.lint.lint16 import in_training_loop as _in_training_loop
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 from ddptui.lint.taint import depends, rank_tainted
@@ -64,13 +66,8 @@ class SyncFlow(Flow):
 
     def direct_sync(self, call: ast.Call) -> str | None:
         found = super().direct_sync(call)
-        if (
-            found
-            and found.startswith("the DDP forward")
-            and not self.buffers
-            and under_no_grad(self.s, call)
-        ):
-            return None
+        if found and found.startswith("the DDP forward") and under_no_grad(self.s, call):
+            return found + _BUFFERS if self.buffers else None
         return found
 
 
@@ -150,6 +147,7 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
             continue  # both branches reach a collective (`if rank == 0: send... else: ...`)
         test = ast.unparse(guard.test)
         mode = _mode_exit(f, guard, call, s)
+        paired_later = _BUFFERS in what and _in_training_loop(s, f, call, guard)
         yield Hit.at(
             "DDP-RANK-DIVERGENCE",
             call,
@@ -160,10 +158,17 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
                 else f"{what} runs only on the ranks that get past `if {test}:` (line "
                 f"{guard.lineno}, which leaves early); the other ranks never join it and wait "
                 "forever" + (f" (only in the mode `{mode}` selects)" if mode else "")
+            )
+            + (
+                "; inside the training loop the other ranks' next training forward answers "
+                "that broadcast (rank 0 then skips its own), so it hangs only after the last "
+                "epoch"
+                if paired_later
+                else ""
             ),
             condition=test,
             collective=what,
-            severity="warning" if mode else None,
+            severity="warning" if mode or paired_later else None,
         )
 
 
