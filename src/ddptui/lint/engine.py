@@ -10,7 +10,6 @@ from typing import Final
 
 from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.lint import (
-    lint15,
     lint16,
     rules_accum,
     rules_branch_lint6,
@@ -67,7 +66,6 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_lint13.RULES,
     *rules_notapplied.RULES,
     *rules_poll.RULES,
-    *lint15.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

@@ -535,4 +535,34 @@ def _unguarded_use(s: Script, f: Flow, c: ast.Call, held: str) -> bool:
     return on or bool(s.callees(c))
 
 
-RULES = (save_wrapper, ckpt_barrier, all_ranks_io, sharded_world, main_only_writer)
+def conjoined_else_io(s: Script, f: Flow) -> Iterator[Hit]:
+    """`if ddp and get_rank() == 0: torch.save(...) else: torch.save(...)` (baby-llama2-
+    chinese before PR #56): the `else` meant for a single-process run is also where every
+    rank but 0 of the DDP run goes, so they all write the same file. Said at the `if`,
+    the line the fix changes (`if ddp:` then `if get_rank() == 0:`)."""
+    if not f.distributed:
+        return
+    for n in s.nodes:
+        if not (isinstance(n, ast.If) and n.orelse and rank_conjoined_else(s, f, n.orelse[0])):
+            continue
+        writes = [
+            (w, c)
+            for c in calls_in(n.orelse)
+            if (w := _writer(s, f, c)) is not None and not f.is_rank_expr(w[1] or ast.Constant(0))
+        ]
+        if writes:
+            (what, path), c = writes[0]
+            yield Hit.at(
+                "DDP-ALL-RANKS-IO",
+                n,
+                (
+                    f"`{what}` in the `else` of `if {ast.unparse(n.test)}:` runs on every "
+                    "rank but 0 of the DDP run too: each writes "
+                    + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
+                    + f" (line {c.lineno})"
+                ),
+                what=what,
+            )
+
+
+RULES = (save_wrapper, ckpt_barrier, all_ranks_io, sharded_world, main_only_writer, conjoined_else_io)
