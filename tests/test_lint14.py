@@ -6,14 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lintproject
+from lintproject import lint_project
 
 from ddptui.lint.model import LintFinding
-
-
-def lint_project(root: Path, files: dict[str, str]) -> list[LintFinding]:
-    root.mkdir(parents=True, exist_ok=True)
-    return lintproject.lint_project(root, files)
 
 
 def _at(found: list[LintFinding], fid: str) -> list[tuple[str, int]]:

@@ -6,19 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lintproject
-
-from ddptui.lint.model import LintFinding
-
-
-def lint_project(root: Path, files: dict[str, str], entry: str = "train.py") -> list[LintFinding]:
-    root.mkdir(parents=True, exist_ok=True)
-    return lintproject.lint_project(root, files, entry)
-
-
-def _sev(found: list[LintFinding], fid: str) -> list[tuple[str, int, str]]:
-    return [(Path(f.file).name, f.line, f.severity) for f in found if f.id == fid]
-
+from lintproject import lint_project
+from lintproject import severities as _sev
 
 # MzeroMiko/VMamba @ 2ed52ead062a51a64521ed3871d52914bf532876, classification/main.py:
 # throughput mode leaves on rank 0 (`config.THROUGHPUT_MODE and dist.get_rank() == 0`);

@@ -6,19 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lintproject
-
-from ddptui.lint.model import LintFinding
-
-
-def lint_project(root: Path, files: dict[str, str], entry: str = "train.py") -> list[LintFinding]:
-    root.mkdir(parents=True, exist_ok=True)
-    return lintproject.lint_project(root, files, entry)
-
-
-def _sev(found: list[LintFinding], fid: str) -> list[tuple[str, int, str]]:
-    return [(Path(f.file).name, f.line, f.severity) for f in found if f.id == fid]
-
+from lintproject import lint_project
+from lintproject import severities as _sev
 
 # LikeLy-Journey/SegmenTron @ 4bc605eedde7d680314f63d329277b73f83b1c5f: a loss class
 # holding `nn.BCELoss(weight)` is returned by the factory `get_segmentation_loss`, whose
