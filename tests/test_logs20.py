@@ -27,6 +27,9 @@ def test_the_loaders_version_error_is_a_failure_even_inside_nccls_plugin_line() 
         assert "not found (required by" in " ".join(d.first.evidence), d.first.evidence
     quiet = "host:1:1 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation"
     assert diagnose_lines([quiet], "x").first is None
+    # the loader's harmless note about a library without version tags is no failure
+    note = "/bin/bash: /opt/conda/lib/libtinfo.so.6: no version information available (required by /bin/bash)"
+    assert _errors([note]) == [] and diagnose_lines([note], "x").first is None
 
 
 def test_torchs_legacy_cuda_check_failure_is_a_failure() -> None:
