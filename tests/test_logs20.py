@@ -54,3 +54,52 @@ def test_envoys_rbac_denial_keeps_a_log_from_being_clean() -> None:
     assert _errors(["RBAC: access denied"]) == []
     assert lead(diagnose_lines(["RBAC: access denied"], "x")) == "LOGS-UNRECOGNIZED"
     assert diagnose_lines(["envoy rbac  enforced allowed, matched policy ns[x]"], "x").first is None
+
+
+# Each program's own words when it stops (the formats their sources print), one line each.
+_FATAL_FORMATS = (
+    "python: error while loading shared libraries: libcudart.so.11.0: cannot open shared object file: No such file or directory",
+    "Tue Nov 27 13:49:06 2018[1,10]<stdout>:F1127 13:49:06.743296 17418 hl_cuda_device.cc:565] Check failed: cudaSuccess == cudaStat (0 vs. 35) Cuda Error: out of memory",
+    "*** Check failure stack trace: ***",
+    "python: malloc.c:2379: sysmalloc: Assertion `(old_top == initial_top (av) && old_size == 0)' failed.",
+    "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], thread: [0,0,0] Assertion `index >= -sizes[i] && index < sizes[i] && \"index out of bounds\"` failed.",
+    "Fatal glibc error: malloc.c:4376 (_int_malloc): assertion failed: (unsigned long) (size) >= (unsigned long) (nb)",
+    "terminate called without an active exception",
+    "goroutine 1 [running]:",
+    "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown.",
+    "docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].",
+    "Error: failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process",
+    "collect2: error: ld returned 1 exit status",
+    "exec /usr/local/bin/python: exec format error",
+    "/usr/bin/env: 'python': No such file or directory",
+    "[rank0]:[E ProcessGroupNCCL.cpp:1191] [PG 0 Rank 0] ProcessGroupNCCL's watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered",
+    "[W socket.cpp:464] [c10d] The server socket has failed to listen on any local network address.",
+    "mlx5: node3: got completion with error:",
+    "cudaErrorNoDevice: no CUDA-capable device is detected",
+    "RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR",
+)
+
+
+def test_programs_fatal_formats_are_failures_not_clean() -> None:
+    """A log whose only failure line is a program's fatal format no signature knows is an
+    honest unknown with exit 1, never "Nothing wrong found"; where a signature knows the
+    message (a CUDA error torch names), that one may lead instead."""
+    for line in _FATAL_FORMATS:
+        d = diagnose_lines([line], "x")
+        assert d.first is not None and d.first.severity == "error", (line, ids(d))
+
+
+def test_their_healthy_neighbours_stay_silent() -> None:
+    """What healthy runs print beside those formats: a CUDA poll's answer, glog's INFO and
+    WARNING lines, a goroutine dump's other states, torch's socket retry note."""
+    for line in (
+        "cudaErrorNotReady",
+        "W1127 13:49:06.743296 17418 f.cc:565] Check the config",
+        "I1127 13:49:06.743296 17418 f.cc:565] Check failed: 0 tasks",
+        "goroutine 12 [select]:",
+        "/usr/bin/env python3 train.py",
+        "cuBLAS: CUBLAS_STATUS_SUCCESS",
+    ):
+        assert _errors([line]) == [], (line, _errors([line]))
+    d = diagnose_lines(["UserWarning: CUDA initialization: CUDA driver initialization failed, you might not have a CUDA gpu."], "x")
+    assert lead(d) == "LOGS-UNRECOGNIZED" and d.first is not None and d.first.severity == "warning", ids(d)
