@@ -77,6 +77,10 @@ _FATAL_FORMATS = (
     "mlx5: node3: got completion with error:",
     "cudaErrorNoDevice: no CUDA-capable device is detected",
     "RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR",
+    "[proxy:0:0@node1] HYDU_sock_write (utils/sock/sock.c:256): write error (Bad file descriptor)",
+    "Fatal error in PMPI_Init_thread: Other MPI error, error stack:",
+    "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
+    "cp: cannot create regular file '/ckpt/model.pt': No space left on device",
 )
 
 
@@ -101,5 +105,12 @@ def test_their_healthy_neighbours_stay_silent() -> None:
         "cuBLAS: CUBLAS_STATUS_SUCCESS",
     ):
         assert _errors([line]) == [], (line, _errors([line]))
+    for soft in (
+        "UserWarning: CUDA initialization: CUDA driver initialization failed, you might not have a CUDA gpu.",
+        "OSError: [Errno 5] Input/output error: '/nfs/data/shard-3.bin'",
+        "Exception in thread Thread-3:",
+    ):
+        d = diagnose_lines([soft], "x")
+        assert lead(d) == "LOGS-UNRECOGNIZED" and d.first is not None, (soft, ids(d))
     d = diagnose_lines(["UserWarning: CUDA initialization: CUDA driver initialization failed, you might not have a CUDA gpu."], "x")
-    assert lead(d) == "LOGS-UNRECOGNIZED" and d.first is not None and d.first.severity == "warning", ids(d)
+    assert d.first is not None and d.first.severity == "warning", ids(d)
