@@ -58,6 +58,7 @@ from ddptui.diagnosis.factrules_logs16 import lightning_slurm_alone, rdns_slow
 from ddptui.diagnosis.factrules_logs17 import nccl_crash, sigkill_host_memory
 from ddptui.diagnosis.factrules_logs18 import graph_file_set
 from ddptui.diagnosis.factrules_logs19 import shell_child_killed
+from ddptui.diagnosis.factrules_logs21 import accept_closed_early
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -79,6 +80,7 @@ HINTS: Final = frozenset(
     | {"slurm"}  # logs16
     | {"host_memory", "signal_report", "nccl_frame"}  # logs17
     | {"shell_killed"}  # logs19
+    | {"peer_closed", "accept_magic", "accept_finalize"}  # logs21
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -550,6 +552,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "graph_file_set": graph_file_set,
     # logs19 (blind batch M)
     "shell_child_killed": shell_child_killed,
+    # logs21 (blind batch N)
+    "accept_closed_early": accept_closed_early,
     # a first collective that never completed on one host (P2P-HANG)
     "first_collective_hang": first_collective_hang,
 }
