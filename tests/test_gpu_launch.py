@@ -113,3 +113,12 @@ def test_check_on_two_ranks_passed_every_step_on_nccl() -> None:
     sev = {f["severity"] for s in doc["steps"] for f in s["findings"]}
     assert sev <= {"info"}, sev
     assert "1 rank(s) nccl" in (LAUNCH / "check-2hosts.md").read_text()
+
+
+def test_agent_lines_name_the_global_rank_from_the_summary() -> None:
+    # node 1's agent: "failed (exitcode: 1) local_rank: 0 (pid: 831)" and, in its failure
+    # summary, "rank      : 1 (local_rank: 0)": the worker that exited is global rank 1
+    _, doc = diagnose("lt-ifname-n0.log", "lt-ifname-n1.log")
+    ranks = {f["id"]: f.get("rank") for f in doc["steps"][0]["findings"]}
+    assert ranks["C10D-CHILD-EXIT"] == 1, ranks
+    assert ranks["IB-NODEV"] == 0, ranks  # node 0's NCCL pid, from its Init START line

@@ -200,9 +200,7 @@ class Diagnoser:
         rank = head.rank
         if rank is None and head.pid is not None:
             rank = self.pid_rank.get((cand.source, head.pid))
-        local = head.local_rank
-        if local is None and head.pid is not None:
-            local = self.pid_local.get((cand.source, head.pid))
+        local = self._local(cand)
         if head.rank is not None and len(self.prefix_ranks) < 4096:
             self.prefix_ranks.add(head.rank)
         where = f"{cand.source}:{cand.lineno}"
@@ -333,6 +331,18 @@ class Diagnoser:
             elif (m := ELASTIC_SUMMARY_RANK.match(text)) is not None:
                 key, said = (cand.source, int(m["local"])), int(m["rank"])
                 self.local_global[key] = said if self.local_global.get(key, said) == said else -1
+
+    def _local(self, cand: Candidate) -> int | None:
+        """The local rank a line's prefix, its NCCL pid or (gpu7) the agent's own line
+        about a worker ("failed (exitcode: 1) local_rank: 0 (pid: 831)") names."""
+        head = cand.head
+        local = head.local_rank
+        if local is None and head.pid is not None:
+            local = self.pid_local.get((cand.source, head.pid))
+        if local is None and "local_rank: " in cand.text:
+            m = ELASTIC_LOCAL.search(cand.text)
+            local = int(m["local"]) if m is not None else None
+        return local
 
     def _global(self, source: str, rank: int | None, local: int | None) -> int | None:
         """The global rank, where only the local one is known and the launcher's failure
