@@ -122,3 +122,14 @@ def test_agent_lines_name_the_global_rank_from_the_summary() -> None:
     ranks = {f["id"]: f.get("rank") for f in doc["steps"][0]["findings"]}
     assert ranks["C10D-CHILD-EXIT"] == 1, ranks
     assert ranks["IB-NODEV"] == 0, ranks  # node 0's NCCL pid, from its Init START line
+
+
+def test_one_machines_view_of_a_peer_that_died() -> None:
+    # machine 0's log alone: ncclRemoteError, "Connection closed by remote peer", then the
+    # watchdog's abort (SIGABRT in the agent's summary): the peer's exit leads, not the abort
+    code, doc = diagnose("acc-oom-m0.log")
+    assert code == 1
+    assert doc["first_failure"]["finding"] == "BOOT-PEERCLOSED", doc["first_failure"]
+    assert doc["first_failure"]["rank"] == 0
+    ids = {f["id"] for f in doc["steps"][0]["findings"]}
+    assert "C10D-CHILD-SIGNAL" in ids  # still listed

@@ -69,3 +69,20 @@ def lightning_gpus(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None
         + f": local rank {lrank} has no GPU"
     )
     return [], [e for e in (line, have_line) if e], said, {"lrank": lrank, "cvd": cvd}
+
+
+# A worker that torch elastic reports killed by SIGABRT or SIGTERM was taken down: the
+# watchdog aborts the process after an NCCL error or timeout ("To avoid data
+# inconsistency, we are taking the entire process down"), the agent sends SIGTERM to the
+# other workers once one failed.  Beside another error, the signal only says a failure
+# happened (a wrapper); SIGSEGV, SIGBUS, SIGKILL and the others stay causes.
+TAKEN_DOWN: Final = re.compile(r"[Ss]ignal (?:6|15) \(SIG(?:ABRT|TERM)\) received by PID \d+")
+
+
+def taken_down(first_id: str, evidence: tuple[str, ...]) -> bool:
+    """Whether a C10D-CHILD-SIGNAL finding names only SIGABRT or SIGTERM."""
+    return (
+        first_id == "C10D-CHILD-SIGNAL"
+        and bool(evidence)
+        and all(TAKEN_DOWN.search(e) for e in evidence)
+    )
