@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 from typing import Final
 
-from ddptui.lint.flow import Flow
+from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.script import Pick, Script
 
 _HELPER_STMTS: Final = 10  # a helper of more statements does more than write a file
@@ -55,6 +55,24 @@ def owning_method(s: Script, f: Flow, node: ast.AST, depth: int = 0) -> ast.AST 
         return None
     sites = [c for c in s.call_sites(fn) if not f.guarded(c)]
     return owning_method(s, f, sites[0], depth + 1) if len(sites) == 1 else None
+
+
+def deep_worker_write(s: Script, node: ast.AST) -> bool:
+    """`node` sits in a free function of another file than the entry that computes and
+    returns a value (not an I/O helper), called only from other project modules: a write
+    two calls or more below the entry's own step (mace's `random_train_valid_split`
+    writing its index file, reached through `get_dataset_from_xyz`). The guard goes at
+    the write, not at the entry's call of the step far above it."""
+    fn = s.scope_of(node)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or s.module_of(node) is s.entry:
+        return False
+    if isinstance(s.parents.get(fn), ast.ClassDef) or not any(
+        isinstance(n, ast.Return) and n.value is not None and not isinstance(n.value, ast.Constant)
+        for n in own_nodes(fn)
+    ):
+        return False
+    sites = s.call_sites(fn)
+    return bool(sites) and all(s.module_of(c) is not s.entry for c in sites)
 
 
 def _conditional(s: Script, node: ast.AST, fn: ast.AST) -> bool:
