@@ -36,6 +36,7 @@ from ddptui.diagnosis.factmodel import (
     ip_of,
 )
 from ddptui.diagnosis.factrules_env import nccl_env_differs
+from ddptui.diagnosis.factrules_gpu7 import lightning_gpus, lightning_gpus_slurm
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     lone_gloo_or_unranked,
@@ -79,6 +80,7 @@ HINTS: Final = frozenset(
     | {"slurm"}  # logs16
     | {"host_memory", "signal_report", "nccl_frame"}  # logs17
     | {"shell_killed"}  # logs19
+    | {"lightning_gpus", "lightning_gpus_have"}  # gpu7
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -550,6 +552,9 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "graph_file_set": graph_file_set,
     # logs19 (blind batch M)
     "shell_child_killed": shell_child_killed,
+    # gpu7 (real launcher captures)
+    "lightning_gpus": lightning_gpus,
+    "lightning_gpus_slurm": lightning_gpus_slurm,
     # a first collective that never completed on one host (P2P-HANG)
     "first_collective_hang": first_collective_hang,
 }

@@ -20,7 +20,7 @@ from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
 from ddptui.logs.facts import FactCollector
-from ddptui.logs.lineinfo import ELASTIC_LOCAL, NCCL_INIT_RANK
+from ddptui.logs.lineinfo import ELASTIC_LOCAL, ELASTIC_SUMMARY_RANK, NCCL_INIT_RANK
 from ddptui.logs.scan import Candidate, from_lines
 from ddptui.logs.stalls import StallWatch
 from ddptui.logs.unknown import Unknowns, conclude
@@ -156,6 +156,9 @@ class Diagnoser:
         self.sources_of: dict[str, set[str]] = {}
         self.pid_rank: dict[tuple[str, int], int] = {}
         self.pid_local: dict[tuple[str, int], int] = {}
+        # gpu7: (source, local rank) -> global rank, from torch elastic's failure summary
+        # ("rank      : 1 (local_rank: 0)"); -1 where one source says two (several agents)
+        self.local_global: dict[tuple[str, int], int] = {}
         self.events: list[tuple[int | None, int | None, int | None, str, TimelineEvent]] = []
         self.sources: set[str] = set()
         self.lines_read = 0
@@ -197,9 +200,7 @@ class Diagnoser:
         rank = head.rank
         if rank is None and head.pid is not None:
             rank = self.pid_rank.get((cand.source, head.pid))
-        local = head.local_rank
-        if local is None and head.pid is not None:
-            local = self.pid_local.get((cand.source, head.pid))
+        local = self._local(cand)
         if head.rank is not None and len(self.prefix_ranks) < 4096:
             self.prefix_ranks.add(head.rank)
         where = f"{cand.source}:{cand.lineno}"
@@ -327,6 +328,29 @@ class Diagnoser:
             m = ELASTIC_LOCAL.search(text)
             if m is not None:
                 self.pid_local[(cand.source, int(m["pid"]))] = int(m["local"])
+            elif (m := ELASTIC_SUMMARY_RANK.match(text)) is not None:
+                key, said = (cand.source, int(m["local"])), int(m["rank"])
+                self.local_global[key] = said if self.local_global.get(key, said) == said else -1
+
+    def _local(self, cand: Candidate) -> int | None:
+        """The local rank a line's prefix, its NCCL pid or (gpu7) the agent's own line
+        about a worker ("failed (exitcode: 1) local_rank: 0 (pid: 831)") names."""
+        head = cand.head
+        local = head.local_rank
+        if local is None and head.pid is not None:
+            local = self.pid_local.get((cand.source, head.pid))
+        if local is None and "local_rank: " in cand.text:
+            m = ELASTIC_LOCAL.search(cand.text)
+            local = int(m["local"]) if m is not None else None
+        return local
+
+    def _global(self, source: str, rank: int | None, local: int | None) -> int | None:
+        """The global rank, where only the local one is known and the launcher's failure
+        summary in the same source says which global rank that local rank was."""
+        if rank is not None or local is None:
+            return rank
+        said = self.local_global.get((source, local), -1)
+        return said if said >= 0 else None
 
     def _event(
         self, rank: int | None, local: int | None, pid: int | None, source: str, ev: TimelineEvent
@@ -385,6 +409,7 @@ class Diagnoser:
         if h.pid is not None:  # what the whole log told about NCCL's pid
             rank = rank if rank is not None else self.pid_rank.get((h.source, h.pid))
             local = local if local is not None else self.pid_local.get((h.source, h.pid))
+        rank = self._global(h.source, rank, local)
         if rank is None and len(ranks) == 1:
             rank = ranks[0]  # another line of this failure named its global rank
         if rank is None and len(self.sources) == 1:
@@ -415,6 +440,7 @@ class Diagnoser:
             if pid is not None:  # NCCL's pid, resolved with what the whole log told
                 rank = rank if rank is not None else self.pid_rank.get((source, pid))
                 local = local if local is not None else self.pid_local.get((source, pid))
+            rank = self._global(source, rank, local)
             key = _rank_key(rank, local, source, many)
             out.setdefault(key, RankTimeline(key)).add(ev)
 

@@ -48,6 +48,9 @@ NCCL_INIT_RANK: Final = re.compile(
     r"[A-Za-z0-9_.-]+:(?P<pid>\d+):\d+\s+\[\d+\].*?\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks"
 )
 ELASTIC_LOCAL: Final = re.compile(r"local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
+# torch elastic's failure summary (errors/__init__.py _format_failure), one per failed
+# worker: "  rank      : 1 (local_rank: 0)" (gpu7)
+ELASTIC_SUMMARY_RANK: Final = re.compile(r"\s*rank\s+: (?P<rank>\d+) \(local_rank: (?P<local>\d+)\)\s*$")
 # Launcher prefixes that only stand at the start of a line.
 _SRUN_LABEL: Final = re.compile(r"\s{0,4}(?P<task>\d{1,6}): ")
 _KUBE_PREFIX: Final = re.compile(r"\[pod/(?P<pod>[\w.-]+)/[\w.-]+\] ")

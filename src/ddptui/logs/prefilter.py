@@ -108,6 +108,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "CPU Virtual Memory: ",
     # logs17: a crash report's frame in NCCL (factrules_logs17.nccl_crash)
     "/libnccl.so",
+    # gpu7: the second line of Lightning's device check (factrules_gpu7.lightning_gpus)
+    "But your machine only has",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -23,6 +23,7 @@ from ddptui.diagnosis.factrules import (
     load_factrules,
     outranks_line,
 )
+from ddptui.diagnosis.factrules_gpu7 import taken_down
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -154,6 +155,10 @@ def _past_wrappers(
     """A wrapper only says a failure happened: a line that says more leads; with none, the
     failure is an honest unknown quoting each rank's first error line (wrappers included)."""
     wrappers = load_factrules().wrappers
+    if first is not None and taken_down(first.id, first.evidence):  # gpu7: a worker taken
+        said = (f for f in findings if f.severity == "error" and f.id not in wrappers)
+        better = next((f for f in said if f.id != first.id), None)  # down: what says more
+        return (better or first), hard
     if first is None or first.id not in wrappers:
         return first, hard
     better = next((f for f in findings if f.severity == "error" and f.id not in wrappers), None)
