@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from ddptui.lint.model import LintInputError
+from ddptui.lint.syspath import path_parts, side_effect_imports
 
 FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
 MAX_BYTES: Final = 5_000_000
@@ -247,26 +248,11 @@ class Project:
         (RVC-Project's train_nsf_sim_cache_sid_load_pretrain.py), `sys.path.insert(0,
         "../lib")`. The path's literal parts are tried from the file's folder and the root."""
         out: list[Path] = []
-        for n in nodes:
-            if not (
-                isinstance(n, ast.Call)
-                and isinstance(n.func, ast.Attribute)
-                and n.func.attr in ("append", "insert")
-                and ast.unparse(n.func.value) == "sys.path"
-                and n.args
-            ):
-                continue
-            arg = n.args[-1]
-            parts: list[str] = []
-            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                parts = [arg.value]
-            elif isinstance(arg, ast.Call) and ast.unparse(arg.func).endswith("path.join"):
-                parts = [
-                    a.value for a in arg.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                ]
-            if not parts or len(out) >= 8:
-                continue
-            for d in self._sys_path_candidates(here, parts):
+        found = [(here, p) for p in path_parts(nodes)] + side_effect_imports(nodes, here)
+        for base, parts in found:
+            if len(out) >= 8:
+                break
+            for d in self._sys_path_candidates(base, parts):
                 if d.is_dir() and self._inside(d) and d.resolve() not in out:
                     out.append(d.resolve())
         return out

@@ -113,7 +113,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                 # may be lines below, through a dict or a name), unless a helper's
                 # parameter: then where the caller hands the wrapper over
                 call = s.parents.get(recv, c)
-                at = c if _given(s, recv) else call
+                at = c if _given(s, recv) and not _held(s, call) else call
                 yield Hit.at(
                     "DDP-SAVE-WRAPPER",
                     at,
@@ -136,6 +136,18 @@ def _given(s: Script, recv: ast.expr) -> bool:
         and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef)
         and recv.id in {a.arg for a in scope.args.posonlyargs + scope.args.args}
         and not s.assigned(scope, recv.id)
+    )
+
+
+def _held(s: Script, call: ast.AST) -> bool:
+    """`sd = model.state_dict()`: a name holds the weights alone (mozilla/TTS save_model),
+    so `.module` goes on that line even when `model` is the helper's parameter."""
+    stmt = s.parents.get(s.parents.get(call, call), None)
+    return (
+        isinstance(stmt, ast.Assign)
+        and stmt.value is s.parents.get(call)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
     )
 
 

@@ -13,6 +13,7 @@ from ddptui.lint.callers import moved_with_owner
 from ddptui.lint.flow import Flow, ident
 from ddptui.lint.frameworks import moved_held
 from ddptui.lint.lint13 import rank0_gpu0
+from ddptui.lint.lint18 import bn_rebinding
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_seed import rank_seed, seed_calls
 from ddptui.lint.script import Script, const, kwarg, last
@@ -391,8 +392,7 @@ def nccl_tuning(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
-    # (mmcv's build_norm_layer: the config's norm_cfg picks BN or SyncBN)
-    if not f.ddp_calls or f.uses(
+    if not f.ddp_calls or f.uses(  # mmcv's build_norm_layer: norm_cfg picks BN or SyncBN
         "convert_sync_batchnorm", "SyncBatchNorm", "convert_syncbn_model", "build_norm_layer"
     ):
         return
@@ -418,7 +418,7 @@ def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
             here = s.module_of(c) is s.entry
             # in another file: said where the entry builds or wraps the model, where the
             # conversion belongs
-            at = c if here else s.entry_anchor(f.ddp_calls[0])
+            at = bn_rebinding(s, f, c) or (c if here else s.entry_anchor(f.ddp_calls[0]))
             yield Hit.at(
                 "DDP-BATCHNORM",
                 at,

@@ -1,0 +1,99 @@
+"""Folders a project puts on `sys.path` before it imports from them, read from the code
+(nothing is run): a literal or `os.path.join(here, "..", "lib")`, also through a name
+and a helper's parameter (`def add_path(path): sys.path.insert(0, path)`, then
+`add_path(lib_path)`), and in a sibling module imported for that side effect alone
+(`import _init_paths`, as HRNet, Detectron and their many forks do)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+_MAX_BYTES = 200_000
+
+
+def path_parts(nodes: list[ast.AST]) -> list[list[str]]:
+    """The literal parts of each folder the code appends or inserts on sys.path."""
+    out: list[list[str]] = []
+    for n in nodes:
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("append", "insert")
+            and ast.unparse(n.func.value) == "sys.path"
+            and n.args
+        ):
+            for arg in _values(nodes, n.args[-1], n, 3):
+                parts = _parts(arg)
+                if parts and parts not in out:
+                    out.append(parts)
+    return out
+
+
+def side_effect_imports(nodes: list[ast.AST], here: Path) -> list[tuple[Path, list[str]]]:
+    """(folder, parts) of the sys.path folders that `import _init_paths`-like sibling
+    modules add: a plain `import X` of a file beside this one that touches sys.path."""
+    out: list[tuple[Path, list[str]]] = []
+    for n in nodes:
+        if not isinstance(n, ast.Import):
+            continue
+        for a in n.names:
+            if "." in a.name:
+                continue
+            path = here / f"{a.name}.py"
+            try:
+                if not path.is_file() or path.stat().st_size > _MAX_BYTES:
+                    continue
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if "sys.path" not in text:
+                continue
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError):
+                continue  # the module itself gets its per-file note when followed
+            out += [(here, parts) for parts in path_parts(list(ast.walk(tree)))]
+    return out
+
+
+def _values(nodes: list[ast.AST], arg: ast.expr, site: ast.AST, depth: int) -> list[ast.expr]:
+    """`arg` itself, or what the name is given: an assignment, or (a parameter of the
+    function around `site`) the arguments of that function's calls in the file."""
+    if not isinstance(arg, ast.Name) or depth <= 0:
+        return [arg]
+    out: list[ast.expr] = []
+    for n in nodes:
+        if isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == arg.id for t in n.targets
+        ):
+            out += _values(nodes, n.value, n, depth - 1)
+        elif isinstance(n, ast.FunctionDef) and any(x is site for x in ast.walk(n)):
+            params = [p.arg for p in n.args.posonlyargs + n.args.args]
+            if arg.id not in params:
+                continue
+            i = params.index(arg.id)
+            for c in nodes:
+                if (
+                    isinstance(c, ast.Call)
+                    and isinstance(c.func, ast.Name)
+                    and c.func.id == n.name
+                    and len(c.args) > i
+                ):
+                    out += _values(nodes, c.args[i], c, depth - 1)
+    return out
+
+
+def _parts(arg: ast.expr) -> list[str]:
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if (  # `os.path.join`, `osp.join` (a str's `.join` takes one argument)
+        isinstance(arg, ast.Call)
+        and isinstance(arg.func, ast.Attribute)
+        and arg.func.attr == "join"
+        and len(arg.args) >= 2
+    ):
+        return [a.value for a in arg.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return []
+
+

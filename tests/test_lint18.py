@@ -1,0 +1,208 @@
+"""Round 18: the shapes of code that defeated the rules on blind batch M, each followed
+in general. The code is the real projects' (only the lines needed, each cited with its
+repository and commit); each wrong shape is beside a correct twin that stays silent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lintproject import lint_project
+from lintproject import severities as _sev
+
+# A helper saves its parameter's weights through a name (blind M).
+# mozilla/TTS @ 9d0ae2bfb48aa7d95c6f236d8b9f841fb64a525f: TTS/tts/utils/io.py's save_model
+# holds `new_state_dict = model.state_dict()` and torch.saves a dict twelve lines below;
+# train_glow_tts.py hands it the DDP wrapper. The fix (e723b998) changed that line to
+# `model.module.state_dict()`: the finding names it, not the torch.save.
+TTS_IO = """\
+import datetime
+import torch
+
+
+def save_model(model, optimizer, current_step, epoch, r, output_path, amp_state_dict=None, **kwargs):
+    new_state_dict = {SD}
+    state = {
+        'model': new_state_dict,
+        'optimizer': optimizer.state_dict() if optimizer is not None else None,
+        'step': current_step,
+        'epoch': epoch,
+        'date': datetime.date.today().strftime("%B %d, %Y"),
+        'r': r
+    }
+    if amp_state_dict:
+        state['amp'] = amp_state_dict
+    state.update(kwargs)
+    torch.save(state, output_path)
+
+
+def save_checkpoint(model, optimizer, current_step, epoch, r, output_folder, **kwargs):
+    save_model(model, optimizer, current_step, epoch, r, output_folder + '/ckpt.pth', **kwargs)
+"""
+TTS_TRAIN = """\
+import torch
+import torch.distributed as dist
+from apex.parallel import DistributedDataParallel as DDP
+from tts_io import save_checkpoint
+
+
+def main(model, optimizer, loader, num_gpus):
+    dist.init_process_group("nccl")
+    if num_gpus > 1:
+        model = DDP(model)
+    for epoch in range(10):
+        for step, batch in enumerate(loader):
+            optimizer.zero_grad()
+            model(batch).mean().backward()
+            optimizer.step()
+            if step % 1000 == 0 and dist.get_rank() == 0:
+                save_checkpoint(model, optimizer, step, epoch, 1, "out")
+"""
+
+
+def test_save_wrapper_names_the_line_that_holds_the_state_dict(tmp_path: Path) -> None:
+    files = {"train.py": TTS_TRAIN, "tts_io.py": TTS_IO.replace("{SD}", "model.state_dict()")}
+    found = lint_project(tmp_path / "bad", files)
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-SAVE-WRAPPER")] == [("tts_io.py", 6)]
+    fixed = "model.module.state_dict() if hasattr(model, 'module') else model.state_dict()"
+    files["tts_io.py"] = TTS_IO.replace("{SD}", fixed)
+    assert _sev(lint_project(tmp_path / "ok", files), "DDP-SAVE-WRAPPER") == []
+
+
+# The BatchNorm class chosen through a global name the wrapping method rebinds (blind M).
+# lucidrains/lightweight-gan @ fa81e9c7105aa03f9ce699a6a7711e1a0cca86e2:
+# lightweight_gan/lightweight_gan.py builds its blocks with `norm_class(chans)`
+# (`norm_class = nn.BatchNorm2d` at module level), and Trainer.init_GAN sets
+# `global norm_class; norm_class = nn.BatchNorm2d if not self.use_evonorm else ...`
+# before it builds the GAN and wraps G and D in DDP. The fix (cab485f5) picks
+# nn.SyncBatchNorm on that line when is_ddp: the finding names it, not the entry script.
+LWGAN = """\
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+norm_class = nn.BatchNorm2d
+
+
+class Generator(nn.Module):
+    def __init__(self, chans):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(chans, chans, 3), norm_class(chans), nn.GLU(dim=1))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Trainer():
+    def __init__(self, rank=0, is_ddp=False, use_evonorm=False):
+        self.rank = rank
+        self.is_ddp = is_ddp
+        self.use_evonorm = use_evonorm
+
+    def init_GAN(self):
+        global norm_class
+        norm_class = {NORM}
+        self.G = Generator(64).cuda(self.rank)
+        if self.is_ddp:
+            self.G_ddp = DDP(self.G, device_ids=[self.rank], broadcast_buffers=False)
+
+    def train(self, batch):
+        self.G_ddp(batch).mean().backward()
+"""
+LWGAN_CLI = """\
+import torch.distributed as dist
+from lightweight_gan import Trainer
+
+
+def run_training(rank, world_size):
+    dist.init_process_group('nccl', rank=rank, world_size=world_size)
+    model = Trainer(rank=rank, is_ddp=True)
+    model.init_GAN()
+    for batch in range(100):
+        model.train(batch)
+"""
+
+
+def test_batchnorm_named_where_the_wrapping_method_picks_the_norm_class(tmp_path: Path) -> None:
+    bad = "nn.BatchNorm2d if not self.use_evonorm else nn.Identity"
+    files = {"train.py": LWGAN_CLI, "lightweight_gan.py": LWGAN.replace("{NORM}", bad)}
+    found = lint_project(tmp_path / "bad", files)
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-BATCHNORM")] == [("lightweight_gan.py", 25)]
+    fixed = "nn.SyncBatchNorm if self.is_ddp else nn.BatchNorm2d"
+    files["lightweight_gan.py"] = LWGAN.replace("{NORM}", fixed)
+    assert _sev(lint_project(tmp_path / "ok", files), "DDP-BATCHNORM") == []
+
+
+# The sampler is built in a package that `import _init_paths` puts on sys.path (blind M).
+# HRNet/DEKR @ b3904a4a3861c912d07c8294530772af33bda578: tools/_init_paths.py runs
+# `add_path(osp.join(this_dir, '..', 'lib'))` with `def add_path(path):
+# sys.path.insert(0, path)`; tools/train.py imports it, then `from dataset import
+# make_dataloader`, whose lib/dataset/build.py builds the DistributedSampler. The epoch
+# loop never called set_epoch (issue #13; fixed in e375276 by
+# `train_loader.sampler.set_epoch(epoch)` at its top).
+DEKR_PATHS = """\
+import os.path as osp
+import sys
+
+
+def add_path(path):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
+this_dir = osp.dirname(__file__)
+
+lib_path = osp.join(this_dir, '..', 'lib')
+add_path(lib_path)
+"""
+DEKR_BUILD = """\
+import torch
+import torch.utils.data
+import torch.utils.data.distributed
+
+
+def make_dataloader(dataset, images_per_batch, distributed=False):
+    shuffle = True
+    if distributed:
+        train_sampler = torch.utils.data.distributed.DistributedSampler(dataset)
+        shuffle = False
+    else:
+        train_sampler = None
+    data_loader = torch.utils.data.DataLoader(
+        dataset, batch_size=images_per_batch, shuffle=shuffle, sampler=train_sampler
+    )
+    return data_loader
+"""
+DEKR_TRAIN = """\
+import torch
+import torch.distributed as dist
+
+import _init_paths
+from dataset import make_dataloader
+
+
+def main_worker(gpu, args, model, dataset, optimizer):
+    dist.init_process_group(backend="nccl", init_method=args.dist_url,
+                            world_size=args.world_size, rank=args.rank)
+    torch.cuda.set_device(gpu)
+    model = torch.nn.parallel.DistributedDataParallel(model.cuda(gpu), device_ids=[gpu])
+    train_loader = make_dataloader(dataset, 8, distributed=args.distributed)
+    for epoch in range(0, 140):
+{SET}        for images in train_loader:
+            optimizer.zero_grad()
+            model(images).mean().backward()
+            optimizer.step()
+"""
+
+
+def test_set_epoch_follows_the_sys_path_an_init_paths_import_adds(tmp_path: Path) -> None:
+    files = {
+        "tools/train.py": DEKR_TRAIN.replace("{SET}", ""),
+        "tools/_init_paths.py": DEKR_PATHS,
+        "lib/dataset/__init__.py": "from .build import make_dataloader\n",
+        "lib/dataset/build.py": DEKR_BUILD,
+    }
+    found = lint_project(tmp_path / "bad", files, entry="tools/train.py")
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-SET-EPOCH")] == [("train.py", 14)]
+    fixed = "        if args.distributed:\n            train_loader.sampler.set_epoch(epoch)\n"
+    files["tools/train.py"] = DEKR_TRAIN.replace("{SET}", fixed)
+    assert _sev(lint_project(tmp_path / "ok", files, entry="tools/train.py"), "DDP-SET-EPOCH") == []
