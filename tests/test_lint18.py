@@ -206,3 +206,55 @@ def test_set_epoch_follows_the_sys_path_an_init_paths_import_adds(tmp_path: Path
     fixed = "        if args.distributed:\n            train_loader.sampler.set_epoch(epoch)\n"
     files["tools/train.py"] = DEKR_TRAIN.replace("{SET}", fixed)
     assert _sev(lint_project(tmp_path / "ok", files, entry="tools/train.py"), "DDP-SET-EPOCH") == []
+
+
+# A second DDP-wrapped model left out of accelerator.accumulate (blind M).
+# huggingface/diffusers @ e372e0a20bcd79b72bd5b1536bfd98de6d55e7bb:
+# examples/dreambooth/train_dreambooth_lora_sd3.py prepares the transformer and both CLIP
+# text encoders, then `models_to_accumulate.extend([text_encoder_one])` before
+# `with accelerator.accumulate(models_to_accumulate):`, whose block encodes the prompts
+# with text_encoder_two too. The fix (3e57cfe9, PR #9682) extends the list with both.
+SD3 = """\
+import torch
+from accelerate import Accelerator
+
+
+def main(args, transformer, text_encoder_one, text_encoder_two, optimizer, train_dataloader, lr_scheduler):
+    accelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)
+    if args.train_text_encoder:
+        (
+            transformer,
+            text_encoder_one,
+            text_encoder_two,
+            optimizer,
+            train_dataloader,
+            lr_scheduler,
+        ) = accelerator.prepare(
+            transformer, text_encoder_one, text_encoder_two, optimizer, train_dataloader, lr_scheduler
+        )
+    else:
+        transformer, optimizer, train_dataloader, lr_scheduler = accelerator.prepare(
+            transformer, optimizer, train_dataloader, lr_scheduler
+        )
+    for epoch in range(args.num_train_epochs):
+        for step, batch in enumerate(train_dataloader):
+            models_to_accumulate = [transformer]
+            if args.train_text_encoder:
+                models_to_accumulate.extend({MODELS})
+            with accelerator.accumulate(models_to_accumulate):
+                prompt_embeds = encode_prompt(
+                    text_encoders=[text_encoder_one, text_encoder_two], prompt=batch["prompts"]
+                )
+                loss = transformer(batch["pixel_values"], prompt_embeds).mean()
+                accelerator.backward(loss)
+                optimizer.step()
+                lr_scheduler.step()
+                optimizer.zero_grad()
+"""
+
+
+def test_no_sync_a_prepared_model_left_out_of_accumulate(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": SD3.replace("{MODELS}", "[text_encoder_one]")})
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-NO-SYNC")] == [("train.py", 26)]
+    both = SD3.replace("{MODELS}", "[text_encoder_one, text_encoder_two]")
+    assert _sev(lint_project(tmp_path / "ok", {"train.py": both}), "DDP-NO-SYNC") == []

@@ -11,6 +11,7 @@ from typing import Final
 from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.lint import (
     lint16,
+    lint18,
     rules_accum,
     rules_branch_lint6,
     rules_data,
@@ -61,6 +62,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_branch_lint6.RULES,
     *rules_lint7.RULES,
     *lint16.RULES,
+    *lint18.RULES,
     *rules_lint10.RULES,
     *rules_lint12.RULES,
     *rules_lint13.RULES,

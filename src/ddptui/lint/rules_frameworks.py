@@ -357,7 +357,7 @@ _MODEL_WORDS: Final = re.compile(
 )
 
 
-def _prepared_models(s: Script, f: Flow) -> Iterator[tuple[ast.Call, ast.Name, ast.expr]]:
+def prepared_models(s: Script, f: Flow) -> Iterator[tuple[ast.Call, ast.Name, ast.expr]]:
     """(prepare call, the name the model comes back as, the model given)."""
     for c in s.calls:
         fn = c.func
@@ -405,7 +405,7 @@ def _rebound_between(s: Script, scope: Scope, name: str, start: int, end: int) -
 
 
 def prepared_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
-    for prep, name, _ in _prepared_models(s, f):
+    for prep, name, _ in prepared_models(s, f):
         scope = s.scope_of(prep)
         start = prep.end_lineno or prep.lineno
         said: set[str] = set()  # each attribute once: each is its own fix
