@@ -258,3 +258,94 @@ def test_no_sync_a_prepared_model_left_out_of_accumulate(tmp_path: Path) -> None
     assert [(n, ln) for n, ln, _ in _sev(found, "DDP-NO-SYNC")] == [("train.py", 26)]
     both = SD3.replace("{MODELS}", "[text_encoder_one, text_encoder_two]")
     assert _sev(lint_project(tmp_path / "ok", {"train.py": both}), "DDP-NO-SYNC") == []
+
+
+# A loader class that seeds the global generators with its default (blind M).
+# deepmodeling/deepmd-kit @ 269ed3e7cb9b8a92b33948c79645339e2f36add8:
+# deepmd/pt/utils/dataloader.py's DpLoaderSet.__init__(..., seed=10) calls
+# setup_seed(seed) (torch.manual_seed); deepmd/pt/entrypoints/main.py builds the
+# validation, then the training DpLoaderSet on every rank without a seed, and the
+# WeightedRandomSampler that picks each batch's system draws from the global generator:
+# every rank the same systems. The fix (7eaa80cb, #4015) passes seed=(seed + rank) to
+# both; the finding names the training loader's, the last to seed before training.
+DP_LOADER = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
+from torch.utils.data.distributed import DistributedSampler
+
+
+def setup_seed(seed):
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+
+
+class DpLoaderSet(Dataset):
+    def __init__(self, systems, batch_size, type_map, seed=10, shuffle=True):
+        setup_seed(seed)
+        self.systems = systems
+        self.dataloaders = []
+        for system in self.systems:
+            sampler = DistributedSampler(system) if dist.is_initialized() else None
+            self.dataloaders.append(DataLoader(system, batch_size=batch_size, sampler=sampler))
+
+    def __len__(self):
+        return len(self.dataloaders)
+
+
+def get_weighted_sampler(training_data, probs):
+    with torch.device("cpu"):
+        sampler = WeightedRandomSampler(probs, len(training_data), replacement=True)
+    return sampler
+"""
+DP_MAIN = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+
+from dataloader import DpLoaderSet, get_weighted_sampler
+
+
+def get_trainer(config, model, seed=None):
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is not None:
+        local_rank = int(local_rank)
+        dist.init_process_group(backend="nccl")
+
+    def prepare_trainer_input_single(data_dict_single, rank=0):
+        validation_data_single = DpLoaderSet(
+            data_dict_single["validation_systems"],
+            data_dict_single["batch_size"],
+            config["type_map"],{VSEED}
+        )
+        train_data_single = DpLoaderSet(
+            data_dict_single["training_systems"],
+            data_dict_single["batch_size"],
+            config["type_map"],{TSEED}
+        )
+        return train_data_single, validation_data_single
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    train_data, validation_data = prepare_trainer_input_single(config["training"], rank=rank)
+    sampler = get_weighted_sampler(train_data, config["probs"])
+    loader = DataLoader(train_data, sampler=sampler, batch_size=None)
+    model = DDP(model.to(local_rank), device_ids=[local_rank])
+    optimizer = torch.optim.Adam(model.parameters())
+    for batch in loader:
+        optimizer.zero_grad()
+        model(batch).mean().backward()
+        optimizer.step()
+"""
+
+
+def test_rank_seed_a_loader_class_seeding_alike_through_its_default(tmp_path: Path) -> None:
+    bad = DP_MAIN.replace("{VSEED}", "").replace("{TSEED}", "")
+    found = lint_project(tmp_path / "bad", {"train.py": bad, "dataloader.py": DP_LOADER})
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-RANK-SEED")] == [("train.py", 23)]
+    seeded = "\n            seed=(seed + rank) if seed is not None else None,"
+    ok = DP_MAIN.replace("{VSEED}", seeded).replace("{TSEED}", seeded)
+    found = lint_project(tmp_path / "ok", {"train.py": ok, "dataloader.py": DP_LOADER})
+    assert _sev(found, "DDP-RANK-SEED") == []

@@ -139,3 +139,25 @@ def _given(s: Script, scope: Scope, c: ast.Call) -> tuple[set[str], list[ast.exp
 
 
 RULES = (accumulate_left_out,)
+
+
+def last_entry_anchor(s: Script, node: ast.AST, depth: int = 0) -> ast.AST:
+    """Like `Script.entry_anchor`, but of several calls in one function of the entry
+    file the last: a seeding helper run once per loader (`DpLoaderSet(validation...)`,
+    then `DpLoaderSet(training...)`, deepmd-kit) leaves the global generators as the
+    last call seeded them, so that is the stream training draws from."""
+    if s.module_of(node) is s.entry or depth > 4:
+        return node
+    scope = s.scope_of(node)
+    if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        return node
+    sites = s.call_sites(scope)
+    here = [c for c in sites if s.module_of(c) is s.entry]
+    if here:  # the last of those in the function of the first
+        first = s.scope_of(here[0])
+        return max((c for c in here if s.scope_of(c) is first), key=lambda c: c.lineno)
+    for site in sites:
+        found = last_entry_anchor(s, site, depth + 1)
+        if found is not site:
+            return found
+    return node

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.flow import Flow, calls_in
+from ddptui.lint.lint18 import last_entry_anchor
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_data import is_loader
 from ddptui.lint.script import Script, kwarg, last
@@ -23,6 +24,10 @@ _GLOBAL_SEEDS: Final = frozenset(
 _DRAWS: Final = re.compile(
     r"^torch\.(randn|rand|randint|randperm|randn_like|rand_like|randint_like|bernoulli"
     r"|multinomial|normal|poisson)$|^(numpy|np)\.random\.(?!seed)\w+$|^random\.(?!seed)\w+$"
+)
+# samplers that draw from torch's global generator unless handed their own
+_RANDOM_SAMPLERS: Final = re.compile(
+    r"^torch\.utils\.data(\.sampler)?\.(WeightedRandomSampler|RandomSampler|SubsetRandomSampler)$"
 )
 _SEED_NAME: Final = re.compile(r"seed", re.I)
 _SEEDS: Final = frozenset({"manual_seed", "manual_seed_all", "seed_everything", "set_seed", "seed"})
@@ -140,7 +145,7 @@ def rank_seed_helpers(s: Script, f: Flow) -> Iterator[Hit]:
     # a project helper (`set_random_seed`): a direct `torch.manual_seed(0)` before the
     # model is built is the advice for equal initial weights (DDP-SEED), left alone
     seeds = [c for c in s.calls if s.callees(c) and _seeding(s, c)]
-    if not seeds or not any(_DRAWS.match(s.call_name(c)) for c in s.calls):
+    if not seeds or not any(_draws(s, c) for c in s.calls):
         return
     for c in seeds:
         inner = [n for fn in s.callees(c) for n in ast.walk(fn)]
@@ -148,7 +153,9 @@ def rank_seed_helpers(s: Script, f: Flow) -> Iterator[Hit]:
             isinstance(n, ast.Name | ast.Attribute | ast.Call) and f.rank_valued(n) for n in inner
         ):
             return  # one of them adds the rank
-    at = s.entry_anchor(seeds[0])
+    at = last_entry_anchor(s, seeds[0])
+    if at is not seeds[0] and f.is_rank_expr(at):
+        return  # the entry hands the helper a per-rank seed (`DpLoaderSet(..., seed=seed + rank)`)
     yield Hit.at(
         "DDP-RANK-SEED",
         at,
@@ -157,6 +164,16 @@ def rank_seed_helpers(s: Script, f: Flow) -> Iterator[Hit]:
             "numbers (noise, masks, crops): every GPU draws the same ones"
         ),
         seed=ast.unparse(seeds[0].args[0]) if seeds[0].args else "seed",
+    )
+
+
+def _draws(s: Script, c: ast.Call) -> bool:
+    """A draw from the global generators: `torch.randn`, `np.random.rand`, or a random
+    sampler without its own generator (deepmd-kit's WeightedRandomSampler over the
+    systems: every rank seeded alike picks the same system for each batch)."""
+    qn = s.call_name(c)
+    return bool(_DRAWS.match(qn)) or (
+        bool(_RANDOM_SAMPLERS.match(qn)) and kwarg(c, "generator") is None
     )
 
 
