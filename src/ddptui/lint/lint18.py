@@ -1,5 +1,6 @@
-"""Round 18: where the fix of a pitfall goes when the code reaches it through a name
-(blind batch M)."""
+"""Round 18, from the misses of blind batch M: where the fix goes when the code reaches a
+pitfall through a name (a norm class a global rebinds, the last of several seeding
+calls), and a model `accelerator.prepare` wrapped but left out of `accumulate()`."""
 
 from __future__ import annotations
 
