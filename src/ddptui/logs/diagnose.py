@@ -20,9 +20,15 @@ from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
 from ddptui.logs.facts import FactCollector
-from ddptui.logs.lineinfo import ELASTIC_LOCAL, ELASTIC_SUMMARY_RANK, NCCL_INIT_RANK
+from ddptui.logs.lineinfo import (
+    ELASTIC_LOCAL,
+    ELASTIC_SIGNAL_PID,
+    ELASTIC_SUMMARY_RANK,
+    NCCL_INIT_RANK,
+)
 from ddptui.logs.scan import Candidate, from_lines
 from ddptui.logs.stalls import StallWatch
+from ddptui.logs.teardown import AbortWindows
 from ddptui.logs.unknown import Unknowns, conclude
 
 EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
@@ -188,6 +194,7 @@ class Diagnoser:
         self._hints = list(load_factrules().hints)
         # a log that stops where a job waits (off for a live job's logs: they always stop)
         self.stalls = StallWatch(load_factrules().stalls if stalls else ())
+        self.aborts = AbortWindows()  # gpu8: NCCL's teardown at exit (logs/teardown.py)
 
     def feed(self, cand: Candidate) -> None:
         if cand.end:
@@ -206,11 +213,14 @@ class Diagnoser:
         where = f"{cand.source}:{cand.lineno}"
         self.facts.feed(cand.source, where, cand.text, head.host, head.pid, rank)
         self._context(cand, where)
+        self.aborts.feed(cand.source, head.pid, cand.text)
         m = classify_line(cand.text, cand.sigs) if cand.sigs else None
         if m is None:
             return
         sig = m.signature
         if sig.id.startswith(UNRECOGNIZED):
+            if sig.severity != "error" and self.aborts.inside(cand.source, head.pid):
+                return  # gpu8: teardown, not a failure
             key = _rank_key(rank, local, cand.source, True)
             self.unknown.add(key, self.order, cand.t, where, cand.text, sig.severity == "error")
             return
@@ -342,6 +352,9 @@ class Diagnoser:
         if local is None and "local_rank: " in cand.text:
             m = ELASTIC_LOCAL.search(cand.text)
             local = int(m["local"]) if m is not None else None
+        if local is None and "received by PID " in cand.text:  # gpu8
+            s = ELASTIC_SIGNAL_PID.search(cand.text)
+            local = self.pid_local.get((cand.source, int(s["pid"]))) if s is not None else None
         return local
 
     def _global(self, source: str, rank: int | None, local: int | None) -> int | None:

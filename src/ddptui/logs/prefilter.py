@@ -110,6 +110,9 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "/libnccl.so",
     # gpu7: the second line of Lightning's device check (factrules_gpu7.lightning_gpus)
     "But your machine only has",
+    # gpu8: NCCL's communicator abort at exit (logs/teardown.py; its "Abort COMPLETE" line
+    # passes on "nranks ")
+    "START",  # "... - Abort START"
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

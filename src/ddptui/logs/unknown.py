@@ -27,6 +27,7 @@ from ddptui.diagnosis.factrules_gpu7 import taken_down
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
+from ddptui.logs.crashfirst import crashed_first
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
@@ -243,6 +244,7 @@ def conclude(
         or first.severity != "error"
         or (root_secondary and root_order is not None and hard[0].order < root_order)
         or (root_secondary and any(OWN_EXCEPTION.search(h.text) for h in hard))
+        or crashed_first(first.id, d.per_id, hard, OWN_EXCEPTION)  # gpu8
     ):
         unknown = unrecognized(hard, d.unknown.count, True)
     elif soft and not hard and first is None:
