@@ -117,6 +117,19 @@ def test_one_nodes_view() -> None:
         assert (doc["first_failure"]["finding"], doc["first_failure"]["rank"]) == (lead, rank), files
 
 
+def test_the_stalled_ranks_own_view() -> None:
+    # node 1's file alone: its rank slept in the callback with no work in flight ("Last
+    # enqueued NCCL work: 16, last completed NCCL work: 16") when rank 0's watchdog
+    # signalled its timeout; the connection rank 0 closed later is the consequence
+    code, doc = diagnose("hf-stall-n1.log")
+    assert code == 1
+    first = doc["first_failure"]
+    assert (first["finding"], first["rank"]) == ("LOGS-NOT-IN-COLLECTIVE", 1), first
+    assert "rank 0 waits in a collective; rank 1 never reports it" in first["summary"]
+    ids = [f["id"] for f in doc["steps"][0]["findings"]]
+    assert "BOOT-PEERCLOSED" in ids[1:]
+
+
 def test_check_on_two_ranks_passed_every_step_on_nccl() -> None:
     doc = json.loads((FAIL8 / "check-2hosts.json").read_text())
     steps = {s["id"]: s["status"] for s in doc["steps"]}
