@@ -27,9 +27,9 @@ CASES: dict[str, tuple[tuple[str, ...], str, int | None, tuple[str, ...]]] = {
     # watchdog times out in the Trainer's loss all_gather, rank 1 never enqueued it
     "hf-stall": (("hf-stall-n0.log", "hf-stall-n1.log"), "LOGS-NOT-IN-COLLECTIVE", 1, ("WATCHDOG",)),
     # torchrun --max-restarts 1, one agent, two ranks; rank 1 raises at step 3, twice
-    "restart": (("restart.log",), "LOGS-UNRECOGNIZED", None, ("BOOT-PEERCLOSED",)),
+    "restart": (("restart.log",), "LOGS-UNRECOGNIZED", 1, ("BOOT-PEERCLOSED",)),
     # the same with two agents (c10d rendezvous): the survivor's agent finds it closed
-    "restart2": (("restart2-n0.log", "restart2-n1.log"), "LOGS-UNRECOGNIZED", None, ("C10D-RDZV-CLOSED",)),
+    "restart2": (("restart2-n0.log", "restart2-n1.log"), "LOGS-UNRECOGNIZED", 1, ("C10D-RDZV-CLOSED",)),
     # --nnodes 2 with c10d rendezvous and one agent only, join_timeout=30
     "rdzv": (("rdzv.log",), "C10D-RDZV-TIMEOUT", None, ()),
     # rank 1 kills itself with SIGSEGV at step 3; rank 0 loses its peer

@@ -96,6 +96,7 @@ MAX_KEYS: Final = 1024
 # frame of the traceback, a launcher's report printed earlier)
 OWN_EXCEPTION: Final = re.compile(r"(?:^|[\]>|:]\s?)\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:: .*|\s*$)")
 SHOWN: Final = 8
+_GLOBAL_KEY: Final = re.compile(r"^rank (\d+)$")  # a FirstError key naming a global rank
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
         f"{first.key} first, at {_clock(first.t)}",
         tuple(f"{e.where}: {e.text}" for e in errors[:SHOWN]),
         severity="error" if hard else "warning",
+        rank=int(m[1]) if (m := _GLOBAL_KEY.match(first.key)) is not None else None,  # gpu8
         count=count,
         first_lines=shown,
         first=f"{first.key} at {_clock(first.t)} ({first.where})",
