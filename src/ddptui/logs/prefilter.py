@@ -110,6 +110,11 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "/libnccl.so",
     # gpu7: the second line of Lightning's device check (factrules_gpu7.lightning_gpus)
     "But your machine only has",
+    # logs22: NCCL's GPUDirect RDMA state per HCA, the model state copied to every rank
+    # (factrules_logs22.gdr_off_everywhere, sigkill_model_sync)
+    "NET/IB : GPU Direct RDMA",
+    "NET/IB: GPU Direct RDMA",
+    "Synchronizing model states",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

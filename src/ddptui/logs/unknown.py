@@ -24,6 +24,7 @@ from ddptui.diagnosis.factrules import (
     outranks_line,
 )
 from ddptui.diagnosis.factrules_gpu7 import taken_down
+from ddptui.diagnosis.factrules_logs22 import quiet_alone
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -253,6 +254,7 @@ def conclude(
             (f for f in findings if f.severity == "error" and outranks_line(f.id, lead.id)), lead
         )
     lead, findings = _loopback_alone(lead, findings, unknown)
+    lead, findings = quiet_alone(lead, findings, unknown)  # logs22
     present = {f.id: f.severity for f in findings}
     if unknown is not None:
         present[unknown.id] = unknown.severity
