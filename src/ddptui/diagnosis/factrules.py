@@ -29,6 +29,7 @@ from ddptui.diagnosis.factcontext import (
     who,
 )
 from ddptui.diagnosis.factmodel import (
+    UNRECOGNIZED,
     FactRule,
     FactRules,
     IfaceClass,
@@ -600,7 +601,8 @@ def fact_findings(ctx: Context, rules: FactRules | None = None) -> list[Finding]
         severity: Severity = rule.severity
         if any(ctx.present[e] == "error" for e in explains):
             severity = "error"
-            summary += f" (explains {', '.join(explains[:3])})"
+            named = [e if e != UNRECOGNIZED else "the failure line" for e in explains[:3]]
+            summary += f" (explains {', '.join(named)})"
         hosts = {(p.host or "").partition("#")[0] for p in ctx.procs if p.rank in ranks}
         nodes = tuple(sorted(h for h in hosts if h))
         if not nodes:  # ranks not stated: the hosts the finding names

@@ -150,6 +150,18 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
     )
 
 
+def _uncovered(unknown: Finding | None, lead: Finding | None) -> Finding | None:
+    """LOGS-UNRECOGNIZED, unless another lead quotes every line it quotes ("file:line:
+    text"): then nothing is left unexplained and the user is not told of an unknown."""
+    if unknown is None or lead is None or lead is unknown or not unknown.evidence:
+        return unknown
+
+    def wheres(f: Finding) -> set[str]:
+        return {e.split(": ", 1)[0] for e in f.evidence}
+
+    return None if wheres(unknown) <= wheres(lead) else unknown
+
+
 def _past_wrappers(
     d: Diagnoser, first: Finding | None, findings: list[Finding], hard: list[FirstError]
 ) -> tuple[Finding | None, list[FirstError]]:
@@ -303,6 +315,7 @@ def conclude(
         if quiet is not None:
             lead = dataclasses.replace(quiet, severity="warning")
             findings = [lead if f is quiet else f for f in findings]
+    unknown = _uncovered(unknown, lead)
     extra = [x for x in (unknown, *facts) if x is not None]
     rest = [f for f in [*extra, *findings] if f is not lead]
     if lead is None:
