@@ -146,12 +146,12 @@ CORPUS = load_corpus()
 # an id; 137 healthy silent.  Round logs22 (tuned on O: its misses that name an id, ROCm
 # torch's "No HIP GPUs are available", a SIGKILL while rank 0's model state is copied to
 # every rank; new ids for causes that recur and whose lines carry them,
-# C10D-WATCHDOG-CAPTURE, SLURM-PYXIS-ENROOT, NCCL-GDR-NOPEERMEM, which now name 6 [NEW]
-# labels, counted wrong as collected; RCCL's iommu=pt warning alone is not reported):
-# 326 right (66.8 %), 78 wrong (16.0 %), 61 unrecognized, 23 called clean; 17 wrong on
-# excerpts labelled with an id.
+# C10D-WATCHDOG-CAPTURE, SLURM-PYXIS-ENROOT, NCCL-GDR-NOPEERMEM, NCCL-OFI-LIBFABRIC,
+# K8S-ISTIO-SIDECAR, which now name 10 [NEW] labels (2 each), counted wrong as collected;
+# RCCL's iommu=pt warning alone is not reported): 326 right (66.8 %), 82 wrong (16.8 %),
+# 58 unrecognized, 22 called clean; 17 wrong on excerpts labelled with an id.
 RIGHT_CAUSE_FLOOR = 0.668
-WRONG_CAUSE_CEILING = 0.160
+WRONG_CAUSE_CEILING = 0.169
 WRONG_LABELLED_CEILING = 17
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
@@ -208,8 +208,9 @@ WRONG_LABELLED_CEILING = 17
 # actor's prefix; hipDeviceCanAccessPeer one way; a client socket timeout to a 172.17.x
 # address; NCCL's "GPU Direct RDMA Disabled for HCA" lines only).  Round logs22 took 3
 # back (vLLM#29556's HIP wording; NCCL#1676's and the gitcode case's IB GPUDirect RDMA off
-# on every HCA, now NCCL-GDR-NOPEERMEM, a warning that keeps the log from being clean).
-CALLED_CLEAN_CEILING = 23
+# on every HCA, now NCCL-GDR-NOPEERMEM, a warning that keeps the log from being clean),
+# and 1 more (kubeflow/trainer#1636: istio-proxy's debug log on the store port).
+CALLED_CLEAN_CEILING = 22
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"

@@ -123,3 +123,47 @@ def test_rccls_scratch_reclaim_hint_is_healthy_its_fatal_refusal_is_not() -> Non
     run that went on is silent; ATOM#913's "[FATAL ERROR]: ... must be set" is not clean."""
     assert excerpt("o1-healthy-scratchwarn-rccl-1683").findings == ()
     assert lead(excerpt("o1-scratchreclaim-atom-913")) is not None
+
+
+def test_the_loader_refusing_a_libfabric_symbol_version_is_the_ofi_plugin_mismatch() -> None:
+    """awsome-distributed-ai#292 (aws-ofi-nccl 1.9.0 wants FABRIC_1.7) and #284 (libfabric
+    wants EFA_1.2): glibc's "version `X' not found (required by ...)" for the OFI stack."""
+    for name, ver in (
+        ("k2-plugin-libfabric-awsome-distributed-ai-292", "FABRIC_1.7"),
+        ("l2-ofi-plugin-libfabric-skew-awsome-distributed-ai-284", "EFA_1.2"),
+    ):
+        d = excerpt(name)
+        assert lead(d) == "NCCL-OFI-LIBFABRIC", (name, ids(d))
+        assert d.first is not None and ver in d.first.summary, d.first.summary
+
+
+def test_no_plugin_at_all_or_another_librarys_version_is_not_the_ofi_mismatch() -> None:
+    absent = [
+        "::16674:16674 [0] NCCL INFO NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file: No such file or directory",
+        "::16674:16674 [0] NCCL INFO NET/Plugin : No plugin found, using internal implementation",
+    ]
+    assert diagnose_lines(absent, "x").findings == ()
+    assert excerpt("o1-healthy-netplugin-rccl-92").findings == ()
+    cxx = ["ImportError: /lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.30' not found (required by /opt/conda/lib/libnccl-net.so)"]
+    assert "NCCL-OFI-LIBFABRIC" not in ids(diagnose_lines(cxx, "x"))
+
+
+def test_envoys_own_words_are_an_istio_sidecar_in_the_rendezvous() -> None:
+    """kubeflow/trainer#1634 (Envoy's RBAC denial, the only line) and #1636 (istio-proxy's
+    debug log dropping the inbound|23456 cluster): no longer unrecognized or clean."""
+    for name, said in (
+        ("l2-istio-sidecar-kubeflow-trainer-1634", "RBAC"),
+        ("j3-rdzv-istio-sidecar-kubeflow-trainer-1636", "port 23456"),
+    ):
+        d = excerpt(name)
+        assert lead(d) == "K8S-ISTIO-SIDECAR", (name, ids(d))
+        assert d.first is not None and said in d.first.summary, d.first.summary
+        assert 'sidecar.istio.io/inject: "false"' in d.first.fix
+
+
+def test_envoy_flushing_its_stats_is_not_a_sidecar_in_the_way() -> None:
+    lines = [
+        "2022-07-19T18:01:59.198872Z\tdebug\tenvoy main\tflushing stats",
+        "[rank0]: step 10 loss 0.52",
+    ]
+    assert diagnose_lines(lines, "x").findings == ()

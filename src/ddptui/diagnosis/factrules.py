@@ -62,7 +62,9 @@ from ddptui.diagnosis.factrules_logs18 import graph_file_set
 from ddptui.diagnosis.factrules_logs19 import shell_child_killed
 from ddptui.diagnosis.factrules_logs21 import accept_closed_early
 from ddptui.diagnosis.factrules_logs22 import (
+    envoy_in_path,
     gdr_off_everywhere,
+    ofi_libfabric_mismatch,
     pyxis_enroot_failed,
     sigkill_model_sync,
     watchdog_in_capture,
@@ -91,7 +93,7 @@ HINTS: Final = frozenset(
     | {"lightning_gpus", "lightning_gpus_have"}  # gpu7
     | {"peer_closed", "accept_magic", "accept_finalize"}  # logs21
     | {"watchdog_died", "capture_refused", "pyxis_failed", "enroot_said"}  # logs22
-    | {"gdr_off", "gdr_on", "model_sync"}  # logs22
+    | {"gdr_off", "gdr_on", "model_sync", "ofi_version", "envoy_rbac", "envoy_inbound"}  # logs22
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -573,6 +575,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "pyxis_enroot_failed": pyxis_enroot_failed,
     "gdr_off_everywhere": gdr_off_everywhere,
     "sigkill_model_sync": sigkill_model_sync,
+    "ofi_libfabric_mismatch": ofi_libfabric_mismatch,
+    "envoy_in_path": envoy_in_path,
     # a first collective that never completed on one host (P2P-HANG)
     "first_collective_hang": first_collective_hang,
 }

@@ -25,6 +25,16 @@ read.  An NCCL the log states at 2.22.3 or older is named: it does not check
 sigkill_model_sync: a rank SIGKILLed while the log says rank 0's model state was being
 copied to every rank, no other killer named (HOST-OOM-KILL, logs8's sigkill_beside).
 
+ofi_libfabric_mismatch: glibc's loader "version `FABRIC_1.7' not found (required by
+.../libnccl-net.so)" or "version `EFA_1.2' not found (required by .../libfabric.so.1)":
+NCCL's OFI plugin or its libfabric was built against another libfabric/EFA release than
+the one loaded (NCCL-OFI-LIBFABRIC; awsome-distributed-ai#292, #284).
+
+envoy_in_path: Envoy's (Istio's sidecar) own words in the log: its RBAC filter's denial
+("rbac_access_denied_matched_policy[...]", "RBAC: access denied"), or its debug logger
+handling a port as an inbound cluster ("envoy upstream ... TLS cluster inbound|23456||")
+(K8S-ISTIO-SIDECAR; kubeflow/trainer#1634, #1636).
+
 quiet_alone: RCCL's "Missing "iommu=pt" from kernel command line" is a warning RCCL's own
 maintainers call a false positive where passthrough is the kernel's default
 (ROCm/rocm-systems#7916); with nothing else failing, stalled or warned in the log it is
@@ -46,6 +56,8 @@ if TYPE_CHECKING:
 # ids whose signature line alone, with no other finding in the log, is not reported
 QUIET_ALONE: Final = frozenset({"P2P-IOMMU"})
 _VERSION: Final = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+_OFI: Final = re.compile(r"version `(?P<ver>[^'`\s]+)' not found \(required by \S*?(?P<by>lib[\w.-]+?)\)?\s*(?:\)|$)")
+_INBOUND: Final = re.compile(r"\binbound\|(?P<port>\d+)\|")
 PEERMEM_CHECKED: Final = (2, 23, 4)  # the first release that reads /sys/module/nvidia_peermem
 
 
@@ -103,6 +115,29 @@ def sigkill_model_sync(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | 
         "full copy in host memory); no scheduler or container limit is named: the "
         "kernel's OOM killer",
     )
+
+
+def ofi_libfabric_mismatch(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """The loader refused a libfabric/EFA symbol version the OFI plugin stack needs."""
+    line = ctx.hints.get("ofi_version")
+    if line is None:
+        return None
+    m = _OFI.search(line)
+    what = f" ({m['ver']}, required by {m['by']})" if m else ""
+    said = f"NCCL's OFI network plugin stack could not load{what}: built against another libfabric"
+    return [], [line], said, {}
+
+
+def envoy_in_path(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Envoy's RBAC denial, or its debug log handling a port as an inbound cluster."""
+    denied, inbound = ctx.hints.get("envoy_rbac"), ctx.hints.get("envoy_inbound")
+    if denied is None and inbound is None:
+        return None
+    m = _INBOUND.search(inbound or "")
+    port = f" on port {m['port']}" if m else ""
+    how = "denied a connection (RBAC)" if denied is not None else f"handles the traffic{port}"
+    said = f"an Istio/Envoy sidecar {how}"
+    return [], [x for x in (denied, inbound) if x is not None], said, {}
 
 
 def quiet_alone(

@@ -115,6 +115,8 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "NET/IB : GPU Direct RDMA",
     "NET/IB: GPU Direct RDMA",
     "Synchronizing model states",
+    # logs22: Envoy's debug logger handling a port as an inbound cluster (envoy_in_path)
+    "TLS cluster inbound|",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
