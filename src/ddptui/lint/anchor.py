@@ -5,6 +5,11 @@
   the rank guard, so the finding names it (`save_checkpoint(...)` in `main_worker`, not
   the `torch.save` in `save_checkpoint`). A helper called unguarded from several places
   is fixed once, inside: the finding stays there.
+- A write every rank makes in another file than the entry script, inside a method of a
+  project class (`Model.save_training_state`, `Trainer.checkpoint`), directly or through
+  free helpers called once, unguarded: the method owns the run's state (its rank, its
+  save folder), so the finding names the line in that method, in its own file, not the
+  entry's call of the object.
 - A model built without a seed: the first line that binds the wrapped model in the
   function that wraps it (the seed goes before it), not the DDP call.
 """
@@ -14,7 +19,7 @@ from __future__ import annotations
 import ast
 from typing import Final
 
-from ddptui.lint.flow import Flow
+from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.script import Pick, Script
 
 _HELPER_STMTS: Final = 10  # a helper of more statements does more than write a file
@@ -35,6 +40,39 @@ def io_helper_call(s: Script, f: Flow, node: ast.AST, depth: int = 0) -> ast.AST
     if not isinstance(s.scope_of(site), ast.FunctionDef | ast.AsyncFunctionDef):
         return node  # `main()` under `if __name__ == "__main__":` is not a helper's call
     return io_helper_call(s, f, site, depth + 1)
+
+
+def owning_method(s: Script, f: Flow, node: ast.AST, depth: int = 0) -> ast.AST | None:
+    """The statement of a project class's method (not `__init__`) that leads to `node`:
+    `node` itself in such a method, else the one unguarded call of the free function
+    holding it, followed up to _HOPS calls; None when no method is reached that way."""
+    fn = s.scope_of(node)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    if isinstance(s.parents.get(fn), ast.ClassDef):
+        return node if fn.name != "__init__" else None
+    if depth >= _HOPS:
+        return None
+    sites = [c for c in s.call_sites(fn) if not f.guarded(c)]
+    return owning_method(s, f, sites[0], depth + 1) if len(sites) == 1 else None
+
+
+def deep_worker_write(s: Script, node: ast.AST) -> bool:
+    """`node` sits in a free function of another file than the entry that computes and
+    returns a value (not an I/O helper), called only from other project modules: a write
+    two calls or more below the entry's own step (mace's `random_train_valid_split`
+    writing its index file, reached through `get_dataset_from_xyz`). The guard goes at
+    the write, not at the entry's call of the step far above it."""
+    fn = s.scope_of(node)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or s.module_of(node) is s.entry:
+        return False
+    if isinstance(s.parents.get(fn), ast.ClassDef) or not any(
+        isinstance(n, ast.Return) and n.value is not None and not isinstance(n.value, ast.Constant)
+        for n in own_nodes(fn)
+    ):
+        return False
+    sites = s.call_sites(fn)
+    return bool(sites) and all(s.module_of(c) is not s.entry for c in sites)
 
 
 def _conditional(s: Script, node: ast.AST, fn: ast.AST) -> bool:

@@ -266,11 +266,19 @@ class Project:
                 ]
             if not parts or len(out) >= 8:
                 continue
-            for base in (here, self.root):
-                d = base.joinpath(*parts)
+            for d in self._sys_path_candidates(here, parts):
                 if d.is_dir() and self._inside(d) and d.resolve() not in out:
                     out.append(d.resolve())
         return out
+
+    def _sys_path_candidates(self, here: Path, parts: list[str]) -> list[Path]:
+        """The folder from the file's folder and from the root, then (a script run from
+        above its clone: `sys.path.insert(0, "subtools/pytorch")` in asv-subtools, whose
+        clone is named subtools) the path less its leading folders, from the root."""
+        whole = Path(*parts)
+        found = [d for d in (here / whole, self.root / whole) if d.is_dir()]
+        tails = (self.root / Path(*whole.parts[i:]) for i in range(1, len(whole.parts)))
+        return found or [d for d in tails if d.is_dir()][:1]
 
     def _bind_package(self, mod: Module, dotted: str, here: Path) -> None:
         """`import onmt.utils` binds the package `onmt` too (`onmt.Trainer`)."""

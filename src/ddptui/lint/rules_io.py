@@ -8,7 +8,7 @@ import ast
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.anchor import io_helper_call
+from ddptui.lint.anchor import deep_worker_write, io_helper_call, owning_method
 from ddptui.lint.flow import Flow, calls_in, ident
 from ddptui.lint.lint15 import (
     dunder_used,
@@ -405,7 +405,10 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         # a helper of another file: said at the entry's call; a writer a project class
         # builds into `self.x` in `__init__` (a logger class): said there, its fix is there
-        anchor = io_helper_call(s, f, s.entry_anchor(c))
+        # (a method of a project class in another file: said in that method, see anchor.py)
+        method = owning_method(s, f, c) if s.module_of(c) is not s.entry else None
+        method = c if method is None and deep_worker_write(s, c) else method
+        anchor = method or io_helper_call(s, f, s.entry_anchor(c))
         at = c if _class_owned(s, c) else anchor
         if at is c and anchor is not c:  # once per entry line, as when said there
             if anchor in owned:

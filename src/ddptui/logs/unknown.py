@@ -24,6 +24,7 @@ from ddptui.diagnosis.factrules import (
     outranks_line,
 )
 from ddptui.diagnosis.factrules_gpu7 import taken_down
+from ddptui.diagnosis.factrules_logs22 import quiet_alone
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -152,6 +153,18 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
     )
 
 
+def _uncovered(unknown: Finding | None, lead: Finding | None) -> Finding | None:
+    """LOGS-UNRECOGNIZED, unless another lead quotes every line it quotes ("file:line:
+    text"): then nothing is left unexplained and the user is not told of an unknown."""
+    if unknown is None or lead is None or lead is unknown or not unknown.evidence:
+        return unknown
+
+    def wheres(f: Finding) -> set[str]:
+        return {e.split(": ", 1)[0] for e in f.evidence}
+
+    return None if wheres(unknown) <= wheres(lead) else unknown
+
+
 def _past_wrappers(
     d: Diagnoser, first: Finding | None, findings: list[Finding], hard: list[FirstError]
 ) -> tuple[Finding | None, list[FirstError]]:
@@ -257,6 +270,7 @@ def conclude(
             (f for f in findings if f.severity == "error" and outranks_line(f.id, lead.id)), lead
         )
     lead, findings = _loopback_alone(lead, findings, unknown)
+    lead, findings = quiet_alone(lead, findings, unknown)  # logs22
     present = {f.id: f.severity for f in findings}
     if unknown is not None:
         present[unknown.id] = unknown.severity
@@ -305,6 +319,7 @@ def conclude(
         if quiet is not None:
             lead = dataclasses.replace(quiet, severity="warning")
             findings = [lead if f is quiet else f for f in findings]
+    unknown = _uncovered(unknown, lead)
     extra = [x for x in (unknown, *facts) if x is not None]
     rest = [f for f in [*extra, *findings] if f is not lead]
     if lead is None:
