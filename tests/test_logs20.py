@@ -19,12 +19,16 @@ def test_the_loaders_version_error_is_a_failure_even_inside_nccls_plugin_line() 
     """glibc's "version `X' not found (required by LIB)" (a library built against a newer
     one) is no longer called clean, whether NCCL's plugin dlerror quotes it
     (awsome-distributed-ai#292) or it was pasted alone (#284); NCCL's ordinary "No plugin
-    found" line stays silent."""
+    found" line stays silent.  Since logs22 a FABRIC_/EFA_ version of the OFI plugin stack
+    has its own id (NCCL-OFI-LIBFABRIC); another library's version stays an honest unknown."""
     for name in ("k2-plugin-libfabric-awsome-distributed-ai-292", "l2-ofi-plugin-libfabric-skew-awsome-distributed-ai-284"):
         d = excerpt(name)
-        assert lead(d) == "LOGS-UNRECOGNIZED", (name, ids(d))
+        assert lead(d) == "NCCL-OFI-LIBFABRIC", (name, ids(d))
         assert d.first is not None and d.first.severity == "error"
         assert "not found (required by" in " ".join(d.first.evidence), d.first.evidence
+    other = "ImportError: /lib/x86_64-linux-gnu/libm.so.6: version `GLIBC_2.29' not found (required by /opt/conda/lib/libtorch_cpu.so)"
+    d = diagnose_lines([other], "x")
+    assert lead(d) == "LOGS-UNRECOGNIZED" and d.first is not None and d.first.severity == "error", ids(d)
     quiet = "host:1:1 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation"
     assert diagnose_lines([quiet], "x").first is None
     # the loader's harmless note about a library without version tags is no failure
@@ -48,11 +52,13 @@ def test_torchs_legacy_cuda_check_failure_is_a_failure() -> None:
 def test_envoys_rbac_denial_keeps_a_log_from_being_clean() -> None:
     """Envoy's (Istio's sidecar) "rbac_access_denied_matched_policy[none]": a connection
     the mesh refused (kubeflow/trainer#1634) leads as an honest unknown, a warning (the
-    sidecar's log is not the job's failure line)."""
+    sidecar's log is not the job's failure line).  Since logs22 it has its own id,
+    K8S-ISTIO-SIDECAR, still a warning."""
     d = excerpt("l2-istio-sidecar-kubeflow-trainer-1634")
-    assert lead(d) == "LOGS-UNRECOGNIZED", ids(d)
+    assert lead(d) == "K8S-ISTIO-SIDECAR", ids(d)
     assert _errors(["RBAC: access denied"]) == []
-    assert lead(diagnose_lines(["RBAC: access denied"], "x")) == "LOGS-UNRECOGNIZED"
+    d = diagnose_lines(["RBAC: access denied"], "x")
+    assert lead(d) == "K8S-ISTIO-SIDECAR" and d.first is not None and d.first.severity == "warning"
     assert diagnose_lines(["envoy rbac  enforced allowed, matched policy ns[x]"], "x").first is None
 
 

@@ -29,6 +29,7 @@ from ddptui.diagnosis.factcontext import (
     who,
 )
 from ddptui.diagnosis.factmodel import (
+    UNRECOGNIZED,
     FactRule,
     FactRules,
     IfaceClass,
@@ -60,6 +61,14 @@ from ddptui.diagnosis.factrules_logs17 import nccl_crash, sigkill_host_memory
 from ddptui.diagnosis.factrules_logs18 import graph_file_set
 from ddptui.diagnosis.factrules_logs19 import shell_child_killed
 from ddptui.diagnosis.factrules_logs21 import accept_closed_early
+from ddptui.diagnosis.factrules_logs22 import (
+    envoy_in_path,
+    gdr_off_everywhere,
+    ofi_libfabric_mismatch,
+    pyxis_enroot_failed,
+    sigkill_model_sync,
+    watchdog_in_capture,
+)
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -83,6 +92,8 @@ HINTS: Final = frozenset(
     | {"shell_killed"}  # logs19
     | {"lightning_gpus", "lightning_gpus_have"}  # gpu7
     | {"peer_closed", "accept_magic", "accept_finalize"}  # logs21
+    | {"watchdog_died", "capture_refused", "pyxis_failed", "enroot_said"}  # logs22
+    | {"gdr_off", "gdr_on", "model_sync", "ofi_version", "envoy_rbac", "envoy_inbound"}  # logs22
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -559,6 +570,13 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "lightning_gpus_slurm": lightning_gpus_slurm,
     # logs21 (blind batch N)
     "accept_closed_early": accept_closed_early,
+    # logs22 (blind batch O)
+    "watchdog_in_capture": watchdog_in_capture,
+    "pyxis_enroot_failed": pyxis_enroot_failed,
+    "gdr_off_everywhere": gdr_off_everywhere,
+    "sigkill_model_sync": sigkill_model_sync,
+    "ofi_libfabric_mismatch": ofi_libfabric_mismatch,
+    "envoy_in_path": envoy_in_path,
     # a first collective that never completed on one host (P2P-HANG)
     "first_collective_hang": first_collective_hang,
 }
@@ -587,7 +605,8 @@ def fact_findings(ctx: Context, rules: FactRules | None = None) -> list[Finding]
         severity: Severity = rule.severity
         if any(ctx.present[e] == "error" for e in explains):
             severity = "error"
-            summary += f" (explains {', '.join(explains[:3])})"
+            named = [e if e != UNRECOGNIZED else "the failure line" for e in explains[:3]]
+            summary += f" (explains {', '.join(named)})"
         hosts = {(p.host or "").partition("#")[0] for p in ctx.procs if p.rank in ranks}
         nodes = tuple(sorted(h for h in hosts if h))
         if not nodes:  # ranks not stated: the hosts the finding names

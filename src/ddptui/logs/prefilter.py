@@ -110,6 +110,16 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "/libnccl.so",
     # gpu7: the second line of Lightning's device check (factrules_gpu7.lightning_gpus)
     "But your machine only has",
+    # logs22: NCCL's GPUDirect RDMA state per HCA, the model state copied to every rank
+    # (factrules_logs22.gdr_off_everywhere, sigkill_model_sync)
+    "NET/IB : GPU Direct RDMA",
+    "NET/IB: GPU Direct RDMA",
+    "Synchronizing model states",
+    # logs22: Envoy's debug logger handling a port as an inbound cluster (envoy_in_path)
+    "TLS cluster inbound|",
+    # gpu8: NCCL's communicator abort at exit (logs/teardown.py; its "Abort COMPLETE" line
+    # passes on "nranks ")
+    "START",  # "... - Abort START"
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -67,9 +69,10 @@ def step_result(
 ) -> StepResult:
     """The diagnosis as a checklist-shaped step result."""
     nodes: dict[str, NodeResult] = {}
+    placed = [_placed(f, inputs) for f in diag.findings]
     for info in inputs:
-        mine = [f for f in diag.findings if info.label in f.nodes]
-        status = node_status_from(diag.findings, info.label)
+        mine = [f for f in placed if info.label in f.nodes]
+        status = node_status_from(placed, info.label)
         worst = next((f for f in mine if f.severity == status_severity(status)), None)
         summary = f"{info.lines} lines"
         if worst is not None:
@@ -77,7 +80,7 @@ def step_result(
         elif not mine:
             summary += "; nothing known found"
         nodes[info.label] = NodeResult(status, summary, {"bytes": info.bytes, "lines": info.lines})
-    findings = diag.findings + _input_findings(diag, inputs)
+    findings = tuple(placed) + _input_findings(diag, inputs)
     status = step_status(nodes, findings) if nodes else ("fail" if diag.failed else "pass")
     if status == "fail" and not diag.failed:
         status = "warn"  # a finding named an input but none is the cause: not a failure
@@ -90,6 +93,17 @@ def step_result(
         **(extra or {}),
     }
     return StepResult(STEP_ID, STEP_TITLE, status, seconds, nodes, findings, data)
+
+
+def _placed(f: Finding, inputs: Sequence[InputInfo]) -> Finding:
+    """A finding that names no node (a rule over facts with no host stated) belongs to the
+    inputs its evidence quotes ("file:line: text"), so that input is not reported as clean."""
+    if f.nodes:
+        return f
+    quoted = tuple(
+        i.label for i in inputs if any(re.match(re.escape(i.label) + r":\d+: ", e) for e in f.evidence)
+    )
+    return dataclasses.replace(f, nodes=quoted) if quoted else f
 
 
 def _input_findings(diag: LogDiagnosis, inputs: Sequence[InputInfo]) -> tuple[Finding, ...]:

@@ -24,9 +24,11 @@ from ddptui.diagnosis.factrules import (
     outranks_line,
 )
 from ddptui.diagnosis.factrules_gpu7 import taken_down
+from ddptui.diagnosis.factrules_logs22 import quiet_alone
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
+from ddptui.logs.crashfirst import crashed_first
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
@@ -95,6 +97,7 @@ MAX_KEYS: Final = 1024
 # frame of the traceback, a launcher's report printed earlier)
 OWN_EXCEPTION: Final = re.compile(r"(?:^|[\]>|:]\s?)\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:: .*|\s*$)")
 SHOWN: Final = 8
+_GLOBAL_KEY: Final = re.compile(r"^rank (\d+)$")  # a FirstError key naming a global rank
 
 
 @dataclass(frozen=True)
@@ -143,10 +146,23 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
         f"{first.key} first, at {_clock(first.t)}",
         tuple(f"{e.where}: {e.text}" for e in errors[:SHOWN]),
         severity="error" if hard else "warning",
+        rank=int(m[1]) if (m := _GLOBAL_KEY.match(first.key)) is not None else None,  # gpu8
         count=count,
         first_lines=shown,
         first=f"{first.key} at {_clock(first.t)} ({first.where})",
     )
+
+
+def _uncovered(unknown: Finding | None, lead: Finding | None) -> Finding | None:
+    """LOGS-UNRECOGNIZED, unless another lead quotes every line it quotes ("file:line:
+    text"): then nothing is left unexplained and the user is not told of an unknown."""
+    if unknown is None or lead is None or lead is unknown or not unknown.evidence:
+        return unknown
+
+    def wheres(f: Finding) -> set[str]:
+        return {e.split(": ", 1)[0] for e in f.evidence}
+
+    return None if wheres(unknown) <= wheres(lead) else unknown
 
 
 def _past_wrappers(
@@ -243,6 +259,7 @@ def conclude(
         or first.severity != "error"
         or (root_secondary and root_order is not None and hard[0].order < root_order)
         or (root_secondary and any(OWN_EXCEPTION.search(h.text) for h in hard))
+        or crashed_first(first.id, d.per_id, hard, OWN_EXCEPTION)  # gpu8
     ):
         unknown = unrecognized(hard, d.unknown.count, True)
     elif soft and not hard and first is None:
@@ -253,6 +270,7 @@ def conclude(
             (f for f in findings if f.severity == "error" and outranks_line(f.id, lead.id)), lead
         )
     lead, findings = _loopback_alone(lead, findings, unknown)
+    lead, findings = quiet_alone(lead, findings, unknown)  # logs22
     present = {f.id: f.severity for f in findings}
     if unknown is not None:
         present[unknown.id] = unknown.severity
@@ -301,6 +319,7 @@ def conclude(
         if quiet is not None:
             lead = dataclasses.replace(quiet, severity="warning")
             findings = [lead if f is quiet else f for f in findings]
+    unknown = _uncovered(unknown, lead)
     extra = [x for x in (unknown, *facts) if x is not None]
     rest = [f for f in [*extra, *findings] if f is not lead]
     if lead is None:
