@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ddptui.lint.dynamic import loaded_modules
 from ddptui.lint.model import LintInputError
 from ddptui.lint.syspath import path_parts, side_effect_imports
 
@@ -128,6 +129,7 @@ class Module:
     nodes: list[ast.AST] = field(default_factory=list)
     key: str = ""  # the resolved path
     inits: list[str] = field(default_factory=list)  # packages' __init__.py an import runs
+    loaded: list[str] = field(default_factory=list)  # what its run-time loaders import
 
 
 @dataclass
@@ -197,7 +199,8 @@ class Project:
         capped = False
         while queue:
             mod = queue.popleft()
-            for path in dict.fromkeys([*(p for p, _ in mod.local.values()), *mod.inits]):
+            local = (p for p, _ in mod.local.values())
+            for path in dict.fromkeys([*local, *mod.inits, *mod.loaded]):
                 if key(path) in seen:
                     continue
                 if len(order) >= MAX_MODULES:
@@ -240,6 +243,9 @@ class Project:
                 mod.functions.setdefault(node.name, []).append(node)
             elif isinstance(node, ast.ClassDef):
                 mod.classes.setdefault(node.name, node)
+        mod.loaded = [
+            p for p in loaded_modules(self.root, mod.nodes, self.parents) if p != mod.key
+        ]
         return mod
 
     def _sys_path_dirs(self, nodes: list[ast.AST], here: Path) -> list[Path]:

@@ -64,8 +64,9 @@ def never_set_device(s: Script, f: Flow) -> Iterator[Hit]:
     inits = [c for c in s.calls if last(s.call_name(c)) == "init_process_group"]
     if not inits or any(_cuda_picker(s, c) for c in s.calls):
         return
-    if f.uses("CUDA_VISIBLE_DEVICES", "device_id"):
-        return  # one GPU visible per process, or the group is told its device
+    if f.uses("CUDA_VISIBLE_DEVICES") or any(kwarg(c, "device_id") is not None for c in inits):
+        return  # one GPU visible per process, or the group is told its device (a variable
+        # named device_id elsewhere, as in Open Catalyst's data_parallel.py, is not that)
     init = inits[0]
     backend = const(kwarg(init, "backend", 0))
     if isinstance(backend, str) and backend != "nccl":

@@ -1,0 +1,164 @@
+"""Round 20, from the misses of blind batch O: the process group started at the top of
+the script, and the GPU picked only inside the function the script calls next, after that
+function already ran a collective (allenai/OLMo scripts/train.py before PR #720); gradient
+accumulation whose optimizer step is gated by a name that holds the modulo test
+(`should_step = (i + 1) % accum == 0; if should_step or is_last:`, m2lines/Samudra)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Final
+
+from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.model import Hit
+from ddptui.lint.project import FuncNode
+from ddptui.lint.rules_setup import _touches_gpu
+from ddptui.lint.rules_sync import (
+    _accumulation_test,
+    _between,
+    _guarded_step,
+    _loop_of,
+    _optimizer,
+    _step_after,
+    _unguarded_backward,
+)
+from ddptui.lint.script import Script, const, kwarg, last
+
+
+def _own_calls(root: ast.AST) -> list[ast.Call]:
+    calls = [n for n in own_nodes(root) if isinstance(n, ast.Call)]
+    return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
+
+
+def _picker(s: Script, c: ast.Call) -> bool:
+    qn = s.call_name(c)
+    return last(qn) == "set_device" and qn.startswith("torch.cuda")
+
+
+def _on_gpu(s: Script, f: Flow, c: ast.Call) -> ast.Call | None:
+    """The call when it runs a collective or puts something on the current GPU, itself or
+    (one level down) through a helper of the project (`barrier()` calling `dist.barrier()`
+    when distributed): the inner call."""
+    if f.collective(c) or _touches_gpu(s, c):
+        return c
+    for fn in s.callees(c):
+        inner = next((i for i in _own_calls(fn) if f.collective(i) or _touches_gpu(s, i)), None)
+        if inner is not None:
+            return inner
+    return None
+
+
+def _late_pick(s: Script, f: Flow, fn: FuncNode) -> tuple[ast.Call, ast.Call] | None:
+    """In `fn`: a GPU-using call, then the first `torch.cuda.set_device`."""
+    seen: ast.Call | None = None
+    for c in _own_calls(fn):
+        if _picker(s, c):
+            return (seen, c) if seen is not None else None
+        if seen is None and _on_gpu(s, f, c) is not None:
+            seen = c
+    return None
+
+
+def set_device_in_callee(s: Script, f: Flow) -> Iterator[Hit]:
+    """`dist.init_process_group("nccl")` at the top of the script, then `main(cfg)`, whose
+    first lines run a barrier and only then call `torch.cuda.set_device(local_rank)`: the
+    barrier (and NCCL's context) ran on GPU 0 in every process, GPU 0 holds the extra
+    memory. An init that `set_device` precedes, or that is told its `device_id`, is fine."""
+    for init in (c for c in s.calls if last(s.call_name(c)) == "init_process_group"):
+        backend = const(kwarg(init, "backend", 0))
+        if (backend is not None and backend != "nccl") or kwarg(init, "device_id") is not None:
+            continue
+        scope = s.scope_of(init)
+        calls = _own_calls(scope)
+        if any(_picker(s, c) and c.lineno < init.lineno for c in calls):
+            continue
+        for c in (c for c in calls if c.lineno > init.lineno):
+            if _picker(s, c) or _on_gpu(s, f, c) is not None:
+                break  # the same-function case is rules_setup's
+            found = next((p for fn in s.callees(c) if (p := _late_pick(s, f, fn))), None)
+            if found is None:
+                continue
+            used, pick = found
+            yield Hit.at(
+                "DDP-INIT-BEFORE-SET-DEVICE",
+                init,
+                (
+                    f"`{ast.unparse(init)[:60]}` starts NCCL; `{ast.unparse(c)[:40]}` "
+                    f"(line {c.lineno}) then runs `{ast.unparse(used)[:40]}` (line "
+                    f"{used.lineno}) before `{ast.unparse(pick)[:60]}` (line {pick.lineno}): "
+                    "on GPU 0 in every process"
+                ),
+                device=ast.unparse(pick.args[0]) if pick.args else "local_rank",
+            )
+            return
+
+
+def _named_tests(s: Script, loop: ast.AST, test: ast.expr) -> bool:
+    """The `if`'s test names a flag the loop assigns from a modulo (accumulation) test."""
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    return any(
+        isinstance(a, ast.Assign)
+        and _loop_of(s, a) is loop
+        and any(isinstance(t, ast.Name) and t.id in names for t in a.targets)
+        and _accumulation_test(a.value)
+        for a in own_nodes(loop)
+    )
+
+
+def _step_by_flag(s: Script, loop: ast.AST) -> ast.Call | None:
+    for n in own_nodes(loop):
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "step"
+            and _optimizer(n)
+            and _loop_of(s, n) is loop
+            and any(
+                isinstance(a, ast.If) and _named_tests(s, loop, a.test)
+                for a in _between(s, n, loop)
+            )
+        ):
+            return n
+    return None
+
+
+def _flag_if(s: Script, step: ast.Call, loop: ast.AST) -> ast.If:
+    return next(
+        a
+        for a in _between(s, step, loop)
+        if isinstance(a, ast.If) and _named_tests(s, loop, a.test)
+    )
+
+
+def accumulation_flag_without_no_sync(s: Script, f: Flow) -> Iterator[Hit]:
+    """`should_step = (data_iter_step + 1) % self.gradient_accumulation_steps == 0`, then
+    `if should_step or is_last: optimizer.step()`, and `scaled_loss.backward()` on the DDP
+    model every micro-batch without `no_sync()`: every micro-batch all-reduces, so the
+    accumulation saves no communication (m2lines/Samudra, fixed in ee22927 "DDP no_sync()
+    on accumulation microbatches"). The direct `if (i + 1) % n == 0:` is rules_sync's."""
+    if not f.torch_ddp_calls or f.uses("no_sync", "require_backward_grad_sync"):
+        return
+    for loop in f.training_loops():
+        if _guarded_step(s, loop) is not None or _step_after(s, f, loop) is not None:
+            continue
+        step = _step_by_flag(s, loop)
+        backward = _unguarded_backward(s, f, loop) if step is not None else None
+        if step is None or backward is None or s.scope_of(backward) is not s.scope_of(loop):
+            continue
+        yield Hit.at(
+            "DDP-NO-SYNC",
+            backward,
+            (
+                f"`{ast.unparse(backward)}` all-reduces gradients on every micro-batch, but "
+                f"the optimizer steps only every few (line {step.lineno}, under "
+                f"`if {ast.unparse(_flag_if(s, step, loop).test)}:`)"
+            ),
+            model=ast.unparse(f.torch_ddp_calls[0].args[0])
+            if f.torch_ddp_calls[0].args
+            else "model",
+        )
+        return
+
+
+RULES: Final = (set_device_in_callee, accumulation_flag_without_no_sync)

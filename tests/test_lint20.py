@@ -1,0 +1,313 @@
+"""Round 20: the shapes of code that defeated the rules on blind batch O, each followed in
+general. The code is the real projects' (only the lines needed, each cited with its
+repository and commit); each wrong shape is beside a correct twin that stays silent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lintproject import lint_project
+from lintproject import severities as _sev
+
+from ddptui.lint import lint_paths
+
+# The process group started under `if __name__ == "__main__":`, the GPU picked inside the
+# `main(cfg)` it calls next, after a barrier (blind O). allenai/OLMo @
+# 47f8f5abb40eb100c6623be12e1648c841b2ab99: scripts/train.py; PR #720 (c13090d) moved
+# `torch.cuda.set_device(f"cuda:{get_local_rank()}")` to just before init_process_group
+# ("GPU 0 has higher memory consumption than other GPUs"). The finding names the init.
+OLMO_TORCH_UTIL = """\
+import os
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK") or 0)
+
+
+def barrier() -> None:
+    if is_distributed():
+        dist.barrier()
+"""
+OLMO_TRAIN = """\
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from olmo_torch_util import barrier, get_local_rank
+
+
+def main(cfg) -> None:
+    barrier()
+
+    # Set CUDA device.
+    {IN_MAIN}
+    device = torch.device("cuda")
+    barrier()
+
+
+if __name__ == "__main__":
+    try:
+        mp.set_start_method("spawn", force=True)
+    except RuntimeError as e:
+        print(f"failed to set multiprocessing start method: {e}")
+    {BEFORE_INIT}
+    # Initialize process group.
+    dist.init_process_group(backend="nccl", timeout=timedelta(minutes=30))
+    main(None)
+"""
+PICK = 'torch.cuda.set_device(f"cuda:{get_local_rank()}")'
+
+
+def test_init_before_set_device_in_the_function_called_next(tmp_path: Path) -> None:
+    files = {
+        "olmo_torch_util.py": OLMO_TORCH_UTIL,
+        "train.py": OLMO_TRAIN.replace("{IN_MAIN}", PICK).replace("{BEFORE_INIT}", "pass"),
+    }
+    found = lint_project(tmp_path / "bad", files)
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-INIT-BEFORE-SET-DEVICE")] == [("train.py", 26)]
+    # the fix (c13090d): set_device before the init, none left in main()
+    files["train.py"] = OLMO_TRAIN.replace("{IN_MAIN}", "pass").replace("{BEFORE_INIT}", PICK)
+    assert _sev(lint_project(tmp_path / "ok", files), "DDP-INIT-BEFORE-SET-DEVICE") == []
+    # the GPU picked first thing in main(), before any collective: harmless, silent
+    files["train.py"] = (
+        OLMO_TRAIN.replace("    barrier()\n\n    # Set", "    # Set", 1)
+        .replace("{IN_MAIN}", PICK)
+        .replace("{BEFORE_INIT}", "pass")
+    )
+    assert _sev(lint_project(tmp_path / "early", files), "DDP-INIT-BEFORE-SET-DEVICE") == []
+
+
+# Trainers imported by a name built at run time, and no process ever picks its GPU
+# (blind O). facebookresearch/fairchem (Open Catalyst) @
+# 6fb3e794eef31559db990300198eca20f41d8f37: main.py calls ocpmodels.common.utils
+# .setup_imports(), which globs ocpmodels/trainers and runs
+# `importlib.import_module("ocpmodels.%s.%s" % (key[1:], module_name))`; the trainer
+# builds `torch.device(f"cuda:{local_rank}")`, wraps DDP(device_ids=[self.device]) and
+# calls torch.cuda.empty_cache(); distutils.setup never calls set_device. The fix (#342,
+# c60bbb1) adds `torch.cuda.set_device(config["local_rank"])` before init_process_group.
+# OCPDataParallel's local variable `device_id` is no init's `device_id=`.
+OCP_DISTUTILS = """\
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def setup(config):
+    config["local_rank"] = int(os.environ.get("SLURM_LOCALID"))
+    {PICK}
+    dist.init_process_group(
+        backend=config["distributed_backend"],
+        init_method=config["init_method"],
+        world_size=config["world_size"],
+        rank=config["rank"],
+    )
+"""
+OCP_UTILS = """\
+import glob
+import importlib
+import os
+
+
+def setup_imports():
+    root_folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    trainer_folder = os.path.join(root_folder, "trainers")
+    trainer_pattern = os.path.join(trainer_folder, "**", "*.py")
+    for f in glob.glob(trainer_pattern, recursive=True):
+        for key in ["/trainers", "/datasets", "/models", "/tasks"]:
+            if f.find(key) != -1:
+                file_name = f.split(os.sep)[-1]
+                module_name = file_name[: file_name.find(".py")]
+                importlib.import_module("ocpmodels.%s.%s" % (key[1:], module_name))
+"""
+OCP_REGISTRY = """\
+class Registry:
+    mapping = {"trainer_name_mapping": {}}
+
+    @classmethod
+    def register_trainer(cls, name):
+        def wrap(func):
+            cls.mapping["trainer_name_mapping"][name] = func
+            return func
+
+        return wrap
+
+    @classmethod
+    def get_trainer_class(cls, name):
+        return cls.mapping["trainer_name_mapping"].get(name, None)
+
+
+registry = Registry()
+"""
+OCP_TRAINER = """\
+import torch
+from torch.nn.parallel.distributed import DistributedDataParallel
+
+from ocpmodels.common.data_parallel import split
+from ocpmodels.common.registry import registry
+
+
+@registry.register_trainer("forces")
+class ForcesTrainer:
+    def __init__(self, model, local_rank):
+        self.device = torch.device(f"cuda:{local_rank}")
+        self.model = DistributedDataParallel(model, device_ids=[self.device])
+
+    def train(self, loader):
+        for batch in loader:
+            self.model(batch).sum().backward()
+            torch.cuda.empty_cache()
+"""
+OCP_DATA_PARALLEL = """\
+import torch
+
+
+def split(batch, num_gpus):
+    device_id = torch.arange(num_gpus)
+    return device_id.bincount()
+"""
+OCP_MAIN = """\
+from ocpmodels.common import distutils
+from ocpmodels.common.registry import registry
+from ocpmodels.common.utils import setup_imports
+
+
+def run(config, model, loader):
+    distutils.setup(config)
+    setup_imports()
+    trainer = registry.get_trainer_class(config.get("trainer", "forces"))(
+        model=model, local_rank=config["local_rank"]
+    )
+    trainer.train(loader)
+"""
+
+
+def _ocp(pick: str) -> dict[str, str]:
+    return {
+        "main.py": OCP_MAIN,
+        "ocpmodels/__init__.py": "",
+        "ocpmodels/common/__init__.py": "",
+        "ocpmodels/common/distutils.py": OCP_DISTUTILS.replace("{PICK}", pick),
+        "ocpmodels/common/utils.py": OCP_UTILS,
+        "ocpmodels/common/registry.py": OCP_REGISTRY,
+        "ocpmodels/common/data_parallel.py": OCP_DATA_PARALLEL,
+        "ocpmodels/trainers/__init__.py": "",
+        "ocpmodels/trainers/forces_trainer.py": OCP_TRAINER,
+    }
+
+
+def test_modules_a_loader_imports_by_name_are_followed(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", _ocp("pass"), entry="main.py")
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-INIT-BEFORE-SET-DEVICE")] == [
+        ("distutils.py", 10)
+    ]
+    fixed = _ocp('torch.cuda.set_device(config["local_rank"])')
+    assert (
+        _sev(lint_project(tmp_path / "ok", fixed, entry="main.py"), "DDP-INIT-BEFORE-SET-DEVICE")
+        == []
+    )
+
+
+# ParlAI's agent loader (blind O). facebookresearch/ParlAI @
+# ef1511f9989d5ce4cf1351aa3c0faeb5cee19acd: parlai/core/loader.py load_agent_module builds
+# `module_name = "%s.agents.%s.%s" % (repo, path_list[0], path_list[1])` and imports it:
+# the agents (parlai/agents/rag/rag.py, projects/*/agents/*.py) are part of the run.
+PARLAI_LOADER = """\
+import importlib
+
+
+def load_agent_module(agent_path: str):
+    repo = 'parlai'
+    if agent_path.startswith('projects:'):
+        path_list = agent_path.split(':')
+        module_name = 'projects.{p}.{m}.{m}'.format(m=path_list[2], p=path_list[1])
+    else:
+        path_list = agent_path.split('/')
+        module_name = "%s.agents.%s.%s" % (repo, path_list[0], path_list[1])
+    my_module = importlib.import_module(module_name)
+    return my_module
+"""
+
+
+def test_parlai_agents_loaded_by_name_are_followed(tmp_path: Path) -> None:
+    root = tmp_path / "parlai_proj"
+    lint_project(
+        root,
+        {
+            "train.py": "from parlai.core.loader import load_agent_module\n",
+            "parlai/__init__.py": "",
+            "parlai/core/__init__.py": "",
+            "parlai/core/loader.py": PARLAI_LOADER,
+            "parlai/agents/rag/rag.py": "import torch\n",
+            "projects/bb2/agents/bb2.py": "import torch\n",
+            "parlai/utils/unrelated.py": "import torch\n",
+        },
+    )
+    followed = {Path(p).name for p in lint_paths([root / "train.py"], root=root).followed}
+    assert {"rag.py", "bb2.py", "loader.py"} <= followed
+    assert "unrelated.py" not in followed
+
+
+# Gradient accumulation whose optimizer step is gated by a flag (blind O).
+# m2lines/Samudra @ 7c64a41ea99b3ade14b29c10e39d71ae984eb8ac: src/ocean_emulators/train.py
+# Trainer.train_one_epoch computes `should_step = (data_iter_step + 1) %
+# self.gradient_accumulation_steps == 0` and steps under `if should_step or is_last:`,
+# while `scaled_loss.backward()` on the DDP model runs every micro-batch. The fix (ee22927)
+# wraps the non-final micro-batches' backward in `self.model.no_sync()`.
+SAMUDRA = """\
+import contextlib
+
+import torch
+from torch import nn
+
+
+def train_batch(model, data, loss_fn):
+    return loss_fn(model(data), data)
+
+
+class Trainer:
+    def __init__(self, model, optimizer, loader, loss_fn, local_rank, accum):
+        self.model = nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+        self.optimizer = optimizer
+        self.train_loader = loader
+        self.loss_fn = loss_fn
+        self.gradient_accumulation_steps = accum
+
+    def train_one_epoch(self):
+        total_batches = len(self.train_loader)
+        for data_iter_step, data in enumerate(self.train_loader):
+            r = self.gradient_accumulation_steps
+            is_last = data_iter_step + 1 == total_batches
+            should_step = (data_iter_step + 1) % self.gradient_accumulation_steps == 0
+            loss = train_batch(self.model, data, self.loss_fn)
+            scaled_loss = loss / r
+            {BACKWARD}
+            if should_step or is_last:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+"""
+FIXED_BACKWARD = """\
+sync = should_step or is_last
+            with contextlib.nullcontext() if sync else self.model.no_sync():
+                scaled_loss.backward()"""
+
+
+def test_no_sync_when_the_step_is_gated_by_a_flag(tmp_path: Path) -> None:
+    files = {"train.py": SAMUDRA.replace("{BACKWARD}", "scaled_loss.backward()")}
+    found = lint_project(tmp_path / "bad", files)
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-NO-SYNC")] == [("train.py", 27)]
+    files["train.py"] = SAMUDRA.replace("{BACKWARD}", FIXED_BACKWARD)
+    assert _sev(lint_project(tmp_path / "ok", files), "DDP-NO-SYNC") == []
+    # a flag that is no accumulation test (a step every micro-batch): silent
+    every = SAMUDRA.replace("{BACKWARD}", "scaled_loss.backward()").replace(
+        "(data_iter_step + 1) % self.gradient_accumulation_steps == 0", "True"
+    )
+    assert _sev(lint_project(tmp_path / "every", {"train.py": every}), "DDP-NO-SYNC") == []
