@@ -311,3 +311,85 @@ def test_no_sync_when_the_step_is_gated_by_a_flag(tmp_path: Path) -> None:
         "(data_iter_step + 1) % self.gradient_accumulation_steps == 0", "True"
     )
     assert _sev(lint_project(tmp_path / "every", {"train.py": every}), "DDP-NO-SYNC") == []
+
+
+# wandb.init on rank 0 only, wandb.log in the evaluators every rank runs; the evaluator
+# built by a factory into a value declared of the project's base class (blind O).
+# VMarsocci/pangaea-bench @ 3fdd72b232f6cda88e3f1bb58f31e5dd6dd9f7a0: pangaea/run.py runs
+# `if cfg.task.trainer.use_wandb and rank == 0: wandb.init(...)` and
+# `val_evaluator: Evaluator = instantiate(cfg.task.evaluator, ...)` (Hydra picks
+# SegEvaluator); pangaea/engine/evaluator.py logs under `if self.use_wandb:`. The fix
+# (8f7ac08) makes it `if self.use_wandb and self.rank == 0:`.
+PANGAEA_EVALUATOR = """\
+import os
+
+import torch
+import wandb
+
+
+class Evaluator:
+    def __init__(self, val_loader, device, use_wandb=False):
+        self.rank = int(os.environ["RANK"])
+        self.val_loader = val_loader
+        self.device = device
+        self.use_wandb = use_wandb
+
+    def __call__(self, model, model_name):
+        raise NotImplementedError
+
+
+class SegEvaluator(Evaluator):
+    @torch.no_grad()
+    def __call__(self, model, model_name):
+        metrics = self.compute_metrics(model)
+        self.log_metrics(metrics)
+        return metrics
+
+    def compute_metrics(self, model):
+        return {"mIoU": sum(model(x).mean().item() for x in self.val_loader)}
+
+    def log_metrics(self, metrics):
+        if {GUARD}:
+            wandb.log({"val_mIoU": metrics["mIoU"]})
+"""
+PANGAEA_RUN = """\
+import os
+
+import torch
+import torch.distributed as dist
+from hydra.utils import instantiate
+
+from evaluator import Evaluator
+
+
+def main(cfg):
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="nccl")
+    if cfg.task.trainer.use_wandb and rank == 0:
+        import wandb
+
+        wandb.init(project="geofm-bench", name=cfg.task_name)
+    model = torch.nn.parallel.DistributedDataParallel(
+        instantiate(cfg.decoder).to(local_rank), device_ids=[local_rank]
+    )
+    val_evaluator: Evaluator = instantiate(cfg.task.evaluator, val_loader=None, device=local_rank)
+    val_evaluator(model, "best")
+"""
+
+
+def test_wandb_log_on_every_rank_of_a_factory_built_evaluator(tmp_path: Path) -> None:
+    ev = PANGAEA_EVALUATOR
+    files = {"train.py": PANGAEA_RUN, "evaluator.py": ev.replace("{GUARD}", "self.use_wandb")}
+    found = lint_project(tmp_path / "bad", files)
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-ALL-RANKS-IO")] == [("evaluator.py", 30)]
+    files["evaluator.py"] = ev.replace("{GUARD}", "self.use_wandb and self.rank == 0")
+    assert _sev(lint_project(tmp_path / "ok", files), "DDP-ALL-RANKS-IO") == []
+    # wandb.init on every rank (its own run each; said by the writer rule, not this one)
+    files = {
+        "train.py": PANGAEA_RUN.replace(" and rank == 0:", ":"),
+        "evaluator.py": ev.replace("{GUARD}", "self.use_wandb"),
+    }
+    found = lint_project(tmp_path / "all", files)
+    assert ("evaluator.py", 30) not in [(n, ln) for n, ln, _ in _sev(found, "DDP-ALL-RANKS-IO")]

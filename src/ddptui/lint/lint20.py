@@ -2,7 +2,9 @@
 the script, and the GPU picked only inside the function the script calls next, after that
 function already ran a collective (allenai/OLMo scripts/train.py before PR #720); gradient
 accumulation whose optimizer step is gated by a name that holds the modulo test
-(`should_step = (i + 1) % accum == 0; if should_step or is_last:`, m2lines/Samudra)."""
+(`should_step = (i + 1) % accum == 0; if should_step or is_last:`, m2lines/Samudra);
+`wandb.log` on every rank of a project that calls `wandb.init` on rank 0 only
+(VMarsocci/pangaea-bench's evaluators)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.lint15 import none_guarded
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
+from ddptui.lint.rules_io import _referenced
 from ddptui.lint.rules_setup import _touches_gpu
 from ddptui.lint.rules_sync import (
     _accumulation_test,
@@ -161,4 +165,38 @@ def accumulation_flag_without_no_sync(s: Script, f: Flow) -> Iterator[Hit]:
         return
 
 
-RULES: Final = (set_device_in_callee, accumulation_flag_without_no_sync)
+def wandb_log_without_run(s: Script, f: Flow) -> Iterator[Hit]:
+    """Every `wandb.init` of the project runs on one rank (`if use_wandb and rank == 0:`),
+    but `wandb.log(...)` runs on every rank (`if self.use_wandb:` in an evaluator every
+    rank runs): the other ranks have no run to log to, and `wandb.log` raises there
+    (VMarsocci/pangaea-bench, fixed in 8f7ac08 by `if self.use_wandb and self.rank == 0:`).
+    One finding per function, at its first such call."""
+    if not f.distributed:
+        return
+    inits = [c for c in s.calls if s.call_name(c) == "wandb.init"]
+    if not inits or not all(f.guarded(c) or none_guarded(s, f, c) for c in inits):
+        return
+    done: set[ast.AST] = set()
+    for c in s.calls:
+        if s.call_name(c) != "wandb.log" or s.scope_of(c) in done or not _referenced(s, c):
+            continue
+        if f.guarded(c) or none_guarded(s, f, c):
+            continue
+        done.add(s.scope_of(c))
+        yield Hit.at(
+            "DDP-ALL-RANKS-IO",
+            c,
+            (
+                f"`wandb.log` runs on every rank, but `wandb.init` runs on one only "
+                f"({s.path_of(inits[0])}:{inits[0].lineno}): the other ranks have no run "
+                "to log to"
+            ),
+            what="wandb.log",
+        )
+
+
+RULES: Final = (
+    set_device_in_callee,
+    accumulation_flag_without_no_sync,
+    wandb_log_without_run,
+)

@@ -59,11 +59,34 @@ def reached(self: Script) -> list[ast.AST]:
                 roots.append(st)
     done: set[ast.AST] = set()
     while roots and len(done) < _MAX_DEFS:
-        for target in refs(self, roots.pop()):
+        root = roots.pop()
+        for target in [*refs(self, root), *factory_subclasses(self, root)]:
             if target not in done and self.module_of(target) is not self.entry:
                 done.add(target)
                 out += walked(self, target)
                 roots.append(target)
+    return out
+
+
+def factory_subclasses(self: Script, root: ast.AST) -> list[ast.ClassDef]:
+    """`val_evaluator: Evaluator = instantiate(cfg.task.evaluator, ...)`: a factory builds
+    a value the code declares of a project base class, so the base's subclasses in the
+    followed modules are what runs (VMarsocci/pangaea-bench's run.py builds SegEvaluator
+    or RegEvaluator from the Hydra config)."""
+    out: list[ast.ClassDef] = []
+    for node in walked(self, root):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Call)):
+            continue
+        if self.class_named(node.value.func) is not None:
+            continue  # built by the class itself: that class runs, refs() has it
+        base = self.class_named(node.annotation)
+        if base is not None:
+            out += [
+                cls
+                for m in self.modules
+                for cls in m.classes.values()
+                if cls is not base and any(self.class_named(b) is base for b in cls.bases)
+            ]
     return out
 
 
