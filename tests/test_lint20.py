@@ -393,3 +393,19 @@ def test_wandb_log_on_every_rank_of_a_factory_built_evaluator(tmp_path: Path) ->
     }
     found = lint_project(tmp_path / "all", files)
     assert ("evaluator.py", 30) not in [(n, ln) for n, ln, _ in _sev(found, "DDP-ALL-RANKS-IO")]
+
+
+def test_wandb_log_that_asks_for_the_run_is_silent(tmp_path: Path) -> None:
+    """allenai/OLMo @ c13090d77f9e8573cd325f44217b68b5627d1cc3 olmo/train.py: `if
+    wandb.run is not None: wandb.log(...)`, wandb.init under `get_global_rank() == 0 or
+    not cfg.wandb.rank_zero_only` (scripts/train.py)."""
+    ev = PANGAEA_EVALUATOR.replace("{GUARD}", "wandb.run is not None")
+    files = {"train.py": PANGAEA_RUN, "evaluator.py": ev}
+    assert _sev(lint_project(tmp_path / "run", files), "DDP-ALL-RANKS-IO") == []
+    files = {
+        "train.py": PANGAEA_RUN.replace(
+            " and rank == 0:", " and (rank == 0 or not cfg.zero_only):"
+        ),
+        "evaluator.py": PANGAEA_EVALUATOR.replace("{GUARD}", "self.use_wandb"),
+    }
+    assert _sev(lint_project(tmp_path / "either", files), "DDP-ALL-RANKS-IO") == []

@@ -165,6 +165,15 @@ def accumulation_flag_without_no_sync(s: Script, f: Flow) -> Iterator[Hit]:
         return
 
 
+def _either(s: Script, c: ast.Call) -> bool:
+    """Under an `if` whose test is an `or`."""
+    return any(
+        isinstance(a, ast.If)
+        and any(isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) for n in ast.walk(a.test))
+        for a in s.ancestors(c)
+    )
+
+
 def wandb_log_without_run(s: Script, f: Flow) -> Iterator[Hit]:
     """Every `wandb.init` of the project runs on one rank (`if use_wandb and rank == 0:`),
     but `wandb.log(...)` runs on every rank (`if self.use_wandb:` in an evaluator every
@@ -174,14 +183,16 @@ def wandb_log_without_run(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
     inits = [c for c in s.calls if s.call_name(c) == "wandb.init"]
-    if not inits or not all(f.guarded(c) or none_guarded(s, f, c) for c in inits):
-        return
+    if not inits or not all(
+        (f.guarded(c) or none_guarded(s, f, c)) and not _either(s, c) for c in inits
+    ):
+        return  # (`rank == 0 or not cfg.wandb.rank_zero_only`: maybe every rank has a run)
     done: set[ast.AST] = set()
     for c in s.calls:
         if s.call_name(c) != "wandb.log" or s.scope_of(c) in done or not _referenced(s, c):
             continue
-        if f.guarded(c) or none_guarded(s, f, c):
-            continue
+        if f.guarded(c) or none_guarded(s, f, c) or "wandb.run" in ast.unparse(s.scope_of(c)):
+            continue  # (`if wandb.run is not None:` asks for the run itself: OLMo's trainer)
         done.add(s.scope_of(c))
         yield Hit.at(
             "DDP-ALL-RANKS-IO",
