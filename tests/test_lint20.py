@@ -409,3 +409,71 @@ def test_wandb_log_that_asks_for_the_run_is_silent(tmp_path: Path) -> None:
         "evaluator.py": PANGAEA_EVALUATOR.replace("{GUARD}", "self.use_wandb"),
     }
     assert _sev(lint_project(tmp_path / "either", files), "DDP-ALL-RANKS-IO") == []
+
+
+# A logger the master alone builds, None on the other ranks, used by every rank (blind O).
+# The FAENet fork of facebookresearch/fairchem @ 6cb044cf0ab9114e7503f25e8a4d3019051d8bca:
+# ocpmodels/trainers/base_trainer.py load_logger sets `self.logger = None`, then builds it
+# under `distutils.is_master()`; eval_all_val_splits runs `if self.config["logger"] ==
+# "wandb": self.logger.log({"Val. time": ...})` on every rank. The fix (f1f5e06) adds
+# `and distutils.is_master()` there.
+FAENET = """\
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+class WandBLogger:
+    def __init__(self, config):
+        self.config = config
+
+    def log(self, update_dict, step=None, split=""):
+        print(update_dict)
+
+
+class BaseTrainer:
+    def __init__(self, config, model, local_rank):
+        self.config = config
+        dist.init_process_group(backend="nccl")
+        self.model = DistributedDataParallel(model.cuda(local_rank), device_ids=[local_rank])
+        self.load_logger()
+
+    def load_logger(self):
+        self.logger = None
+        if dist.get_rank() == 0:
+            self.logger = WandBLogger(self.config)
+
+    def validate(self, split):
+        metrics = {"loss": 0.0}
+        if self.logger is not None:
+            self.logger.log(metrics, split=split)
+        return metrics
+
+    def eval_all_val_splits(self):
+        start_time = time.time()
+        for s in ["val_ood_ads", "val_id"]:
+            self.validate(split=s)
+            if {GUARD}:
+                self.logger.log({"Val. time": time.time() - start_time})
+
+
+def main(config, model):
+    trainer = BaseTrainer(config, model, 0)
+    trainer.eval_all_val_splits()
+"""
+
+
+def test_master_only_logger_used_by_every_rank(tmp_path: Path) -> None:
+    bad = FAENET.replace("{GUARD}", 'self.config["logger"] == "wandb"')
+    found = lint_project(tmp_path / "bad", {"train.py": bad})
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-ALL-RANKS-IO")] == [("train.py", 39)]
+    for i, guard in enumerate(
+        [
+            'self.config["logger"] == "wandb" and dist.get_rank() == 0',
+            'self.config["logger"] == "wandb" and self.logger is not None',
+        ]
+    ):
+        ok = FAENET.replace("{GUARD}", guard)
+        assert _sev(lint_project(tmp_path / f"ok{i}", {"train.py": ok}), "DDP-ALL-RANKS-IO") == []

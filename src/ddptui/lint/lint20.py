@@ -4,7 +4,8 @@ function already ran a collective (allenai/OLMo scripts/train.py before PR #720)
 accumulation whose optimizer step is gated by a name that holds the modulo test
 (`should_step = (i + 1) % accum == 0; if should_step or is_last:`, m2lines/Samudra);
 `wandb.log` on every rank of a project that calls `wandb.init` on rank 0 only
-(VMarsocci/pangaea-bench's evaluators)."""
+(VMarsocci/pangaea-bench's evaluators), and a logger the master alone builds (None on the
+other ranks) used by every rank (the FAENet fork of the Open Catalyst trainer)."""
 
 from __future__ import annotations
 
@@ -206,8 +207,71 @@ def wandb_log_without_run(s: Script, f: Flow) -> Iterator[Hit]:
         )
 
 
+def _none(v: ast.expr) -> bool:
+    return isinstance(v, ast.Constant) and v.value is None
+
+
+def _asks(s: Script, c: ast.Call, attr: str) -> bool:
+    """The call sits under a test of the attribute itself (`if self.logger is not None:`,
+    `self.logger and ...`), or its function returns early on one."""
+    text = f"self.{attr}"
+    if any(
+        isinstance(a, ast.If | ast.IfExp | ast.BoolOp | ast.While | ast.Assert)
+        and text in ast.unparse(a.test if not isinstance(a, ast.BoolOp) else a)
+        for a in s.ancestors(c)
+    ):
+        return True
+    scope = s.scope_of(c)
+    return any(
+        isinstance(n, ast.If | ast.Assert) and text in ast.unparse(n.test) for n in own_nodes(scope)
+    )
+
+
+def master_only_attr(s: Script, f: Flow) -> Iterator[Hit]:
+    """`self.logger = None`, then `if not self.is_debug and distutils.is_master():
+    self.logger = registry.get_logger_class(name)(config)`; later `self.logger.log({...})`
+    in code every rank runs, under no test of `self.logger` or of the rank: the other ranks
+    call a method of None (the FAENet fork of Open Catalyst's BaseTrainer, fixed in
+    f1f5e06 by logging "Val. time" on the master only). One finding per attribute."""
+    if not f.distributed:
+        return
+    done: set[tuple[ast.ClassDef | None, str]] = set()
+    for c in s.calls:
+        fn = c.func
+        if not (
+            isinstance(fn, ast.Attribute)
+            and isinstance(fn.value, ast.Attribute)
+            and isinstance(fn.value.value, ast.Name)
+            and fn.value.value.id == "self"
+        ):
+            continue
+        attr = fn.value.attr
+        key = (s.class_of(c), attr)
+        if key in done:
+            continue
+        values = [v for v, _ in s.self_attr_values(c, attr)]
+        made = [v for v in values if not _none(v)]
+        if not made or len(made) == len(values):
+            continue
+        if not all(isinstance(v, ast.Call) and f.guarded(v) for v in made):
+            continue
+        if f.guarded(c) or none_guarded(s, f, c) or _asks(s, c, attr):
+            continue
+        done.add(key)
+        yield Hit.at(
+            "DDP-ALL-RANKS-IO",
+            c,
+            (
+                f"`self.{attr}` is built on one rank only (line {made[0].lineno}) and None "
+                f"on the others, but `{ast.unparse(fn)}(...)` runs on every rank"
+            ),
+            what=f"self.{attr}.{fn.attr}",
+        )
+
+
 RULES: Final = (
     set_device_in_callee,
     accumulation_flag_without_no_sync,
     wandb_log_without_run,
+    master_only_attr,
 )
