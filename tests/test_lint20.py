@@ -477,3 +477,79 @@ def test_master_only_logger_used_by_every_rank(tmp_path: Path) -> None:
     ):
         ok = FAENET.replace("{GUARD}", guard)
         assert _sev(lint_project(tmp_path / f"ok{i}", {"train.py": ok}), "DDP-ALL-RANKS-IO") == []
+
+
+# The best checkpoint written by the master, read back on every rank with no barrier that
+# always runs in between (blind O). FAENet fork of fairchem @
+# 6cb044cf0ab9114e7503f25e8a4d3019051d8bca: energy_trainer.py's train() calls
+# `self.save(metrics=val_metrics, checkpoint_file="best_checkpoint.pt", ...)` (written under
+# `distutils.is_master()`), then, when a test loader exists, predict() (which syncs), then
+# eval_all_val_splits(final), which loads os.path.join(dir, "best_checkpoint.pt") on every
+# rank. The fix (f1f5e06) ends save() with `distutils.synchronize()`.
+FAENET_CKPT = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def save_checkpoint(state, checkpoint_dir="checkpoints/", checkpoint_file="checkpoint.pt"):
+    filename = os.path.join(checkpoint_dir, checkpoint_file)
+    torch.save(state, filename)
+    return filename
+
+
+class Trainer:
+    def __init__(self, model, local_rank, ckpt_dir, test_loader=None):
+        dist.init_process_group(backend="nccl")
+        self.model = DistributedDataParallel(model.cuda(local_rank), device_ids=[local_rank])
+        self.ckpt_dir = ckpt_dir
+        self.test_loader = test_loader
+
+    def save(self, metrics=None, checkpoint_file="checkpoint.pt"):
+        if dist.get_rank() == 0:
+            save_checkpoint(
+                {"state_dict": self.model.state_dict(), "val_metrics": metrics},
+                checkpoint_dir=self.ckpt_dir,
+                checkpoint_file=checkpoint_file,
+            )
+        {AFTER}
+
+    def load_checkpoint(self, checkpoint_path):
+        checkpoint = torch.load(checkpoint_path, map_location="cpu")
+        self.model.load_state_dict(checkpoint["state_dict"])
+
+    def predict(self, loader):
+        dist.barrier()
+
+    def eval_all_val_splits(self, final=False):
+        if final:
+            checkpoint_path = os.path.join(self.ckpt_dir, "best_checkpoint.pt")
+            self.load_checkpoint(checkpoint_path=checkpoint_path)
+
+    def train(self, loader, epochs):
+        for epoch in range(epochs):
+            for batch in loader:
+                self.model(batch).sum().backward()
+            self.save(metrics={}, checkpoint_file="best_checkpoint.pt")
+            if self.test_loader is not None:
+                self.predict(self.test_loader)
+            self.eval_all_val_splits(epoch == epochs - 1)
+"""
+
+
+def test_master_checkpoint_read_back_by_name_without_a_barrier(tmp_path: Path) -> None:
+    bad = FAENET_CKPT.replace("{AFTER}", "return None")
+    found = lint_project(tmp_path / "bad", {"train.py": bad})
+    assert [(n, ln, sv) for n, ln, sv in _sev(found, "DDP-CKPT-BARRIER")] == [
+        ("train.py", 40, "warning")
+    ]
+    fixed = FAENET_CKPT.replace("{AFTER}", "dist.barrier()")
+    assert _sev(lint_project(tmp_path / "ok", {"train.py": fixed}), "DDP-CKPT-BARRIER") == []
+    # a barrier that always runs between the write and the read: silent
+    always = bad.replace(
+        "            if self.test_loader is not None:\n                self.predict(self.test_loader)\n",
+        "            self.predict(self.test_loader)\n",
+    )
+    assert _sev(lint_project(tmp_path / "always", {"train.py": always}), "DDP-CKPT-BARRIER") == []
