@@ -1,15 +1,18 @@
 """Rules over a log's facts added in round logs23 (issue 15, blind batch P), read from the
 printing programs' own lines (factrules.yaml hints).
 
-bench_init_one_host: nccl-tests / rccl-tests list the devices their ranks run on ("#  Rank
+bench_init_one_host: nccl-tests / rccl-tests list the devices their ranks run on ("# Rank
 0 Pid 28329 on SAIS1020 device 0"), every rank on one host; NCCL's init printed its lines
-after that list ("NCCL INFO Using network Socket") and the log never reaches the
-benchmark's table header nor an "Init COMPLETE": the run stopped between NCCL's init and
-its first size, on one machine, where NCCL connects the GPUs over P2P/SHM only.  Nothing
-may fail (an error finding); NCCL's own warnings that it went on past (a WARN before its
-later init lines) did not stop it.  What single-host hangs there establish most is GPU
-peer traffic through an IOMMU or PCIe ACS (P2P-IOMMU, a warning: a pasted excerpt may only
-be cut there); nccl-tests#115.
+after that list, up to "NCCL INFO Using network Socket" (NCCL#259's healthy run, cut by
+its reporter at "Setting affinity for GPU 0", is not read so) and the log never reaches
+the benchmark's table header nor an "Init COMPLETE", in an NCCL older than 2.18 (2.18+
+prints "Init START" right after "Using network", so a log that stops there is cut; the
+stall rules read 2.18+): the run stopped between NCCL's init and its first size, on one
+machine, where NCCL connects the GPUs over P2P/SHM only.  Nothing may fail (an error
+finding); NCCL's own warnings that it went on past (a WARN before its last "Using
+network") did not stop it.  What single-host hangs there establish most is GPU peer traffic
+through an IOMMU or PCIe ACS (P2P-IOMMU, a warning: a pasted excerpt may only be cut
+there); nccl-tests#115.
 
 whole_job_one_host: the log lists several ranks, every one on one host, and no rank states
 a world larger than the ranks listed: the whole job runs on that host, so the network
