@@ -20,10 +20,17 @@ from ddptui.diagnosis.factrules_logs23 import LAST_HINTS
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
+from ddptui.logs.dumpsignal import idle_receiver
 from ddptui.logs.facts import FactCollector
-from ddptui.logs.lineinfo import ELASTIC_LOCAL, ELASTIC_SUMMARY_RANK, NCCL_INIT_RANK
+from ddptui.logs.lineinfo import (
+    ELASTIC_LOCAL,
+    ELASTIC_SIGNAL_PID,
+    ELASTIC_SUMMARY_RANK,
+    NCCL_INIT_RANK,
+)
 from ddptui.logs.scan import Candidate, from_lines
 from ddptui.logs.stalls import StallWatch
+from ddptui.logs.teardown import AbortWindows
 from ddptui.logs.unknown import Unknowns, conclude
 
 EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
@@ -189,6 +196,9 @@ class Diagnoser:
         self._hints = list(load_factrules().hints)
         # a log that stops where a job waits (off for a live job's logs: they always stop)
         self.stalls = StallWatch(load_factrules().stalls if stalls else ())
+        self.aborts = AbortWindows()  # gpu8: NCCL's teardown at exit (logs/teardown.py)
+        # gpu8: rank -> the line of an idle rank saying that rank's watchdog timed out
+        self.dump_waits: dict[int, str] = {}
 
     def feed(self, cand: Candidate) -> None:
         if cand.end:
@@ -207,11 +217,14 @@ class Diagnoser:
         where = f"{cand.source}:{cand.lineno}"
         self.facts.feed(cand.source, where, cand.text, head.host, head.pid, rank)
         self._context(cand, where)
+        self.aborts.feed(cand.source, head.pid, cand.text)
         m = classify_line(cand.text, cand.sigs) if cand.sigs else None
         if m is None:
             return
         sig = m.signature
         if sig.id.startswith(UNRECOGNIZED):
+            if sig.severity != "error" and self.aborts.inside(cand.source, head.pid):
+                return  # gpu8: teardown, not a failure
             key = _rank_key(rank, local, cand.source, True)
             self.unknown.add(key, self.order, cand.t, where, cand.text, sig.severity == "error")
             return
@@ -285,6 +298,9 @@ class Diagnoser:
             said = (f"{UNNAMED_OP} (SeqNum {m['seq']})", f"{where}: {cand.text.strip()[:300]}")
             if len(self.watchdog_at) < 4096:
                 self.watchdog_at.setdefault(int(m["rank"]), said)
+        if (idle := idle_receiver(cand.text)) is not None and len(self.dump_waits) < 4096:
+            self.dump_waits.setdefault(idle[0], f"{where}: {cand.text.strip()[:300]}")  # gpu8
+            self.named_ranks.add(idle[1])  # the idle rank: the one the waiting rank waits for
         if "nqueued" in cand.text and (m := ENQUEUED.search(cand.text)) and len(self.enqueued) < 4096:
             self.enqueued.setdefault(int(m["rank"]), (int(m["enq"]), f"{where}: {cand.text.strip()[:300]}"))
         if (
@@ -344,6 +360,9 @@ class Diagnoser:
         if local is None and "local_rank: " in cand.text:
             m = ELASTIC_LOCAL.search(cand.text)
             local = int(m["local"]) if m is not None else None
+        if local is None and "received by PID " in cand.text:  # gpu8
+            s = ELASTIC_SIGNAL_PID.search(cand.text)
+            local = self.pid_local.get((cand.source, int(s["pid"]))) if s is not None else None
         return local
 
     def _global(self, source: str, rank: int | None, local: int | None) -> int | None:
@@ -364,6 +383,10 @@ class Diagnoser:
         if any(t in self.per_id for t in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE")):
             for who, (op, line) in self.watchdog_at.items():
                 self.collective.setdefault(who, op)
+                self.watchdog_lines.setdefault(who, line)
+        for who, line in self.dump_waits.items():  # gpu8: a watchdog timeout another rank
+            if who not in self.collective:  # reported (logs/dumpsignal.py)
+                self.collective[who] = UNNAMED_OP
                 self.watchdog_lines.setdefault(who, line)
         firsts = [(hits[0].order, hits[0].source, hits[0].match) for hits in self.per_id.values()]
         root = root_cause(sorted(firsts, key=lambda x: x[0]))

@@ -184,3 +184,6 @@ def traceback_where(before: list[str]) -> str | None:
         if not any(lib in file for lib in _LIBRARY):
             return f"{file.rsplit('/', 1)[-1]}:{line} in {func}"
     return None
+# gpu8: torch elastic's error record of a worker a signal ended, "traceback : Signal 11
+# (SIGSEGV) received by PID 899": the pid the agent's own line tied to a local rank
+ELASTIC_SIGNAL_PID: Final = re.compile(r"\bSignal \d+ \(SIG[A-Z]+\) received by PID (?P<pid>\d+)\b")

@@ -119,6 +119,9 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "TLS cluster inbound|",
     # logs23: a channel over an IB device (factrules_logs23.ib_open_in_use)
     "NET/IB/",
+    # gpu8: NCCL's communicator abort at exit (logs/teardown.py; its "Abort COMPLETE" line
+    # passes on "nranks ")
+    "START",  # "... - Abort START"
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -29,6 +29,7 @@ from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
+from ddptui.logs.crashfirst import crashed_first
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
@@ -97,6 +98,7 @@ MAX_KEYS: Final = 1024
 # frame of the traceback, a launcher's report printed earlier)
 OWN_EXCEPTION: Final = re.compile(r"(?:^|[\]>|:]\s?)\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:: .*|\s*$)")
 SHOWN: Final = 8
+_GLOBAL_KEY: Final = re.compile(r"^rank (\d+)$")  # a FirstError key naming a global rank
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,7 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
         f"{first.key} first, at {_clock(first.t)}",
         tuple(f"{e.where}: {e.text}" for e in errors[:SHOWN]),
         severity="error" if hard else "warning",
+        rank=int(m[1]) if (m := _GLOBAL_KEY.match(first.key)) is not None else None,  # gpu8
         count=count,
         first_lines=shown,
         first=f"{first.key} at {_clock(first.t)} ({first.where})",
@@ -258,6 +261,7 @@ def conclude(
         or first.severity != "error"
         or (root_secondary and root_order is not None and hard[0].order < root_order)
         or (root_secondary and any(OWN_EXCEPTION.search(h.text) for h in hard))
+        or crashed_first(first.id, d.per_id, hard, OWN_EXCEPTION)  # gpu8
     ):
         unknown = unrecognized(hard, d.unknown.count, True)
     elif soft and not hard and first is None:
