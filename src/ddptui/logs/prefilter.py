@@ -121,7 +121,7 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "NET/IB/",
     # gpu8: NCCL's communicator abort at exit (logs/teardown.py; its "Abort COMPLETE" line
     # passes on "nranks ")
-    "START",  # "... - Abort START"
+    "Abort START",  # "... - Abort START" (not a bare "START": user logs print it per step)
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
