@@ -553,3 +553,51 @@ def test_master_checkpoint_read_back_by_name_without_a_barrier(tmp_path: Path) -
         "            self.predict(self.test_loader)\n",
     )
     assert _sev(lint_project(tmp_path / "always", {"train.py": always}), "DDP-CKPT-BARRIER") == []
+
+
+# WongKinYiu/yolov9 @ 5b1ea9a8b3f0ffe4fe0e203ec6232d788bb3fcff (a correct project of blind
+# N): utils/loggers/clearml/clearml_utils.py sets `self.task = None`, then `if
+# self.clearml: self.task = Task.init(...)`; the whole logger is built on rank 0 only
+# (train.py: `if RANK in {-1, 0}: loggers = Loggers(...)`): no rank test in the class, so
+# nothing to say about its `self.task.get_logger()`.
+YOLO = """\
+import os
+
+import torch.distributed as dist
+from clearml import Task
+
+RANK = int(os.getenv("RANK", -1))
+
+
+class ClearmlLogger:
+    def __init__(self, opt, clearml=True):
+        self.clearml = clearml
+        self.task = None
+        if self.clearml:
+            self.task = Task.init(project_name=opt.project)
+
+    def log_debug_samples(self, files, title="Debug Samples"):
+        for f in files:
+            self.task.get_logger().report_image(title=title, local_path=str(f))
+
+
+class Loggers:
+    def __init__(self, opt):
+        self.clearml = ClearmlLogger(opt)
+
+    def on_train_end(self, files):
+        self.clearml.log_debug_samples(files, title="Results")
+
+
+def train(opt, model, files, callbacks):
+    dist.init_process_group(backend="nccl")
+    if RANK in {-1, 0}:
+        loggers = Loggers(opt)
+        for k in ("on_train_end",):
+            callbacks.register_action(k, callback=getattr(loggers, k))
+    callbacks.run("on_train_end", files)
+"""
+
+
+def test_logger_class_built_on_rank_zero_alone_is_silent(tmp_path: Path) -> None:
+    assert _sev(lint_project(tmp_path / "yolo", {"train.py": YOLO}), "DDP-ALL-RANKS-IO") == []

@@ -253,8 +253,9 @@ def master_only_attr(s: Script, f: Flow) -> Iterator[Hit]:
         made = [v for v in values if not _none(v)]
         if not made or len(made) == len(values):
             continue
-        if not all(isinstance(v, ast.Call) and f.guarded(v) for v in made):
-            continue
+        if not all(isinstance(v, ast.Call) and f.local_guard(v) is not None for v in made):
+            continue  # (built where the class itself tests the rank; a whole logger class
+            # that only rank 0 constructs, as YOLO's, is used on rank 0 only too)
         if f.guarded(c) or none_guarded(s, f, c) or _asks(s, c, attr):
             continue
         done.add(key)
