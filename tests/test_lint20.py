@@ -601,3 +601,67 @@ def train(opt, model, files, callbacks):
 
 def test_logger_class_built_on_rank_zero_alone_is_silent(tmp_path: Path) -> None:
     assert _sev(lint_project(tmp_path / "yolo", {"train.py": YOLO}), "DDP-ALL-RANKS-IO") == []
+
+
+# The agent class the loader returns by name runs (blind O). facebookresearch/ParlAI @
+# ef1511f9989d5ce4cf1351aa3c0faeb5cee19acd: TorchGeneratorAgent wraps self.model in
+# DistributedDataParallel; RagAgent._set_query_vec (parlai/agents/rag/rag.py:512) calls
+# `self.model.tokenize_query(...)`, a method of RagModel the wrapper does not have (PR #3787,
+# de5a42d, goes through self.model.module). Nothing names RagAgent but the loader's string.
+PARLAI_TGA = """\
+import torch
+import torch.distributed as dist
+
+
+class TorchGeneratorAgent:
+    def __init__(self, opt):
+        self.model = self.build_model()
+        if opt.get("ddp"):
+            dist.init_process_group(backend="nccl")
+            self.model = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[opt["gpu"]], broadcast_buffers=False
+            )
+"""
+PARLAI_RAG = """\
+import torch
+
+from parlai.core.torch_generator_agent import TorchGeneratorAgent
+
+
+class RagModel(torch.nn.Module):
+    def tokenize_query(self, query):
+        return [len(query)]
+
+
+class RagAgent(TorchGeneratorAgent):
+    def build_model(self):
+        return RagModel()
+
+    def _set_query_vec(self, observation):
+        observation["query_vec"] = {CALL}(observation["text"])
+        return observation
+"""
+PARLAI_TRAIN = """\
+from parlai.core.loader import load_agent_module
+
+
+def main(opt):
+    agent = getattr(load_agent_module(opt["model"]), "RagAgent")(opt)
+    agent.act()
+"""
+
+
+def test_class_a_loader_returns_by_name_runs(tmp_path: Path) -> None:
+    files = {
+        "train.py": PARLAI_TRAIN,
+        "parlai/__init__.py": "",
+        "parlai/core/__init__.py": "",
+        "parlai/core/loader.py": PARLAI_LOADER,
+        "parlai/core/torch_generator_agent.py": PARLAI_TGA,
+        "parlai/agents/rag/rag.py": PARLAI_RAG.replace("{CALL}", "self.model.tokenize_query"),
+    }
+    found = lint_project(tmp_path / "bad", files)
+    assert [(n, ln) for n, ln, _ in _sev(found, "DDP-WRAPPER-ATTR")] == [("rag.py", 16)]
+    fixed = "(self.model.module if hasattr(self.model, 'module') else self.model).tokenize_query"
+    files["parlai/agents/rag/rag.py"] = PARLAI_RAG.replace("{CALL}", fixed)
+    assert _sev(lint_project(tmp_path / "ok", files), "DDP-WRAPPER-ATTR") == []

@@ -48,12 +48,18 @@ def reached(self: Script) -> list[ast.AST]:
     out: list[ast.AST] = []
     roots: list[ast.AST] = [self.entry.tree]
     seeded: set[ast.AST] = set()
+    # a module a run-time loader imports by name (dynamic.py): the class it returns is
+    # picked by name too (ParlAI's load_agent_module: `getattr(module, class_name)`)
+    loaded = {p for m in self.modules for p in m.loaded}
     for m in self.modules[1:]:
+        by_name = m.key in loaded
         for st in m.tree.body:
             if not (isinstance(st, (*_FUNC, ast.ClassDef)) or _is_main_block(st)):
                 out += walked(self, st)
                 roots.append(st)
-            elif registered(st) and st not in seeded:
+            elif (registered(st) or (by_name and isinstance(st, ast.ClassDef))) and (
+                st not in seeded
+            ):
                 seeded.add(st)  # run through a registry: `get_trainer(name)` finds it
                 out += walked(self, st)
                 roots.append(st)
