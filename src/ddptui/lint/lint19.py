@@ -1,0 +1,193 @@
+"""Round 19, from the false errors of blind batches N and O on correct projects: a
+collective a helper keeps behind a flag the call turns off (`save_state_dict(...,
+synchronize=False)`, allenai/OLMo), a `continue` inside a loop whose bound counts the
+completed steps (haofeixu/gmflow: every rank still runs the same number of backward
+passes), an attribute the script sets on the wrapper itself (`model.hyp = hyp` after the
+DDP wrap, WongKinYiu/yolov9), and a name that may also hold a project object that has
+the attribute (`self.model_ema`, an `EMA` with `update_parameters`, apple/ml-cvnets)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from ddptui.lint.project import FuncNode
+from ddptui.lint.script import Script
+
+_MISSING = object()
+
+
+def _arg_for(s: Script, call: ast.Call, func: FuncNode, name: str) -> object:
+    """The expression `call` gives parameter `name` of `func` (its default when left
+    out); _MISSING when the code cannot tell (`*args`, `**kwargs`)."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]
+    if name not in params:
+        return _kwonly_default(call, func, name)
+    skip = 1 if params[:1] in (["self"], ["cls"]) and s.class_of(func) is not None else 0
+    index = params.index(name) - skip
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return _MISSING
+    if 0 <= index < len(call.args):
+        return call.args[index]
+    defaults = func.args.defaults
+    at = params.index(name) - (len(params) - len(defaults))
+    if any(kw.arg is None for kw in call.keywords) or not 0 <= at < len(defaults):
+        return _MISSING
+    return defaults[at]
+
+
+def _kwonly_default(call: ast.Call, func: FuncNode, name: str) -> object:
+    kwonly = [a.arg for a in func.args.kwonlyargs]
+    if name not in kwonly or any(kw.arg is None for kw in call.keywords):
+        return _MISSING
+    default = func.args.kw_defaults[kwonly.index(name)]
+    return default if default is not None else _MISSING
+
+
+def _flag_test(test: ast.expr) -> tuple[str, bool] | None:
+    """`if synchronize:` -> ("synchronize", True); `if not synchronize:` -> (.., False)."""
+    if isinstance(test, ast.Name):
+        return test.id, True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = test.operand
+        if isinstance(inner, ast.Name):
+            return inner.id, False
+    return None
+
+
+def switched_off(s: Script, call: ast.Call, func: FuncNode, syncs: Iterable[ast.AST]) -> bool:
+    """Every collective `func` runs sits under `if <parameter>:` and this call passes a
+    literal that skips that branch: `save_state_dict(..., synchronize=False)`, whose
+    `if synchronize: barrier()` then never runs (allenai/OLMo checkpoint.py)."""
+    found = False
+    for node in syncs:
+        found = True
+        if not _off(s, call, func, node):
+            return False
+    return found
+
+
+def _off(s: Script, call: ast.Call, func: FuncNode, node: ast.AST) -> bool:
+    child = node
+    for a in s.ancestors(node):
+        if a is func:
+            return False
+        if isinstance(a, ast.If) and child is not a.test:
+            flag = _flag_test(a.test)
+            if flag is not None:
+                given = _arg_for(s, call, func, flag[0])
+                if isinstance(given, ast.Constant):
+                    runs_when = flag[1] if child in a.body else not flag[1]
+                    if bool(given.value) is not runs_when:
+                        return True
+        child = a
+    return False
+
+
+def _counter(test: ast.expr) -> str | None:
+    """`total_steps < args.num_steps` -> "total_steps"."""
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Lt | ast.LtE)
+    ):
+        return ast.unparse(test.left)
+    return None
+
+
+def counted_steps(s: Script, node: ast.AST, loop: ast.AST) -> bool:
+    """`while total_steps < num_steps: for batch in loader: ... if isnan(loss): continue;
+    loss.backward(); total_steps += 1`: the run ends after the same number of completed
+    steps on every rank, so a rank that skips a batch takes its next one and the backward
+    passes still pair up one for one (no rank waits for a step the others never run)."""
+    if not isinstance(loop, ast.For | ast.AsyncFor | ast.While):
+        return False
+    bumps = [
+        st.target
+        for st in loop.body
+        if isinstance(st, ast.AugAssign)
+        and isinstance(st.op, ast.Add)
+        and st.lineno > getattr(node, "lineno", 0)
+    ]
+    if not bumps:
+        return False
+    names = {ast.unparse(t) for t in bumps}
+    for a in [loop, *s.ancestors(loop)]:
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            return False
+        if isinstance(a, ast.While) and _counter(a.test) in names:
+            return True
+    return False
+
+
+def set_on_value(s: Script, values: Iterable[ast.expr], attr: str) -> bool:
+    """The script stores the attribute on the very object it passes (`model.hyp = hyp`
+    after `model = smart_DDP(model)`, yolov9 train.py): reading it back from the wrapper
+    finds it."""
+    for v in values:
+        if not isinstance(v, ast.Name):
+            continue
+        scope = s.scope_of(v)
+        for n in ast.walk(scope):
+            if isinstance(n, ast.Assign | ast.AnnAssign):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if any(
+                    isinstance(t, ast.Attribute)
+                    and t.attr == attr
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == v.id
+                    for t in targets
+                ):
+                    return True
+    return False
+
+
+def other_owner(s: Script, values: Iterable[ast.expr], attr: str) -> bool:
+    """One of the values the name may hold is an instance of a project class, not a
+    torch module, that has the attribute (`model_ema = EMA(model=model, ...)`, whose
+    class defines `update_parameters` and sets `self.ema_model`): the read is meant for
+    that object (the model's own class does not count: the wrapper hides its methods)."""
+    for v in values:
+        if not isinstance(v, ast.Call):
+            continue
+        cls = s.class_named(v.func)
+        if cls is None or _is_module(s, cls):
+            continue  # the model's own class: the DDP wrapper around it lacks the attribute
+        for _ in range(3):
+            if cls is None:
+                break
+            if _has_attr(cls, attr):
+                return True
+            bases = [b for b in map(s.class_named, cls.bases) if b is not None]
+            cls = bases[0] if bases and bases[0] is not cls else None
+    return False
+
+
+def _is_module(s: Script, cls: ast.ClassDef) -> bool:
+    """An nn.Module subclass (its bases, followed through the project's classes)."""
+    for _ in range(4):
+        if any(ast.unparse(b).split(".")[-1].endswith("Module") for b in cls.bases):
+            return True
+        bases = [b for b in map(s.class_named, cls.bases) if b is not None]
+        if not bases or bases[0] is cls:
+            return False
+        cls = bases[0]
+    return False
+
+
+def _has_attr(cls: ast.ClassDef, attr: str) -> bool:
+    for n in ast.walk(cls):
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == attr:
+            return True
+        if (
+            isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, ast.Store)
+            and n.attr == attr
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+        ):
+            return True
+    return False
