@@ -225,3 +225,64 @@ def test_name_that_may_hold_a_project_object_with_the_attribute_is_silent(tmp_pa
     bad = {"train.py": CVNETS.replace("{EXTRA}", "self.model.freeze_norm()")}
     found = _sev(lint_project(tmp_path / "bad", bad), "DDP-WRAPPER-ATTR")
     assert found == [("train.py", 49, "error")]
+
+
+# A loop bound only rank 0 keeps up to date (blind N, a miss).
+# facebookresearch/pytext before PR #585: Trainer.train loops `while
+# self.continue_training(state):`, which stops once `state.epochs_since_last_improvement`
+# reaches early_stop_after; update_best_model resets it, but only below `if state.rank !=
+# 0: return`, so the other ranks stop early and rank 0 waits in the next all-reduce. The
+# fix moved the early return below the updates.
+PYTEXT = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, early_stop_after, epochs):
+        self.early_stop_after = early_stop_after
+        self.epochs = epochs
+
+    def continue_training(self, state):
+        if state.epoch >= self.epochs:
+            return False
+        if state.epochs_since_last_improvement >= self.early_stop_after:
+            return False
+        return True
+
+    def update_best_model(self, state, eval_metric):
+{BODY}
+        state.best_model_state = state.model.state_dict()
+
+    def train(self, state, loader, rank):
+        state.model = DDP(state.model, device_ids=[rank])
+        while self.continue_training(state):
+            state.epoch += 1
+            state.epochs_since_last_improvement += 1
+            for batch in loader:
+                state.optimizer.zero_grad()
+                state.model(batch).sum().backward()
+                state.optimizer.step()
+            eval_metric = state.evaluate()
+            if eval_metric > state.best_model_metric:
+                self.update_best_model(state, eval_metric)
+"""
+PYTEXT_BAD = """\
+        if state.rank != 0:
+            return
+        state.epochs_since_last_improvement = 0
+        state.best_model_metric = eval_metric"""
+PYTEXT_OK = """\
+        state.epochs_since_last_improvement = 0
+        state.best_model_metric = eval_metric
+        if state.rank != 0:
+            return"""
+
+
+def test_loop_bound_only_rank_zero_updates_is_an_error(tmp_path: Path) -> None:
+    bad = {"train.py": PYTEXT.replace("{BODY}", PYTEXT_BAD)}
+    found = _sev(lint_project(tmp_path / "bad", bad), "DDP-RANK-DIVERGENCE")
+    assert found == [("train.py", 19, "error")]
+    ok = {"train.py": PYTEXT.replace("{BODY}", PYTEXT_OK)}
+    assert _sev(lint_project(tmp_path / "ok", ok), "DDP-RANK-DIVERGENCE") == []

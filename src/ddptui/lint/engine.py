@@ -12,6 +12,7 @@ from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.lint import (
     lint16,
     lint18,
+    lint19,
     rules_accum,
     rules_branch_lint6,
     rules_data,
@@ -63,6 +64,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_lint7.RULES,
     *lint16.RULES,
     *lint18.RULES,
+    *lint19.RULES,
     *rules_lint10.RULES,
     *rules_lint12.RULES,
     *rules_lint13.RULES,

@@ -4,15 +4,21 @@ synchronize=False)`, allenai/OLMo), a `continue` inside a loop whose bound count
 completed steps (haofeixu/gmflow: every rank still runs the same number of backward
 passes), an attribute the script sets on the wrapper itself (`model.hyp = hyp` after the
 DDP wrap, WongKinYiu/yolov9), and a name that may also hold a project object that has
-the attribute (`self.model_ema`, an `EMA` with `update_parameters`, apple/ml-cvnets)."""
+the attribute (`self.model_ema`, an `EMA` with `update_parameters`, apple/ml-cvnets).
+And from a miss of batch N: a loop bound that only rank 0 keeps up to date (pytext)."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
+from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script
+
+if TYPE_CHECKING:
+    from ddptui.lint.flow import Flow
 
 _MISSING = object()
 
@@ -191,3 +197,87 @@ def _has_attr(cls: ast.ClassDef, attr: str) -> bool:
         ):
             return True
     return False
+
+
+# --- a loop bound that only rank 0 keeps up to date (blind N) ----------------------------
+
+
+def _bound_attrs(s: Script, test: ast.expr) -> dict[str, ast.Attribute]:
+    """Attributes compared in a loop's test, or in the `if` tests and returns of the
+    project function the test calls (`while self.continue_training(state):`, whose body
+    returns False once `state.epochs_since_last_improvement >= ...`)."""
+    tests: list[ast.AST] = [test]
+    for call in [n for n in ast.walk(test) if isinstance(n, ast.Call)]:
+        for func in s.callees(call):
+            tests += [n.test for n in ast.walk(func) if isinstance(n, ast.If | ast.While)]
+            tests += [n.value for n in ast.walk(func) if isinstance(n, ast.Return) and n.value]
+    out: dict[str, ast.Attribute] = {}
+    for t in tests:
+        for cmp in [n for n in ast.walk(t) if isinstance(n, ast.Compare)]:
+            for side in [cmp.left, *cmp.comparators]:
+                if (
+                    isinstance(side, ast.Attribute)
+                    and isinstance(side.value, ast.Name)
+                    and side.value.id not in ("self", "cls", "args", "config", "opt")
+                ):
+                    out.setdefault(side.attr, side)
+    return out
+
+
+def rank_only_bound(s: Script, f: Flow) -> Iterator[Hit]:
+    """`while self.continue_training(state):` ends once `state.epochs_since_last_improvement`
+    reaches a limit, and the method the loop calls to reset it returns early on every
+    rank but 0 (`if state.rank != 0: return` above the update): the other ranks stop
+    early while rank 0 trains on and waits in the next all-reduce (facebookresearch/pytext
+    PR #585, trainer.py update_best_model)."""
+    if not f.wrapper_calls:
+        return
+    for loop in [n for n in s.nodes if isinstance(n, ast.While)]:
+        attrs = _bound_attrs(s, loop.test)
+        if not attrs or not f.stmts_sync(loop.body):
+            continue
+        called = {
+            fn
+            for st in loop.body
+            for c in ast.walk(st)
+            if isinstance(c, ast.Call)
+            for fn in s.callees(c)
+        }
+        for fn in called:
+            hit = _guarded_store(s, f, fn, attrs, loop)
+            if hit is not None:
+                yield hit
+                return
+
+
+def _guarded_store(
+    s: Script, f: Flow, fn: FuncNode, attrs: dict[str, ast.Attribute], loop: ast.While
+) -> Hit | None:
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Assign | ast.AugAssign):
+            continue
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        for t in targets:
+            if not (isinstance(t, ast.Attribute) and t.attr in attrs):
+                continue
+            guard = f.local_guard(n)
+            if not isinstance(guard, ast.If) or guard in set(s.ancestors(n)):
+                continue  # only the early-return shape: a branch may have its twin
+            read = attrs[t.attr]
+            return Hit.at(
+                "DDP-RANK-DIVERGENCE",
+                guard,
+                (
+                    f"`{ast.unparse(read)}` decides when the loop at line {loop.lineno} "
+                    f"(`{ast.unparse(loop.test)}`) ends, but `{fn.name}()` updates it only "
+                    f"on the ranks past `if {ast.unparse(guard.test)}:` (line {guard.lineno}, "
+                    "which returns early): the ranks leave the loop at different epochs and "
+                    "the ones still training wait forever in the next all-reduce"
+                ),
+                condition=ast.unparse(guard.test),
+                collective="the next epoch's gradient all-reduce",
+            )
+    return None
+
+
+RULES = (rank_only_bound,)
