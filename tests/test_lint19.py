@@ -286,3 +286,46 @@ def test_loop_bound_only_rank_zero_updates_is_an_error(tmp_path: Path) -> None:
     assert found == [("train.py", 19, "error")]
     ok = {"train.py": PYTEXT.replace("{BODY}", PYTEXT_OK)}
     assert _sev(lint_project(tmp_path / "ok", ok), "DDP-RANK-DIVERGENCE") == []
+
+
+# The prepared wrappers swapped for their .module by a project helper (blind N, a miss).
+# kohya-ss/sd-scripts before PR #989: train_network.py rebinds `unet, network =
+# train_util.transform_models_if_DDP([unet, network])` right after accelerator.prepare;
+# the helper returns `model.module if type(model) == DDP else model` for each, so the
+# loop trains the bare modules and no gradient is all-reduced. The fix keeps the wrappers
+# and unwraps only for attribute access.
+SDS_UTIL = """\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def transform_models_if_DDP(models):
+    return [model.module if type(model) == DDP else model for model in models if model is not None]
+"""
+SDS_TRAIN = """\
+from accelerate import Accelerator
+import train_util
+
+
+def train(args, unet, network, optimizer, train_dataloader, lr_scheduler):
+    accelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)
+    unet, network, optimizer, train_dataloader, lr_scheduler = accelerator.prepare(
+        unet, network, optimizer, train_dataloader, lr_scheduler
+    )
+    {LHS} = train_util.transform_models_if_DDP([unet, network])
+    for epoch in range(args.epochs):
+        for batch in train_dataloader:
+            with accelerator.accumulate(network):
+                loss = unet(batch, network(batch)).mean()
+                accelerator.backward(loss)
+                optimizer.step()
+                lr_scheduler.step()
+                optimizer.zero_grad()
+"""
+
+
+def test_wrappers_swapped_for_their_module_before_training(tmp_path: Path) -> None:
+    bad = {"train.py": SDS_TRAIN.replace("{LHS}", "unet, network"), "train_util.py": SDS_UTIL}
+    found = _sev(lint_project(tmp_path / "bad", bad), "DDP-NOT-APPLIED")
+    assert found == [("train.py", 10, "error")]
+    ok = {"train.py": SDS_TRAIN.replace("{LHS}", "unet_m, network_m"), "train_util.py": SDS_UTIL}
+    assert _sev(lint_project(tmp_path / "ok", ok), "DDP-NOT-APPLIED") == []
