@@ -329,3 +329,39 @@ def test_wrappers_swapped_for_their_module_before_training(tmp_path: Path) -> No
     assert found == [("train.py", 10, "error")]
     ok = {"train.py": SDS_TRAIN.replace("{LHS}", "unet_m, network_m"), "train_util.py": SDS_UTIL}
     assert _sev(lint_project(tmp_path / "ok", ok), "DDP-NOT-APPLIED") == []
+
+
+# A loop over a list of the prepared models (blind N, a miss).
+# kohya-ss/sd-scripts train_textual_inversion.py (case sdscripts-ti): after
+# `text_encoder1, text_encoder2, ... = accelerator.prepare(...)` the SDXL path sets
+# `text_encoders = [text_encoder1, text_encoder2]` and loops `for tokenizer, token_ids,
+# text_encoder in zip(tokenizers, token_ids_list, text_encoders):` to freeze
+# `text_encoder.text_model.encoder`: the element is the DDP wrapper.
+SDS_TI = """\
+from accelerate import Accelerator
+
+
+def train(args, text_encoders, tokenizers, token_ids_list, optimizer, loader):
+    accelerator = Accelerator()
+    text_encoder1, text_encoder2, optimizer, loader = accelerator.prepare(
+        text_encoders[0], text_encoders[1], optimizer, loader
+    )
+    text_encoders = [text_encoder1, text_encoder2]
+    for tokenizer, token_ids, text_encoder in zip(tokenizers, token_ids_list, text_encoders):
+        text_encoder.requires_grad_(True)
+        {READ}.encoder.requires_grad_(False)
+    for epoch in range(args.epochs):
+        for batch in loader:
+            loss = text_encoders[0](batch).mean() + text_encoders[1](batch).mean()
+            accelerator.backward(loss)
+            optimizer.step()
+"""
+
+
+def test_loop_over_a_list_of_prepared_models_reads_the_wrapper(tmp_path: Path) -> None:
+    bad = {"train.py": SDS_TI.replace("{READ}", "text_encoder.text_model")}
+    found = _sev(lint_project(tmp_path / "bad", bad), "DDP-WRAPPER-ATTR")
+    assert [(n, ln) for n, ln, _ in found] == [("train.py", 12)]
+    fixed = "accelerator.unwrap_model(text_encoder).text_model"
+    ok = {"train.py": SDS_TI.replace("{READ}", fixed)}
+    assert _sev(lint_project(tmp_path / "ok", ok), "DDP-WRAPPER-ATTR") == []
