@@ -12,7 +12,6 @@ from ddptui.diagnosis.kb import kb_entry, kb_finding
 from ddptui.lint import (
     lint16,
     lint18,
-    lint19,
     rules_accum,
     rules_branch_lint6,
     rules_data,
@@ -65,13 +64,12 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_lint7.RULES,
     *lint16.RULES,
     *lint18.RULES,
-    *lint19.RULES,
-    *rules_lint19.RULES,
     *rules_lint10.RULES,
     *rules_lint12.RULES,
     *rules_lint13.RULES,
     *rules_notapplied.RULES,
     *rules_poll.RULES,
+    *rules_lint19.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

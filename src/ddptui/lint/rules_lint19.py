@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow
+from ddptui.lint.lint19 import rank_only_bound
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_frameworks import prepared_models
 from ddptui.lint.rules_project import _WRAPPER_API
@@ -212,4 +213,4 @@ def prepared_list_attr(s: Script, f: Flow) -> Iterator[Hit]:
                 )
 
 
-RULES = (unwrapped_after_wrap, prepared_list_attr)
+RULES = (unwrapped_after_wrap, prepared_list_attr, rank_only_bound)
