@@ -147,6 +147,12 @@ def test_attribute_set_on_the_wrapper_is_silent(tmp_path: Path) -> None:
     bad = {"train.py": YOLO_TRAIN.replace("{SET}", "model.module.hyp = hyp"), "loss_tal.py": YOLO_LOSS}
     found = _sev(lint_project(tmp_path / "bad", bad), "DDP-WRAPPER-ATTR")
     assert found == [("loss_tal.py", 7, "error")]
+    # stored while the name held the plain model, then wrapped again: the wrapper lacks it
+    # (netspresso-trainer's `model = build_model(...); model.backbone = ...` shape)
+    rewrap = "model = model.module\n    model.hyp = hyp\n    model = DDP(model, device_ids=[LOCAL_RANK])"
+    again = {"train.py": YOLO_TRAIN.replace("{SET}", rewrap), "loss_tal.py": YOLO_LOSS}
+    found = _sev(lint_project(tmp_path / "again", again), "DDP-WRAPPER-ATTR")
+    assert found == [("loss_tal.py", 7, "error")]
 
 
 # A name that may also hold a project object with the attribute (blind O, correct).

@@ -19,6 +19,7 @@ from ddptui.lint.script import Script
 
 if TYPE_CHECKING:
     from ddptui.lint.flow import Flow
+    from ddptui.lint.reach import Scope
 
 _MISSING = object()
 
@@ -129,10 +130,12 @@ def counted_steps(s: Script, node: ast.AST, loop: ast.AST) -> bool:
     return False
 
 
-def set_on_value(s: Script, values: Iterable[ast.expr], attr: str) -> bool:
-    """The script stores the attribute on the very object it passes (`model.hyp = hyp`
-    after `model = smart_DDP(model)`, yolov9 train.py): reading it back from the wrapper
-    finds it."""
+def set_on_value(s: Script, f: Flow, values: Iterable[ast.expr], attr: str) -> bool:
+    """The script stores the attribute on the very object it passes, while the name holds
+    the wrapper (`model.hyp = hyp` after `model = smart_DDP(model)`, yolov9 train.py):
+    reading it back from the wrapper finds it. A store on another object the name held
+    then (`model = build_model(...); model.backbone = self.model`, netspresso) does not
+    count."""
     for v in values:
         if not isinstance(v, ast.Name):
             continue
@@ -146,9 +149,17 @@ def set_on_value(s: Script, values: Iterable[ast.expr], attr: str) -> bool:
                     and isinstance(t.value, ast.Name)
                     and t.value.id == v.id
                     for t in targets
-                ):
+                ) and _holds_wrapper_at(s, f, scope, v.id, n.lineno):
                     return True
     return False
+
+
+def _holds_wrapper_at(s: Script, f: Flow, scope: Scope, name: str, line: int) -> bool:
+    before = [a for a in s.assigned(scope, name) if a.lineno < line]
+    if not before:
+        return False
+    latest = max(before, key=lambda a: (a.lineno, a.col_offset))
+    return isinstance(latest, ast.Call) and (latest in f.ddp_calls or f.is_ddp_value(latest))
 
 
 def other_owner(s: Script, values: Iterable[ast.expr], attr: str) -> bool:

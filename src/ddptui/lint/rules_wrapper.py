@@ -79,7 +79,7 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
             _checks_wrapper(s, n)
             or _mode_branch(s, n)
             or dead_for_callers(s, fn, n)
-            or _attr_elsewhere(s, s.param_args(fn, name), n.attr)
+            or _attr_elsewhere(s, f, s.param_args(fn, name), n.attr)
         ):
             yield Hit.at(
                 "DDP-WRAPPER-ATTR",
@@ -222,7 +222,9 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                 and not _checks_wrapper(s, n)
                 and not _mode_branch(s, n)
                 and not _tells_wrapper(fn, f"self.{attr}")
-                and not _attr_elsewhere(s, [v for v, _ in s.self_attr_values(n.value, attr)], n.attr)
+                and not _attr_elsewhere(
+                    s, f, [v for v, _ in s.self_attr_values(n.value, attr)], n.attr
+                )
             ):
                 stmt = next((a for a in s.ancestors(n) if isinstance(a, ast.stmt)), n)
                 if stmt in said:
@@ -240,10 +242,10 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                 )
 
 
-def _attr_elsewhere(s: Script, values: list[ast.expr], attr: str) -> bool:
+def _attr_elsewhere(s: Script, f: Flow, values: list[ast.expr], attr: str) -> bool:
     """The attribute is there after all: stored on the passed object itself, or owned by
     a project class the name may also hold (lint19)."""
-    if set_on_value(s, values, attr):
+    if set_on_value(s, f, values, attr):
         return True
     origins = [o for v in values for o in [v, *s.origins(v)]]
     return other_owner(s, origins, attr)
