@@ -371,3 +371,20 @@ def test_loop_over_a_list_of_prepared_models_reads_the_wrapper(tmp_path: Path) -
     fixed = "accelerator.unwrap_model(text_encoder).text_model"
     ok = {"train.py": SDS_TI.replace("{READ}", fixed)}
     assert _sev(lint_project(tmp_path / "ok", ok), "DDP-WRAPPER-ATTR") == []
+
+
+def test_flag_guarded_helpers_in_a_call_cycle_do_not_recurse_forever(tmp_path: Path) -> None:
+    """A call cycle through flag-guarded helpers (facebookresearch/mmf's config helpers
+    hit Python's recursion limit while the flag was followed) ends with a plain answer."""
+    cyc = OLMO_CKPT.replace("{SYNC}", "False") + (
+        "\n\ndef ping(n, synchronize=True):\n    if synchronize:\n        barrier()\n"
+        "    return pong(n - 1, synchronize)\n\n\ndef pong(n, synchronize):\n"
+        "    return ping(n, synchronize) if n else None\n\n\n"
+        "def maybe(n):\n    if dist.get_rank() == 0:\n        ping(n, synchronize=False)\n"
+    )
+    train = OLMO_TRAIN + "    maybe(3)\n"
+    train = train.replace("import write_model_dict", "import maybe, write_model_dict")
+    found = lint_project(tmp_path / "cyc", {"train.py": train, "checkpoint.py": cyc})
+    # the flag handed on through a variable (`pong(n - 1, synchronize)`) is not followed:
+    # the cycle's barrier still counts, said once at the rank-0 call
+    assert _sev(found, "DDP-RANK-DIVERGENCE") == [("checkpoint.py", 36, "error")]

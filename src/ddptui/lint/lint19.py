@@ -65,6 +65,15 @@ def _flag_test(test: ast.expr) -> tuple[str, bool] | None:
     return None
 
 
+def flag_guarded(func: FuncNode) -> bool:
+    """Some `if <parameter>:` (or `if not <parameter>:`) in the function's body."""
+    params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}
+    return any(
+        isinstance(n, ast.If) and (flag := _flag_test(n.test)) is not None and flag[0] in params
+        for n in ast.walk(func)
+    )
+
+
 def switched_off(s: Script, call: ast.Call, func: FuncNode, syncs: Iterable[ast.AST]) -> bool:
     """Every collective `func` runs sits under `if <parameter>:` and this call passes a
     literal that skips that branch: `save_state_dict(..., synchronize=False)`, whose
