@@ -15,14 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
-
-from ddptui.cli import main
+from capturecases import Case, assert_case, diagnose_in
 
 FAIL8 = Path(__file__).parent / "fixtures" / "gpu-h200" / "fail8"
 
 # case -> (files, first cause, the rank it names (None: not checked), findings also there)
-CASES: dict[str, tuple[tuple[str, ...], str, int | None, tuple[str, ...]]] = {
+CASES: dict[str, Case] = {
     # HF Trainer, ddp_timeout=30; rank 1 sleeps 90 s in a callback at step 3: rank 0's
     # watchdog times out in the Trainer's loss all_gather, rank 1 never enqueued it
     "hf-stall": (("hf-stall-n0.log", "hf-stall-n1.log"), "LOGS-NOT-IN-COLLECTIVE", 1, ("WATCHDOG",)),
@@ -43,10 +41,7 @@ CASES: dict[str, tuple[tuple[str, ...], str, int | None, tuple[str, ...]]] = {
 
 
 def diagnose(*files: str) -> tuple[int, dict[str, Any]]:
-    paths = [str(FAIL8 / f) for f in files]
-    result = CliRunner().invoke(main, ["diagnose", *paths, "--json", "-"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result.exit_code, json.loads(result.stdout)
+    return diagnose_in(FAIL8, *files)
 
 
 def test_every_capture_is_a_case() -> None:
@@ -64,15 +59,7 @@ def test_captures_end_with_the_exit_code() -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_failure_gets_its_cause(case: str) -> None:
-    files, lead, rank, also = CASES[case]
-    code, doc = diagnose(*files)
-    assert code == 1
-    first = doc["first_failure"]
-    assert first["finding"] == lead, first
-    if rank is not None:
-        assert first["rank"] == rank, first
-    ids = {f["id"] for f in doc["steps"][0]["findings"]}
-    assert set(also) <= ids, ids
+    assert_case(FAIL8, CASES[case])
 
 
 def test_healthy_two_node_trainer_run_is_silent() -> None:

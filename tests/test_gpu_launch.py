@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from capturecases import Case, assert_case, diagnose_in
 from click.testing import CliRunner
 
 from ddptui.cli import main
@@ -21,7 +22,7 @@ from ddptui.cli import main
 LAUNCH = Path(__file__).parent / "fixtures" / "gpu-h200" / "launch"
 
 # case -> (files, first cause, the rank it names (None: not one rank), findings also there)
-CASES: dict[str, tuple[tuple[str, ...], str, int | None, tuple[str, ...]]] = {
+CASES: dict[str, Case] = {
     # accelerate launch --multi_gpu --num_processes 2 on one GPU: both ranks on cuda:0
     "acc-1gpu": (("acc-1gpu.log",), "ENV-DUPGPU", 1, ("C10D-NCCLERR",)),
     # two accelerate "machines"; machine 1's rank allocates 32 TiB at step 3
@@ -37,10 +38,7 @@ CASES: dict[str, tuple[tuple[str, ...], str, int | None, tuple[str, ...]]] = {
 
 
 def diagnose(*files: str) -> tuple[int, dict[str, Any]]:
-    paths = [str(LAUNCH / f) for f in files]
-    result = CliRunner().invoke(main, ["diagnose", *paths, "--json", "-"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result.exit_code, json.loads(result.stdout)
+    return diagnose_in(LAUNCH, *files)
 
 
 def test_every_capture_is_a_case() -> None:
@@ -58,15 +56,7 @@ def test_captures_end_with_the_exit_code() -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_launcher_failure_gets_its_cause(case: str) -> None:
-    files, lead, rank, also = CASES[case]
-    code, doc = diagnose(*files)
-    assert code == 1
-    first = doc["first_failure"]
-    assert first["finding"] == lead, first
-    if rank is not None:
-        assert first["rank"] == rank, first
-    ids = {f["id"] for f in doc["steps"][0]["findings"]}
-    assert set(also) <= ids, ids
+    assert_case(LAUNCH, CASES[case])
 
 
 def test_unused_parameters_name_both_ranks() -> None:

@@ -69,6 +69,7 @@ from ddptui.diagnosis.factrules_logs22 import (
     sigkill_model_sync,
     watchdog_in_capture,
 )
+from ddptui.diagnosis.factrules_logs23 import bench_init_one_host, whole_job_one_host
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -94,6 +95,8 @@ HINTS: Final = frozenset(
     | {"peer_closed", "accept_magic", "accept_finalize"}  # logs21
     | {"watchdog_died", "capture_refused", "pyxis_failed", "enroot_said"}  # logs22
     | {"gdr_off", "gdr_on", "model_sync", "ofi_version", "envoy_rbac", "envoy_inbound"}  # logs22
+    | {"bench_devices", "bench_table", "init_complete", "nccl_using_net", "nccl_warn", "ib_channel_k"}  # logs23
+    | {"nccl_release"}  # logs23
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -280,6 +283,10 @@ def _iface_class(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     # logs11: a container's own eth0 on docker's default network (virtual by its address
     # only) where the log shows one host is no bridge between nodes
     one_host = len(ctx.hosts) == 1
+    # logs23: every rank of the job on one host: no interface carries anything between
+    # machines (NCCL connects one node's GPUs over P2P/SHM), so none explains a failure
+    if whole_job_one_host(ctx):
+        return None
     failed = _failed_peer(ctx)
     for p in ctx.procs:
         for role, iface, addr in p.interfaces:
@@ -579,6 +586,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "envoy_in_path": envoy_in_path,
     # a first collective that never completed on one host (P2P-HANG)
     "first_collective_hang": first_collective_hang,
+    # logs23 (blind batch P)
+    "bench_init_one_host": bench_init_one_host,
 }
 
 

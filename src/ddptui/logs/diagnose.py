@@ -16,6 +16,7 @@ from typing import Final
 
 from ddptui.diagnosis.factmodel import UNRECOGNIZED
 from ddptui.diagnosis.factrules import UNNAMED_OP, load_factrules
+from ddptui.diagnosis.factrules_logs23 import LAST_HINTS
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
@@ -326,7 +327,8 @@ class Diagnoser:
                 # logs13: a long (joined) line is shown from shortly before what matched
                 start = max(0, m.start() - 150) if m.end() > 300 else 0
                 self.hints[name] = f"{where}: {text[start:].strip()[:300]}"
-        self._hints = [(n, rx) for n, rx in self._hints if n not in self.hints]
+        # logs23: LAST_HINTS keep the last line saying it, the others the first
+        self._hints = [(n, rx) for n, rx in self._hints if n not in self.hints or n in LAST_HINTS]
 
     def _learn_pids(self, cand: Candidate) -> None:
         text = cand.text

@@ -117,9 +117,11 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Synchronizing model states",
     # logs22: Envoy's debug logger handling a port as an inbound cluster (envoy_in_path)
     "TLS cluster inbound|",
+    # logs23: a channel over an IB device (factrules_logs23.ib_open_in_use)
+    "NET/IB/",
     # gpu8: NCCL's communicator abort at exit (logs/teardown.py; its "Abort COMPLETE" line
     # passes on "nranks ")
-    "START",  # "... - Abort START"
+    "Abort START",  # "... - Abort START" (not a bare "START": user logs print it per step)
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

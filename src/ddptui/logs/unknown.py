@@ -25,6 +25,7 @@ from ddptui.diagnosis.factrules import (
 )
 from ddptui.diagnosis.factrules_gpu7 import taken_down
 from ddptui.diagnosis.factrules_logs22 import quiet_alone
+from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -251,6 +252,7 @@ def conclude(
 ) -> tuple[Finding | None, list[Finding]]:
     """(the leading finding, every finding most important first) with the unknowns and
     the facts' findings added."""
+    first, findings = ib_open_in_use(first, findings, d.hints)  # logs23
     hard, soft = d.unknown.firsts(True), d.unknown.firsts(False)
     unknown = None
     first, hard = _past_wrappers(d, first, findings, hard)
