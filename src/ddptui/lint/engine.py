@@ -25,6 +25,7 @@ from ddptui.lint import (
     rules_lint10,
     rules_lint12,
     rules_lint13,
+    rules_lint19,
     rules_loader_lint6,
     rules_model,
     rules_notapplied,
@@ -72,6 +73,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_lint13.RULES,
     *rules_notapplied.RULES,
     *rules_poll.RULES,
+    *rules_lint19.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from typing import Final
 
 from ddptui.lint.frameworks import ddp_kind, engine_collective, keyed_value
+from ddptui.lint.lint19 import flag_guarded, switched_off
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Pick, Script, const, last
 
@@ -227,9 +228,24 @@ class Flow:
             return here
         for func in self.s.callees(call):
             inner = self.function_sync(func)
-            if inner:
+            if inner and not switched_off(self.s, call, func, self._func_syncs(func)):
                 return f"{inner} in `{func.name}()`"
         return None
+
+    def _func_syncs(self, func: FuncNode) -> list[ast.Call]:
+        """The sync points `func` runs itself (as function_sync counts them); a function
+        met again through a call cycle adds nothing."""
+        if func in self._busy or not flag_guarded(func):
+            return []
+        self._busy.add(func)
+        try:
+            return [
+                call
+                for call in calls_in(func.body)
+                if self.local_guard(call) is None and self.call_sync(call)
+            ]
+        finally:
+            self._busy.discard(func)
 
     @functools.cache  # noqa: B019 - one Flow per lint run
     def function_sync(self, func: FuncNode) -> str | None:

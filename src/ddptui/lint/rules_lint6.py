@@ -11,8 +11,10 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.flow import Flow, calls_in
+from ddptui.lint.lint19 import counted_steps
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
+from ddptui.lint.rules_sync import SyncFlow
 from ddptui.lint.script import Script, const, kwarg, last
 
 # Seeding helpers of the frameworks (mmcv/mmengine, accelerate, lightning, transformers)
@@ -397,6 +399,10 @@ def _nonfinite_name(s: Script, test: ast.expr) -> ast.expr | None:
     return None
 
 
+def _steps_pair_up(s: Script, node: ast.If, loop: ast.AST) -> bool:
+    return counted_steps(s, node, loop) and not SyncFlow(s).buffers
+
+
 def nonfinite_break(s: Script, f: Flow) -> Iterator[Hit]:
     """`if torch.isnan(loss): break` on the rank's own loss in a data-parallel training
     loop: that rank leaves while the others go on to the next forward/backward and wait
@@ -423,6 +429,8 @@ def nonfinite_break(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         if isinstance(exits[0], ast.Continue) and not _syncs_after(s, f, loop, node):
             continue  # `continue` after the backward: this iteration's sync already ran
+        if isinstance(exits[0], ast.Continue) and _steps_pair_up(s, node, loop):
+            continue  # the run's bound counts completed steps (gmflow main.py)
         kind = type(exits[0]).__name__.lower()
         yield Hit.at(
             "DDP-RANK-DIVERGENCE",

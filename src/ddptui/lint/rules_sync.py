@@ -15,6 +15,7 @@ from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint15 import mode_exit as _mode_exit
 from ddptui.lint.lint16 import BUFFERS as _BUFFERS
 from ddptui.lint.lint16 import in_training_loop as _in_training_loop
+from ddptui.lint.lint19 import counted_steps
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 from ddptui.lint.taint import depends, rank_tainted
@@ -206,7 +207,9 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     if isinstance(exit_, ast.Continue)
                     else f.stmts_sync(loop.body)
                 )
-                if not skipped:
+                # a run bounded by its completed steps: the backward passes pair up
+                paired = isinstance(exit_, ast.Continue) and not f.buffers
+                if not skipped or (paired and counted_steps(s, node, loop)):
                     continue
                 if f.is_rank_test(node.test):
                     why = "a rank-dependent condition"

@@ -12,6 +12,7 @@ from typing import Final
 
 from ddptui.lint.callers import dead_for_callers
 from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.lint19 import other_owner, set_on_value
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper
 from ddptui.lint.script import Pick, Script
@@ -75,7 +76,10 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
                 and any(_ddp_before(s, f, a) for a in s.param_args(fn, name))
             ) and not _tells_wrapper(fn, name)
         if checked[name] and not (
-            _checks_wrapper(s, n) or _mode_branch(s, n) or dead_for_callers(s, fn, n)
+            _checks_wrapper(s, n)
+            or _mode_branch(s, n)
+            or dead_for_callers(s, fn, n)
+            or _attr_elsewhere(s, f, s.param_args(fn, name), n.attr)
         ):
             yield Hit.at(
                 "DDP-WRAPPER-ATTR",
@@ -218,6 +222,9 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                 and not _checks_wrapper(s, n)
                 and not _mode_branch(s, n)
                 and not _tells_wrapper(fn, f"self.{attr}")
+                and not _attr_elsewhere(
+                    s, f, [v for v, _ in s.self_attr_values(n.value, attr)], n.attr
+                )
             ):
                 stmt = next((a for a in s.ancestors(n) if isinstance(a, ast.stmt)), n)
                 if stmt in said:
@@ -233,6 +240,15 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
                     model=f"self.{attr}",
                     attr=n.attr,
                 )
+
+
+def _attr_elsewhere(s: Script, f: Flow, values: list[ast.expr], attr: str) -> bool:
+    """The attribute is there after all: stored on the passed object itself, or owned by
+    a project class the name may also hold (lint19)."""
+    if set_on_value(s, f, values, attr):
+        return True
+    origins = [o for v in values for o in [v, *s.origins(v)]]
+    return other_owner(s, origins, attr)
 
 
 def _given_wrapper(s: Script, f: Flow, value: ast.expr) -> bool:
