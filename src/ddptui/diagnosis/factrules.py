@@ -16,11 +16,9 @@ from ddptui.diagnosis.factcontext import (
     Context,
     Hit,
     Proc,
-    busy_bar,
     local_across_hosts,
     missing_nodes,
     name_elsewhere,
-    ranks_said,
     shm_context,
     span,
     stalled,
@@ -36,14 +34,12 @@ from ddptui.diagnosis.factmodel import (
     Stall,
     ip_of,
 )
+from ddptui.diagnosis.factrules_collective import not_in_collective, op_mismatch
 from ddptui.diagnosis.factrules_env import nccl_env_differs
 from ddptui.diagnosis.factrules_gpu7 import lightning_gpus, lightning_gpus_slurm
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
-    lone_gloo_or_unranked,
-    lone_waiter,
     nccl_predates_gpu,
-    specific_failure,
 )
 from ddptui.diagnosis.factrules_logs8 import ib_verbs_unusable, sigkill_while_loading
 from ddptui.diagnosis.factrules_logs9 import barrier_device_guess, timeout_short
@@ -417,103 +413,6 @@ def _missing_ranks(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None
     return missing, [e for e in ev if e], said, {"missing": span(missing), "world": str(world)}
 
 
-def _fingerprints(ctx: Context) -> Hit | None:
-    """TORCH_DISTRIBUTED_DEBUG=DETAIL: the ranks that entered the last collective any rank
-    entered, and the known ranks that never did."""
-    entered = {p.rank: p for p in ctx.procs if p.rank is not None and p.collective is not None}
-    if not entered:
-        return None
-    last = max(p.collective for p in entered.values() if p.collective is not None)
-    waiting = sorted(r for r, p in entered.items() if p.collective == last)
-    known = {p.rank for p in ctx.procs if p.rank is not None}
-    worlds = {p.world_size for p in ctx.procs if p.world_size}
-    if len(worlds) == 1:  # the launcher or NCCL stated the world: every rank of it
-        known |= set(range(min(worlds.pop(), 4096)))
-    absent = sorted(known - set(waiting))
-    if not absent:
-        return None
-    op = f"{last[1]} (SequenceNumber {last[0]})"
-    ev = [entered[r].evidence.get("collective", "") for r in waiting[:3]]
-    said = f"ranks {span(waiting)} entered {op}; ranks {span(absent)} never did"
-    return absent, ev, said, {"op": op, "absent": span(absent), "waiting": span(waiting)}
-
-
-def _not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
-    """Ranks whose watchdogs time out in one collective, and the ranks that never report
-    it: ranks the log knows otherwise, ranks below the highest waiting one when several
-    wait (ranks count from 0: "ranks 1, 2 time out" leaves rank 0 elsewhere), or, after
-    a line saying the run ended, the ranks that had finished."""
-    if not ctx.collective:
-        return _fingerprints(ctx) or lone_gloo_or_unranked(ctx)
-    known = {p.rank for p in ctx.procs if p.rank is not None} | set(ctx.collective)
-    known |= ctx.named_ranks
-    # one group per sequence number (a line without the operation joins the one naming
-    # it at that number), else per operation
-    groups: dict[str, list[int]] = {}
-    names: dict[str, str] = {}
-    for r, said in ctx.collective.items():
-        name, _, seq = said.partition(" (SeqNum ")
-        key = seq or said
-        groups.setdefault(key, []).append(r)
-        if name != UNNAMED_OP or key not in names:
-            names[key] = said
-    key, waiting = max(groups.items(), key=lambda kv: (len(kv[1]), names[kv[0]] != UNNAMED_OP))
-    op, waiting = names[key], sorted(waiting)
-    if len(waiting) >= 2 and not specific_failure(ctx):
-        known |= set(range(min(max(waiting), 4096)))
-    # logs14: ranks that state (torch's PG status) they never enqueued that work, or did
-    seq = key.rstrip(")")
-    behind = {r for r, (n, _) in ctx.enqueued.items() if seq.isdigit() and n < int(seq)}
-    reached = {r for r, (n, _) in ctx.enqueued.items() if seq.isdigit() and n >= int(seq)}
-    absent = sorted((known | behind) - set(waiting) - reached)
-    ev = [ctx.watchdog_lines[r] for r in waiting[:3]] + [ctx.enqueued[r][1] for r in sorted(behind)[:2]]
-    fill = {"op": op, "waiting": ranks_said(waiting)}
-    if absent:
-        said = (
-            f"{ranks_said(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in {op}; "
-            f"{ranks_said(absent)} never {'reports' if len(absent) == 1 else 'report'} it"
-        )
-        if behind:
-            last = min(ctx.enqueued[r][0] for r in behind)
-            said += f" ({ranks_said(sorted(behind))} enqueued work up to #{last} only)"
-        return absent, ev, said, {**fill, "absent": ranks_said(absent)}
-    busy = None if specific_failure(ctx) else busy_bar(ctx)
-    if busy is not None:
-        who, ran, line = busy
-        verb = "waits" if len(waiting) == 1 else "wait"
-        said = f"{ranks_said(waiting)} {verb} in {op}; meanwhile {ran}"
-        return [], [line, *ev], said, {**fill, "absent": who}
-    if ctx.ended is None:
-        return None if specific_failure(ctx) else lone_waiter(ctx, waiting, op, ev)
-    where, _, text = ctx.ended.partition(": ")
-    others = f"the other ranks, which had left the loop (the log says {text[:120]!r}, {where})"
-    verb = "waits" if len(waiting) == 1 else "wait"
-    said = f"{ranks_said(waiting)} {verb} in {op} after the run ended ({text[:80]!r})"
-    return [], [ctx.ended, *ev], said, {**fill, "absent": others}
-
-
-UNNAMED_OP: Final = "a collective"  # logs/diagnose.py's word for a watchdog line without OpType
-
-
-def _op_mismatch(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
-    """Watchdogs of different ranks timed out in one sequence number of different
-    operations: the ranks called different collectives at the same step."""
-    by_seq: dict[str, dict[str, list[int]]] = {}
-    for r, said in ctx.collective.items():
-        op, _, seq = said.partition(" (SeqNum ")
-        if seq and op != UNNAMED_OP:  # "Timeout at NCCL work: N" names no operation
-            by_seq.setdefault(seq.rstrip(")"), {}).setdefault(op, []).append(r)
-    for seq, ops in sorted(by_seq.items()):
-        if len(ops) > 1:
-            firsts = sorted(min(rs) for rs in ops.values())
-            said = f"at SeqNum {seq}: " + "; ".join(
-                f"ranks {span(sorted(rs))} in {op}" for op, rs in sorted(ops.items())
-            )
-            ev = [ctx.watchdog_lines[r] for r in firsts[:3] if r in ctx.watchdog_lines]
-            return firsts, ev, said, {"seq": seq}
-    return None
-
-
 def _store_overcount(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """c10d's store barrier counted more workers than the world has."""
     for p in ctx.procs:
@@ -531,9 +430,9 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "differs": _differs,
     "duplicate_rank": _duplicate_rank,
     "missing_ranks": _missing_ranks,
-    "not_in_collective": _not_in_collective,
+    "not_in_collective": not_in_collective,
     "store_overcount": _store_overcount,
-    "op_mismatch": _op_mismatch,
+    "op_mismatch": op_mismatch,
     "shm_context": shm_context,
     "local_across_hosts": local_across_hosts,
     "missing_nodes": missing_nodes,

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ddptui.diagnosis.factmodel import UNRECOGNIZED
-from ddptui.diagnosis.factrules import UNNAMED_OP, load_factrules
+from ddptui.diagnosis.factrules import load_factrules
+from ddptui.diagnosis.factrules_collective import UNNAMED_OP
 from ddptui.diagnosis.factrules_logs23 import LAST_HINTS
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
