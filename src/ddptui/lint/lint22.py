@@ -1,0 +1,224 @@
+"""Severity calibration (lint22): an error means the reading is certain; where the code
+cannot establish it, the finding is a warning (found all the same, with the reason said).
+
+Measured on the first scores of blind batches A-O: about one correct project in three got
+an error, mostly from DDP-RANK-DIVERGENCE and DDP-WRAPPER-ATTR readings that rest on what
+the code does not show. Each condition below names what the reading could not establish:
+
+- DDP-RANK-DIVERGENCE, a `break`/`continue`/`return` under a condition on the rank's own
+  data, loss or clock, with no collective in that branch: whether the value differs
+  between ranks is not visible (a loss reduced first, a stop flag broadcast by a helper;
+  wenet's empty batch and join). A loss found NaN or infinite (one rank's, plainly), or a
+  branch that itself runs a collective only the leaving ranks join (`if not loss_finite:
+  dist.all_reduce(...); continue`), stays an error.
+- DDP-RANK-DIVERGENCE, a loop whose bound depends on the rank only through a name's origin
+  (`range(start_epoch, n)`, `range(per_rank_split_lengths[i])`): no rank in the head.
+- DDP-RANK-DIVERGENCE, a collective under a rank test reached only through calls: two or
+  more calls deep, or one call under a test that mixes the rank with other values
+  (`rank == 0 and args.write_tensors`): on the way the collective may sit behind a flag,
+  a backend branch or a world-size test the reading does not follow (mozilla/TTS: the
+  "DDP forward" is the TensorFlow backend's). `if rank == 0: evaluate(model)` with the
+  DDP forward in `evaluate`, or a barrier in the loader it calls, stays an error; a thin
+  wrapper (`def barrier(): if dist.is_initialized(): dist.barrier()`) is no hop.
+- DDP-RANK-DIVERGENCE, the rank-0-last pattern: `if rank != 0: barrier(); return`, then
+  `barrier()` after rank 0's work: every rank reaches one barrier (pangaea, H2O
+  LLM Studio).
+- DDP-WRAPPER-ATTR, a helper's parameter that some callers give the wrapper and others
+  a plain model or another object (cvnets' EMA): which one reaches the read is not known.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import weakref
+from typing import Final
+
+from ddptui.diagnosis.finding import Severity
+from ddptui.lint.flow import Flow
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script
+
+_OWN_DATA: Final = "a condition on this rank's own data, loss or clock"
+_RANK_WORD: Final = re.compile(r"(^|_)rank$|^get_rank$|^is_main|^is_master|master", re.I)
+_GUARD_LINE: Final = re.compile(r"\(line (\d+)")
+# a loss that is NaN or infinite on one rank: the plain case of a rank's own value
+_NONFINITE: Final = re.compile(r"isnan|isinf|isfinite|nonfinite|not_finite|\bnan\b", re.I)
+_HOP: Final = re.compile(r" in `([\w.]+)\(\)`")
+
+_flows: weakref.WeakKeyDictionary[Script, Flow] = weakref.WeakKeyDictionary()
+
+
+def _flow(s: Script) -> Flow:
+    from ddptui.lint.rules_sync import SyncFlow  # here: the rules import lint13, lint13 this
+
+    f = _flows.get(s)
+    if f is None:
+        f = _flows[s] = SyncFlow(s)
+    return f
+
+
+def calibrated(s: Script, hit: Hit) -> tuple[Severity, str] | None:
+    """A warning and its summary where the reading of this error is not certain; None
+    where it stands."""
+    if hit.id == "DDP-RANK-DIVERGENCE" and hit.node is not None:
+        why = _divergence_doubt(s, hit)
+    elif hit.id == "DDP-WRAPPER-ATTR" and hit.node is not None:
+        why = _wrapper_doubt(s, hit)
+    else:
+        why = None
+    return ("warning", f"{hit.summary} ({why})") if why else None
+
+
+def _divergence_doubt(s: Script, hit: Hit) -> str | None:
+    node = hit.node
+    assert node is not None
+    collective = str(hit.facts.get("collective", ""))
+    condition = str(hit.facts.get("condition", ""))
+    if (
+        isinstance(node, ast.Break | ast.Continue | ast.Return)
+        and _OWN_DATA in hit.summary
+        and not _NONFINITE.search(condition)
+    ):
+        return (
+            f"not certain: the code does not show `{condition}` differing between ranks; "
+            "a loss or flag reduced or broadcast first is the same on all of them"
+        )
+    if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+        if not _names_rank(_head(node)):
+            return (
+                f"not certain: the loop head names no rank; `{condition}` depends on it only "
+                "through where its values come from"
+            )
+        return None
+    if not isinstance(node, ast.Call) or "runs only on the ranks" not in hit.summary:
+        return None
+    return _guarded_doubt(s, node, hit.summary, condition, collective)
+
+
+def _guarded_doubt(
+    s: Script, node: ast.Call, summary: str, condition: str, collective: str
+) -> str | None:
+    """A collective under a rank test: rank-0-last, or reached only through calls."""
+    guard = _guard(s, node, summary, condition)
+    if guard is not None and _rank0_last(s, guard, collective):
+        return (
+            f"the ranks that leave at `if {condition}:` wait in the same collective first: "
+            "each rank reaches one"
+        )
+    hops = _HOP.findall(collective)
+    if hops and _thin(s, hops[0].rsplit(".", 1)[-1]):
+        hops = hops[1:]  # `def barrier(): if dist.is_initialized(): dist.barrier()`
+    depth = len(hops)
+    if depth == 0:
+        return None
+    mixed = guard is not None and isinstance(guard.test, ast.BoolOp)
+    if depth >= 2 or mixed:
+        where = (
+            f"{depth} calls deep"
+            if depth >= 2
+            else f"under `{condition}`, which mixes the rank with other values"
+        )
+        return (
+            f"not certain: the collective is reached only through calls ({where}); a flag "
+            "or world-size test on the way may keep it off"
+        )
+    return None
+
+
+def _thin(s: Script, name: str) -> bool:
+    """Every project function of that name is a wrapper of a few statements around its
+    collective: no hop where a flag could hide it."""
+    funcs = [
+        n
+        for m in s.modules
+        for n in ast.walk(m.tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
+    ]
+    return bool(funcs) and all(len(_code(fn.body)) <= 3 for fn in funcs)
+
+
+def _code(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return body[1:]
+    return body
+
+
+def _head(node: ast.For | ast.AsyncFor | ast.While) -> ast.expr:
+    return node.iter if isinstance(node, ast.For | ast.AsyncFor) else node.test
+
+
+def _names_rank(expr: ast.expr) -> bool:
+    for n in ast.walk(expr):
+        word = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+        if word and _RANK_WORD.search(word):
+            return True
+    return False
+
+
+def _guard(s: Script, call: ast.Call, summary: str, condition: str) -> ast.If | None:
+    """The `if` the summary names: an enclosing one, or the early exit above the call."""
+    for a in s.ancestors(call):
+        if isinstance(a, ast.If) and ast.unparse(a.test) == condition:
+            return a
+    m = _GUARD_LINE.search(summary)
+    if m is None:
+        return None
+    line = int(m.group(1))
+    scope = s.scope_of(call)
+    return next(
+        (
+            n
+            for n in ast.walk(scope)
+            if isinstance(n, ast.If) and n.lineno == line and ast.unparse(n.test) == condition
+        ),
+        None,
+    )
+
+
+def _base(what: str) -> str:
+    return what.split(" in `", 1)[0]
+
+
+def _rank0_last(s: Script, guard: ast.If, collective: str) -> bool:
+    """`if rank != 0: barrier(); return` and, after the `if`, the same collective on the
+    path of the ranks that stay: each rank reaches it once."""
+    if not guard.body or not isinstance(guard.body[-1], ast.Return):
+        return False
+    f = _flow(s)
+    inside = f.stmts_sync(guard.body[:-1])
+    if inside is None or _base(inside) != _base(collective):
+        return False
+    scope = s.scope_of(guard)
+    body = getattr(scope, "body", [])
+    if guard not in body:
+        return False
+    after = body[body.index(guard) + 1 :]
+    later = f.stmts_sync(after)
+    return later is not None and _base(later) == _base(collective)
+
+
+def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
+    """A helper's parameter read on the wrapper, where some call sites pass something that
+    is no wrapper."""
+    from ddptui.lint.rules_wrapper import _ddp_before  # here, as in _flow
+
+    name = hit.facts.get("model")
+    node = hit.node
+    if not isinstance(name, str) or node is None or "which a caller gives" not in hit.summary:
+        return None
+    fn = next(
+        (a for a in s.ancestors(node) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)),
+        None,
+    )
+    if fn is None:
+        return None
+    f = _flow(s)
+    args = s.param_args(fn, name)
+    plain = [a for a in args if not _ddp_before(s, f, a)]
+    if not plain:
+        return None
+    return (
+        f"not certain: other calls of `{fn.name}()` pass `{ast.unparse(plain[0])}` (line "
+        f"{plain[0].lineno}), no DDP wrapper; which one reaches this read is not known"
+    )

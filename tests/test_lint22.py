@@ -1,0 +1,226 @@
+"""Round 22: an error means the reading is certain. Each demotion to a warning is shown on
+real code of a blind batch (only the lines needed, cited with repository and commit) beside
+a twin where the plain pitfall stays an error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lintproject import lint_project, severities
+
+# VMarsocci/pangaea-bench @ 3fdd72b232f6cda88e3f1bb58f31e5dd6dd9f7a0,
+# pangaea/engine/trainer.py:221-232 (save_model): the ranks other than 0 wait in a barrier
+# and return; rank 0 saves, then joins that same barrier: each rank reaches one.
+PANGAEA = """\
+import torch
+import torch.distributed
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, model, rank):
+        self.rank = rank
+        self.model = DDP(model.cuda(rank), device_ids=[rank])
+
+    def save_model(self, epoch):
+        if self.rank != 0:
+            {INSIDE}
+            return
+        checkpoint = self.model.module.state_dict()
+        torch.save(checkpoint, f"checkpoint_{epoch}.pth")
+        torch.distributed.barrier()
+        return
+
+
+def main():
+    torch.distributed.init_process_group("nccl")
+    rank = torch.distributed.get_rank()
+    Trainer(build(), rank).save_model(0)
+"""
+
+
+def test_rank0_last_barrier_is_a_warning_a_lone_one_stays_an_error(tmp_path: Path) -> None:
+    paired = PANGAEA.replace("{INSIDE}", "torch.distributed.barrier()")
+    found = lint_project(tmp_path / "ok", {"train.py": paired})
+    sev = severities(found, "DDP-RANK-DIVERGENCE")
+    assert sev and all(s == "warning" for _, _, s in sev), sev
+    assert any("each rank reaches one" in f.summary for f in found)
+    # twin: the other ranks return without the barrier: rank 0 waits alone
+    lone = PANGAEA.replace("{INSIDE}", "pass")
+    sev = severities(lint_project(tmp_path / "bad", {"train.py": lone}), "DDP-RANK-DIVERGENCE")
+    assert ("train.py", 17, "error") in sev, sev
+
+
+# wenet-e2e/wenet @ f1b9d3fee7fdb6473aec73adfde26f0c8ded8e5a, wenet/utils/executor.py:32-40:
+# `continue` when this rank's batch is empty: the code does not show whether that happens
+# on one rank only (it is not a labelled pitfall there).
+# Twin: Tencent/YOLO-Master @ f8cdaa4449e0acc20056f9a53c8a82d0f7a62676,
+# ultralytics/engine/trainer.py:1045-1058: the non-finite branch all_reduces a skip flag
+# alone and continues past the backward (a labelled pitfall): stays an error.
+WENET = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(model, data_loader, optimizer, device):
+    for batch_idx, batch in enumerate(data_loader):
+        key, feats, target, feats_lengths, target_lengths = batch
+        feats = feats.to(device)
+        target_lengths = target_lengths.to(device)
+        num_utts = target_lengths.size(0)
+        if num_utts == 0:
+            {BRANCH}
+            continue
+        loss = model(feats, feats_lengths, target, target_lengths)
+        loss.backward()
+        optimizer.step()
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    model = DDP(build().cuda(rank), device_ids=[rank])
+    train(model, loader(), opt(model), rank)
+"""
+
+
+def test_exit_on_own_data_is_a_warning_unless_its_branch_runs_a_collective(
+    tmp_path: Path,
+) -> None:
+    found = lint_project(tmp_path / "ok", {"train.py": WENET.replace("{BRANCH}", "pass")})
+    assert severities(found, "DDP-RANK-DIVERGENCE") == [("train.py", 14, "warning")]
+    skip = (
+        "_skip_flag = torch.tensor(1, dtype=torch.int32, device=device)\n"
+        "            dist.all_reduce(_skip_flag, op=dist.ReduceOp.MAX)"
+    )
+    found = lint_project(tmp_path / "bad", {"train.py": WENET.replace("{BRANCH}", skip)})
+    assert ("train.py", 14, "error") in severities(found, "DDP-RANK-DIVERGENCE")
+
+
+# facebookresearch/dlrm @ 728650ed53b83eebfd7ca9cb0e4c868b7a039f6b,
+# extend_distributed.py:142-157: `for j in range(per_rank_split_lengths[i])` inside
+# `for i in range(my_size)`: every rank walks the same list; the head names no rank.
+# Twin: a loop strided by the rank itself stays an error.
+DLRM = """\
+import torch.distributed as dist
+from torch.autograd import Function
+
+my_size = 1
+my_rank = -1
+
+
+def init_distributed():
+    global my_size, my_rank
+    dist.init_process_group("nccl")
+    my_size = dist.get_world_size()
+    my_rank = dist.get_rank()
+
+
+class All2All_ScatterList_Wait(Function):
+    @staticmethod
+    def backward(ctx, *grad_output):
+        a2ai = ctx.a2ai
+        grad_output = [t.contiguous() for t in grad_output]
+        mb_split_lengths = a2ai.gNS if a2ai.gNS else [a2ai.lN] * my_size
+        per_rank_split_lengths = a2ai.gSS if a2ai.gSS else [a2ai.lS] * my_size
+        grad_inputs = [grad_output[0].new_empty([ctx.a2ai.N, ctx.a2ai.E]) for _ in range(a2ai.lS)]
+        req_list = []
+        ind = 0
+        for i in range(my_size):
+            for j in {HEAD}:
+                gather_list = list(grad_inputs[j].split(mb_split_lengths, dim = 0)) if i == my_rank else None
+                req = dist.gather(grad_output[ind], gather_list, dst = i, async_op=True)
+                req_list.append(req)
+                ind += 1
+        return tuple(grad_output)
+"""
+
+
+def test_loop_bound_without_rank_in_its_head_is_a_warning(tmp_path: Path) -> None:
+    head = DLRM.replace("{HEAD}", "range(per_rank_split_lengths[i])")
+    sev = severities(lint_project(tmp_path / "ok", {"train.py": head}), "DDP-RANK-DIVERGENCE")
+    assert sev == [("train.py", 26, "warning")], sev
+    strided = DLRM.replace("{HEAD}", "range(my_rank, a2ai.lS, my_size)")
+    sev = severities(lint_project(tmp_path / "bad", {"train.py": strided}), "DDP-RANK-DIVERGENCE")
+    assert sev == [("train.py", 26, "error")], sev
+
+
+# mozilla/TTS @ 9d0ae2bfb48aa7d95c6f236d8b9f841fb64a525f, TTS/bin/train_glow_tts.py:388-420
+# and TTS/tts/utils/synthesis.py:73-82, 181-250: rank 0 synthesises test sentences; the
+# model call that reads as a DDP forward is in `run_model_tf`, the TensorFlow backend's
+# branch, two calls deep: not certain.
+TTS_TRAIN = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from synthesis import synthesis
+
+
+def evaluate(model, args, c, epoch):
+    if args.rank == 0 and epoch >= c.test_delay_epochs:
+        for idx, test_sentence in enumerate(c.test_sentences):
+            wav = synthesis(model, test_sentence, c, True)
+
+
+def main(args, c):
+    dist.init_process_group("nccl")
+    model = DDP(build().cuda(args.rank), device_ids=[args.rank])
+    for epoch in range(c.epochs):
+        loss = model(torch.randn(2).cuda())
+        loss.backward()
+        evaluate(model, args, c, epoch)
+"""
+TTS_SYNTH = """\
+import torch
+
+
+def run_model_tf(model, inputs, CONFIG, truncated):
+    if truncated:
+        raise NotImplementedError(' [!] Truncated inference not implemented for TF')
+    decoder_output, postnet_output, alignments, stop_tokens = model(inputs, training=False)
+    return decoder_output, postnet_output, alignments, stop_tokens
+
+
+def synthesis(model, text, CONFIG, use_cuda, backend='torch'):
+    inputs = torch.tensor([[1, 2, 3]])
+    if backend == 'tf':
+        return run_model_tf(model, inputs, CONFIG, False)
+    return model.module.inference(inputs)
+"""
+
+# FareedKhan-dev/train-llm-from-scratch @ 2f995f87ddda6a90b86bb2d1bc882cb900ca906d,
+# scripts/train_sft.py:113-114 (a labelled pitfall): `if ctx.is_main: eval_dev(model, ...)`
+# with the DDP forward in eval_dev in the same file (its @torch.no_grad() left out here: the
+# real model's buffers made that forward a broadcast): stays an error.
+SFT = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def eval_dev(model, batches):
+    total = 0.0
+    for x, y in batches:
+        total += model(x, y).item()
+    return total
+
+
+def main(ctx, batches):
+    dist.init_process_group("nccl")
+    model = DDP(build().cuda(ctx.local_rank), device_ids=[ctx.local_rank])
+    for x, y in batches:
+        model(x, y).backward()
+    if ctx.is_main:
+        print(eval_dev(model, batches))
+"""
+
+
+def test_collective_two_calls_deep_is_a_warning_one_call_away_an_error(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "ok", {"train.py": TTS_TRAIN, "synthesis.py": TTS_SYNTH})
+    sev = severities(found, "DDP-RANK-DIVERGENCE")
+    assert sev and all(s == "warning" for _, _, s in sev), sev
+    # twin: the DDP forward one call away, in the same file, under a plain rank test
+    assert ("train.py", 19, "error") in severities(
+        lint_project(tmp_path / "bad", {"train.py": SFT}), "DDP-RANK-DIVERGENCE"
+    )
