@@ -224,3 +224,36 @@ def test_collective_two_calls_deep_is_a_warning_one_call_away_an_error(tmp_path:
     assert ("train.py", 19, "error") in severities(
         lint_project(tmp_path / "bad", {"train.py": SFT}), "DDP-RANK-DIVERGENCE"
     )
+
+
+# ultralytics/yolov5 @ 9c31a66f5dfdf5b7f465ef20a470ad7e2a199354, train.py:245-279: after
+# `model = DDP(model, ...)` the script attaches `model.class_weights = ...` to the wrapper
+# and reads it back there (found there: a warning); `model.model[-1].nl` at line 249 reads
+# the inner model's attribute on the wrapper (PR #5332, the labelled pitfall): an error.
+YOLOV5 = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(hyp, opt, device, dataset, nc, maps, cuda, RANK, LOCAL_RANK):
+    model = Model(opt.cfg, ch=3, nc=nc).to(device)
+    if cuda and RANK != -1:
+        model = DDP(model, device_ids=[LOCAL_RANK], output_device=LOCAL_RANK)
+    nl = model.model[-1].nl  # number of detection layers (to scale hyps)
+    hyp['box'] *= 3. / nl  # scale to layers
+    model.nc = nc  # attach number of classes to model
+    model.hyp = hyp  # attach hyperparameters to model
+    model.class_weights = labels_to_class_weights(dataset.labels, nc).to(device) * nc
+    for epoch in range(opt.epochs):
+        model.train()
+        if opt.image_weights:
+            cw = model.class_weights.cpu().numpy() * (1 - maps) ** 2 / nc  # class weights
+"""
+
+
+def test_attribute_stored_on_the_wrapper_before_the_read_is_a_warning(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "p", {"train.py": YOLOV5})
+    assert severities(found, "DDP-WRAPPER-ATTR") == [
+        ("train.py", 9, "error"),
+        ("train.py", 17, "warning"),
+    ]

@@ -23,8 +23,9 @@ the code does not show. Each condition below names what the reading could not es
 - DDP-RANK-DIVERGENCE, the rank-0-last pattern: `if rank != 0: barrier(); return`, then
   `barrier()` after rank 0's work: every rank reaches one barrier (pangaea, H2O
   LLM Studio).
-- DDP-WRAPPER-ATTR, a helper's parameter that some callers give the wrapper and others
-  a plain model or another object (cvnets' EMA): which one reaches the read is not known.
+- DDP-WRAPPER-ATTR, an attribute the same function stores on the wrapper's name after the
+  wrap and before the read (yolov5: `model.class_weights = ...` after `model =
+  DDP(model)`): the read finds it on the wrapper.
 """
 
 from __future__ import annotations
@@ -199,26 +200,27 @@ def _rank0_last(s: Script, guard: ast.If, collective: str) -> bool:
 
 
 def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
-    """A helper's parameter read on the wrapper, where some call sites pass something that
-    is no wrapper."""
-    from ddptui.lint.rules_wrapper import _ddp_before  # here, as in _flow
-
-    name = hit.facts.get("model")
+    """`model.attr` read on the wrapper where the same scope stored `model.attr = ...` on
+    that name after its last assignment (the wrap) and before the read: the attribute is
+    on the wrapper itself (yolov5 `model.class_weights = ...` after `model = DDP(model)`)."""
     node = hit.node
-    if not isinstance(name, str) or node is None or "which a caller gives" not in hit.summary:
+    if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
         return None
-    fn = next(
-        (a for a in s.ancestors(node) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)),
-        None,
-    )
-    if fn is None:
-        return None
-    f = _flow(s)
-    args = s.param_args(fn, name)
-    plain = [a for a in args if not _ddp_before(s, f, a)]
-    if not plain:
-        return None
-    return (
-        f"not certain: other calls of `{fn.name}()` pass `{ast.unparse(plain[0])}` (line "
-        f"{plain[0].lineno}), no DDP wrapper; which one reaches this read is not known"
-    )
+    name, attr, line = node.value.id, node.attr, node.lineno
+    scope = s.scope_of(node)
+    last = max((a.lineno for a in s.assigned(scope, name) if a.lineno < line), default=0)
+    for n in ast.walk(scope):
+        if not isinstance(n, ast.Assign) or not last < n.lineno < line:
+            continue
+        if any(
+            isinstance(t, ast.Attribute)
+            and t.attr == attr
+            and isinstance(t.value, ast.Name)
+            and t.value.id == name
+            for t in n.targets
+        ):
+            return (
+                f"not certain: line {n.lineno} stores `{name}.{attr}` on the wrapper itself "
+                "before this read, which then finds it"
+            )
+    return None
