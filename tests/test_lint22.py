@@ -257,3 +257,78 @@ def test_attribute_stored_on_the_wrapper_before_the_read_is_a_warning(tmp_path: 
         ("train.py", 9, "error"),
         ("train.py", 17, "warning"),
     ]
+
+
+# ultralytics/yolov3 @ eb4acecbb55368f898fab8f52709db5534bdb098, train.py:120-146, 223,
+# test.py:11-73 and utils/utils.py:243-254: train.py attaches `model.hyp = hyp` to the DDP
+# wrapper and hands the wrapper to `test.test(model=model)`, which passes it on to
+# `compute_loss(train_out, targets, model)`, which reads `model.hyp`: found there (a
+# warning). Twin: the attribute set only by the model's class (`self.hyp` in __init__):
+# the wrapper has none, an error.
+YOLOV3_TRAIN = """\
+import torch
+import torch.distributed as dist
+import test
+from models import Darknet
+
+
+def train(hyp, opt, loader, dataloader, optimizer, device):
+    model = Darknet(opt.cfg).to(device)
+    if torch.cuda.device_count() > 1:
+        dist.init_process_group(backend=opt.backend, init_method=opt.dist_url)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    {ATTACH}
+    for epoch in range(opt.epochs):
+        for imgs, targets in loader:
+            pred = model(imgs.to(device))
+            pred.sum().backward()
+            optimizer.step()
+        results = test.test(opt.cfg, dataloader, model=model)
+"""
+YOLOV3_TEST = """\
+import torch
+from utils import compute_loss
+
+
+def test(cfg, dataloader, model=None):
+    device = next(model.parameters()).device
+    loss = torch.zeros(3)
+    for batch_i, (imgs, targets) in enumerate(dataloader):
+        inf_out, train_out = model(imgs.to(device))
+        loss_i, _ = compute_loss(train_out, targets.to(device), model)
+        loss += loss_i.item()
+    return loss
+"""
+YOLOV3_MODELS = """\
+import torch.nn as nn
+
+
+class Darknet(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.hyp = {"giou": 3.54}
+        self.layer = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.layer(x)
+"""
+YOLOV3_UTILS = """\
+import torch
+
+
+def compute_loss(p, targets, model):  # predictions, targets, model
+    ft = torch.cuda.FloatTensor if p[0].is_cuda else torch.Tensor
+    lcls, lbox, lobj = ft([0]), ft([0]), ft([0])
+    h = model.hyp  # hyperparameters
+    return (lcls + lbox + lobj) * h["giou"], torch.cat((lbox, lobj, lcls)).detach()
+"""
+
+
+def test_attribute_the_project_attaches_from_outside_is_a_warning(tmp_path: Path) -> None:
+    files = {"models.py": YOLOV3_MODELS, "utils.py": YOLOV3_UTILS, "test.py": YOLOV3_TEST}
+    attached = YOLOV3_TRAIN.replace("{ATTACH}", "model.hyp = hyp  # attach hyperparameters")
+    found = lint_project(tmp_path / "ok", {"train.py": attached, **files})
+    assert severities(found, "DDP-WRAPPER-ATTR") == [("utils.py", 7, "warning")]
+    plain = YOLOV3_TRAIN.replace("{ATTACH}", "pass")
+    found = lint_project(tmp_path / "bad", {"train.py": plain, **files})
+    assert severities(found, "DDP-WRAPPER-ATTR") == [("utils.py", 7, "error")]

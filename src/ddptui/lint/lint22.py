@@ -25,7 +25,9 @@ the code does not show. Each condition below names what the reading could not es
   LLM Studio).
 - DDP-WRAPPER-ATTR, an attribute the same function stores on the wrapper's name after the
   wrap and before the read (yolov5: `model.class_weights = ...` after `model =
-  DDP(model)`): the read finds it on the wrapper.
+  DDP(model)`): the read finds it on the wrapper. In a helper the wrapper is passed to,
+  an attribute the project stores on a plain name anywhere (yolov3 `model.hyp = hyp`,
+  read in utils' `compute_loss(..., model)`): it may be stored on the wrapper too.
 """
 
 from __future__ import annotations
@@ -207,6 +209,15 @@ def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
     if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
         return None
     name, attr, line = node.value.id, node.attr, node.lineno
+    if "which a caller gives" in hit.summary:
+        store = _attached(s, attr)
+        if store is not None:
+            return (
+                f"not certain: the project attaches `{attr}` from outside a class "
+                f"(`{ast.unparse(store)}`, {s.module_of(store).path}:{store.lineno}); "
+                "stored on the wrapper, the read finds it"
+            )
+        return None
     scope = s.scope_of(node)
     last = max((a.lineno for a in s.assigned(scope, name) if a.lineno < line), default=0)
     for n in ast.walk(scope):
@@ -223,4 +234,22 @@ def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
                 f"not certain: line {n.lineno} stores `{name}.{attr}` on the wrapper itself "
                 "before this read, which then finds it"
             )
+    return None
+
+
+def _attached(s: Script, attr: str) -> ast.Attribute | None:
+    """A store `x.attr = ...` on a plain name (not `self`) anywhere in the project: an
+    attribute handed to an object from outside (yolov3 `model.hyp = hyp` in train.py,
+    read in utils' `compute_loss(p, targets, model)`)."""
+    for m in s.modules:
+        for n in ast.walk(m.tree):
+            if isinstance(n, ast.Assign):
+                for tgt in n.targets:
+                    if (
+                        isinstance(tgt, ast.Attribute)
+                        and tgt.attr == attr
+                        and isinstance(tgt.value, ast.Name)
+                        and tgt.value.id not in ("self", "cls")
+                    ):
+                        return tgt
     return None
