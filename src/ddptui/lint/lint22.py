@@ -26,8 +26,8 @@ the code does not show. Each condition below names what the reading could not es
 - DDP-WRAPPER-ATTR, an attribute the same function stores on the wrapper's name after the
   wrap and before the read (yolov5: `model.class_weights = ...` after `model =
   DDP(model)`): the read finds it on the wrapper. In a helper the wrapper is passed to,
-  an attribute the project stores on a plain name anywhere (yolov3 `model.hyp = hyp`,
-  read in utils' `compute_loss(..., model)`): it may be stored on the wrapper too.
+  an attribute the project stores on a wrapper anywhere (yolov3 `model.hyp = hyp` after
+  the wrap, read in utils' `compute_loss(..., model)` reached through test.py).
 """
 
 from __future__ import annotations
@@ -213,9 +213,9 @@ def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
         store = _attached(s, attr)
         if store is not None:
             return (
-                f"not certain: the project attaches `{attr}` from outside a class "
-                f"(`{ast.unparse(store)}`, {s.module_of(store).path}:{store.lineno}); "
-                "stored on the wrapper, the read finds it"
+                f"not certain: the project stores `{ast.unparse(store)}` on the wrapper "
+                f"({s.module_of(store).path}:{store.lineno}); if this read gets that "
+                "wrapper, it finds it"
             )
         return None
     scope = s.scope_of(node)
@@ -238,18 +238,24 @@ def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
 
 
 def _attached(s: Script, attr: str) -> ast.Attribute | None:
-    """A store `x.attr = ...` on a plain name (not `self`) anywhere in the project: an
-    attribute handed to an object from outside (yolov3 `model.hyp = hyp` in train.py,
-    read in utils' `compute_loss(p, targets, model)`)."""
+    """A store `x.attr = ...` anywhere in the project on a name that holds the DDP wrapper
+    there (yolov3 `model.hyp = hyp` in train.py after `model = DDP(model)`, read in utils'
+    `compute_loss(p, targets, model)` through test.py). A store while the name held the
+    plain model (`model = model.module; model.hyp = hyp; model = DDP(model)`) does not
+    count: the new wrapper lacks it."""
+    from ddptui.lint.lint19 import _holds_wrapper_at  # here, as in _flow
+
+    f = _flow(s)
     for m in s.modules:
         for n in ast.walk(m.tree):
-            if isinstance(n, ast.Assign):
-                for tgt in n.targets:
-                    if (
-                        isinstance(tgt, ast.Attribute)
-                        and tgt.attr == attr
-                        and isinstance(tgt.value, ast.Name)
-                        and tgt.value.id not in ("self", "cls")
-                    ):
-                        return tgt
+            if not isinstance(n, ast.Assign):
+                continue
+            for tgt in n.targets:
+                if (
+                    isinstance(tgt, ast.Attribute)
+                    and tgt.attr == attr
+                    and isinstance(tgt.value, ast.Name)
+                    and _holds_wrapper_at(s, f, s.scope_of(n), tgt.value.id, n.lineno)
+                ):
+                    return tgt
     return None
