@@ -332,3 +332,64 @@ def test_attribute_the_project_attaches_from_outside_is_a_warning(tmp_path: Path
     plain = YOLOV3_TRAIN.replace("{ATTACH}", "pass")
     found = lint_project(tmp_path / "bad", {"train.py": plain, **files})
     assert severities(found, "DDP-WRAPPER-ATTR") == [("utils.py", 7, "error")]
+
+
+# ACEsuit/mace @ a8e279a03985365af2ed6bd8c1cda3341230e0db, mace/tools/train.py:466-513
+# (take_step_lbfgs): inside the LBFGS closure rank 0 broadcasts a signal; the other ranks
+# wait in a loop on the same `broadcast(signal, src=0)` and run the closure when told: they
+# pair up (a warning). Twin: no rank listens, rank 0 broadcasts alone (an error).
+MACE = """\
+import torch
+import torch.distributed
+
+
+def take_step_lbfgs(model, loss_fn, data_loader, optimizer, device, distributed, rank):
+    signal = torch.zeros(1, device=device) if distributed else None
+
+    def closure():
+        if distributed:
+            if rank == 0:
+                signal.fill_(1)
+                torch.distributed.broadcast(signal, src=0)
+        optimizer.zero_grad(set_to_none=True)
+        total_loss = torch.tensor(0.0, device=device)
+        for batch in data_loader:
+            batch_loss = loss_fn(pred=model(batch.to(device)), ref=batch)
+            batch_loss.backward()
+            total_loss += batch_loss
+        return total_loss
+
+    if distributed:
+        if rank == 0:
+            loss = optimizer.step(closure)
+{REST}
+    return loss
+
+
+def main(model, loss_fn, loader, optimizer):
+    torch.distributed.init_process_group("nccl")
+    rank = torch.distributed.get_rank()
+    model = torch.nn.parallel.DistributedDataParallel(model.cuda(), device_ids=[rank])
+    take_step_lbfgs(model, loss_fn, loader, optimizer, "cuda", True, rank)
+"""
+MACE_LISTEN = """\
+            signal.fill_(0)
+            torch.distributed.broadcast(signal, src=0)
+        else:
+            while True:
+                # Other ranks wait for signals from rank 0
+                torch.distributed.broadcast(signal, src=0)
+                if signal.item() == 0:
+                    break
+                if signal.item() == 1:
+                    loss = closure()"""
+MACE_ALONE = """\
+        else:
+            loss = closure()"""
+
+
+def test_collective_joined_outside_its_rank_test_is_a_warning(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "ok", {"train.py": MACE.replace("{REST}", MACE_LISTEN)})
+    assert ("train.py", 12, "warning") in severities(found, "DDP-RANK-DIVERGENCE")
+    found = lint_project(tmp_path / "bad", {"train.py": MACE.replace("{REST}", MACE_ALONE)})
+    assert ("train.py", 12, "error") in severities(found, "DDP-RANK-DIVERGENCE")

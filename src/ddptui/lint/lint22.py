@@ -20,6 +20,9 @@ the code does not show. Each condition below names what the reading could not es
   "DDP forward" is the TensorFlow backend's). `if rank == 0: evaluate(model)` with the
   DDP forward in `evaluate`, or a barrier in the loader it calls, stays an error; a thin
   wrapper (`def barrier(): if dist.is_initialized(): dist.barrier()`) is no hop.
+- DDP-RANK-DIVERGENCE, a collective under a rank test whose twin on the same tensor is
+  called in the same file outside that test (MACE: rank 0 broadcasts a signal, the other
+  ranks wait on the same broadcast in a loop): the ranks may pair up there.
 - DDP-RANK-DIVERGENCE, the rank-0-last pattern: `if rank != 0: barrier(); return`, then
   `barrier()` after rank 0's work: every rank reaches one barrier (pangaea, H2O
   LLM Studio).
@@ -109,6 +112,12 @@ def _guarded_doubt(
             f"the ranks that leave at `if {condition}:` wait in the same collective first: "
             "each rank reaches one"
         )
+    twin = _joined_elsewhere(s, node, guard) if guard is not None else None
+    if twin is not None:
+        return (
+            f"not certain: `{ast.unparse(twin)}` at line {twin.lineno}, outside that test, "
+            "may be where the other ranks join it"
+        )
     hops = _HOP.findall(collective)
     if hops and _thin(s, hops[0].rsplit(".", 1)[-1]):
         hops = hops[1:]  # `def barrier(): if dist.is_initialized(): dist.barrier()`
@@ -126,6 +135,28 @@ def _guarded_doubt(
             f"not certain: the collective is reached only through calls ({where}); a flag "
             "or world-size test on the way may keep it off"
         )
+    return None
+
+
+def _joined_elsewhere(s: Script, call: ast.Call, guard: ast.If) -> ast.Call | None:
+    """The same collective on the same tensor, called in the same file outside this rank
+    test (MACE's LBFGS closure: rank 0 `broadcast(signal, src=0)`, the other ranks wait
+    in a loop on `broadcast(signal, src=0)`): the ranks may pair up there."""
+    first = call.args[0] if call.args else None
+    if not isinstance(first, ast.Name) or not _flow(s).direct_sync(call):
+        return None  # a collective itself, not a helper that reaches one
+    name = s.call_name(call)
+    for n in ast.walk(s.module_of(call).tree):
+        if (
+            isinstance(n, ast.Call)
+            and n is not call
+            and n.args
+            and isinstance(n.args[0], ast.Name)
+            and n.args[0].id == first.id
+            and s.call_name(n) == name
+            and guard not in set(s.ancestors(n))
+        ):
+            return n
     return None
 
 
