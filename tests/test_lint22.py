@@ -175,9 +175,13 @@ TTS_SYNTH = """\
 import torch
 
 
-def run_model_tf(model, inputs, CONFIG, truncated):
+def run_model_tf(model, inputs, CONFIG, truncated, speaker_id=None, style_mel=None):
+    if CONFIG.use_gst and style_mel is not None:
+        raise NotImplementedError(' [!] GST inference not implemented for TF')
     if truncated:
         raise NotImplementedError(' [!] Truncated inference not implemented for TF')
+    if speaker_id is not None:
+        raise NotImplementedError(' [!] Multi-Speaker not implemented for TF')
     decoder_output, postnet_output, alignments, stop_tokens = model(inputs, training=False)
     return decoder_output, postnet_output, alignments, stop_tokens
 
@@ -393,3 +397,45 @@ def test_collective_joined_outside_its_rank_test_is_a_warning(tmp_path: Path) ->
     assert ("train.py", 12, "warning") in severities(found, "DDP-RANK-DIVERGENCE")
     found = lint_project(tmp_path / "bad", {"train.py": MACE.replace("{REST}", MACE_ALONE)})
     assert ("train.py", 12, "error") in severities(found, "DDP-RANK-DIVERGENCE")
+
+
+# karpathy/llm.c @ be0e10b5182e0309e534e10445a1e5d1f7f9a27b, train_gpt2.py:592-597 and
+# 684-689: the PyTorch -> C bridge's one forward/backward runs only on the master process
+# and only with `--write_tensors` (a setting for the C tests): a warning (there the wrap
+# even comes later, at line 711; here it comes first, so the rule reads a DDP forward).
+# Twins: the master alone, or the master every 100 steps, keep the error.
+LLMC = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main(args, model, train_loader):
+    ddp_rank = int(os.environ['RANK'])
+    ddp_local_rank = int(os.environ['LOCAL_RANK'])
+    dist.init_process_group(backend='nccl')
+    device = f'cuda:{ddp_local_rank}'
+    master_process = ddp_rank == 0 # this process will do logging, checkpointing etc.
+    model = DDP(model.to(device), device_ids=[ddp_local_rank])
+    for step in range(args.num_iterations):
+        if {TEST}:
+            x, y = train_loader.next_batch()
+            x, y = x.to(device), y.to(device)
+            logits, loss = model(x, y)
+            loss.backward()
+"""
+
+
+def test_rank_test_with_a_bare_setting_is_a_warning(tmp_path: Path) -> None:
+    flag = LLMC.replace(
+        "{TEST}", "master_process and args.write_tensors and (not args.inference_only)"
+    )
+    found = severities(lint_project(tmp_path / "ok", {"train.py": flag}), "DDP-RANK-DIVERGENCE")
+    assert found and all(s == "warning" for _, _, s in found), found
+    for i, test in enumerate(("master_process", "master_process and step % 100 == 0")):
+        plain = LLMC.replace("{TEST}", test)
+        found = severities(
+            lint_project(tmp_path / f"bad{i}", {"train.py": plain}), "DDP-RANK-DIVERGENCE"
+        )
+        assert ("train.py", 18, "error") in found, (test, found)

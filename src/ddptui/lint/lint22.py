@@ -13,13 +13,15 @@ the code does not show. Each condition below names what the reading could not es
   dist.all_reduce(...); continue`), stays an error.
 - DDP-RANK-DIVERGENCE, a loop whose bound depends on the rank only through a name's origin
   (`range(start_epoch, n)`, `range(per_rank_split_lengths[i])`): no rank in the head.
-- DDP-RANK-DIVERGENCE, a collective under a rank test reached only through calls: two or
-  more calls deep, or one call under a test that mixes the rank with other values
-  (`rank == 0 and args.write_tensors`): on the way the collective may sit behind a flag,
-  a backend branch or a world-size test the reading does not follow (mozilla/TTS: the
-  "DDP forward" is the TensorFlow backend's). `if rank == 0: evaluate(model)` with the
-  DDP forward in `evaluate`, or a barrier in the loader it calls, stays an error; a thin
-  wrapper (`def barrier(): if dist.is_initialized(): dist.barrier()`) is no hop.
+- DDP-RANK-DIVERGENCE, a collective under a test that adds a bare setting to the rank
+  (`master_process and args.write_tensors`, llm.c): it may never be on in a distributed
+  run; `rank == 0 and step % 100 == 0` is no such setting and stays an error.
+- DDP-RANK-DIVERGENCE, a collective under a rank test reached only two or more calls
+  deep: on the way it may sit behind a flag, a backend branch or a world-size test the
+  reading does not follow (mozilla/TTS: the "DDP forward" is the TensorFlow backend's).
+  `if rank == 0: evaluate(model)` with the DDP forward in `evaluate`, or a barrier in the
+  loader it calls, stays an error; a thin wrapper (`def barrier(): if
+  dist.is_initialized(): dist.barrier()`) is no hop.
 - DDP-RANK-DIVERGENCE, a collective under a rank test whose twin on the same tensor is
   called in the same file outside that test (MACE: rank 0 broadcasts a signal, the other
   ranks wait on the same broadcast in a loop): the ranks may pair up there.
@@ -118,23 +120,35 @@ def _guarded_doubt(
             f"not certain: `{ast.unparse(twin)}` at line {twin.lineno}, outside that test, "
             "may be where the other ranks join it"
         )
+    flag = _config_flag(s, guard) if guard is not None else None
+    if flag is not None:
+        return (
+            f"not certain: it runs only while `{flag}` holds too, a setting the code does "
+            "not show on in a distributed run"
+        )
     hops = _HOP.findall(collective)
     if hops and _thin(s, hops[0].rsplit(".", 1)[-1]):
         hops = hops[1:]  # `def barrier(): if dist.is_initialized(): dist.barrier()`
-    depth = len(hops)
-    if depth == 0:
-        return None
-    mixed = guard is not None and isinstance(guard.test, ast.BoolOp)
-    if depth >= 2 or mixed:
-        where = (
-            f"{depth} calls deep"
-            if depth >= 2
-            else f"under `{condition}`, which mixes the rank with other values"
-        )
+    if len(hops) >= 2:
         return (
-            f"not certain: the collective is reached only through calls ({where}); a flag "
-            "or world-size test on the way may keep it off"
+            f"not certain: the collective is reached only through calls ({len(hops)} deep); "
+            "a flag, a backend branch or a world-size test on the way may keep it off"
         )
+    return None
+
+
+def _config_flag(s: Script, guard: ast.If) -> str | None:
+    """`if master_process and args.write_tensors and not args.inference_only:` - beside
+    the rank, a bare setting (a name or attribute, maybe negated) that may never be on in
+    a distributed run. A comparison (`step % 100 == 0`) is no such flag: it comes true."""
+    test = guard.test
+    if not isinstance(test, ast.BoolOp) or not isinstance(test.op, ast.And):
+        return None
+    f = _flow(s)
+    for op in test.values:
+        bare = op.operand if isinstance(op, ast.UnaryOp) and isinstance(op.op, ast.Not) else op
+        if isinstance(bare, ast.Name | ast.Attribute) and not f.is_rank_test(op):
+            return ast.unparse(op)
     return None
 
 
