@@ -439,3 +439,51 @@ def test_rank_test_with_a_bare_setting_is_a_warning(tmp_path: Path) -> None:
             lint_project(tmp_path / f"bad{i}", {"train.py": plain}), "DDP-RANK-DIVERGENCE"
         )
         assert ("train.py", 18, "error") in found, (test, found)
+
+
+# mlfoundations/open_clip @ a9ad60c2951d941cdb4adfa0bdcf71ac1954e1ac,
+# src/open_clip_train/train.py:99-101 and 251-281 (a labelled pitfall): `evaluate` returns
+# at once on every rank but the master, which then runs the DDP forward `model(images,
+# texts)`; the training loop's `model(images, texts)` is no partner of it (a DDP forward is
+# no explicit collective another call could pair with): stays an error.
+OPENCLIP = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def is_master(args):
+    return args.rank == 0
+
+
+def train_one_epoch(model, loader, optimizer, args):
+    for images, texts in loader:
+        model_out = model(images, texts)
+        model_out["loss"].backward()
+        optimizer.step()
+
+
+def evaluate(model, loader, args):
+    metrics = {}
+    if not is_master(args):
+        return metrics
+    model.eval()
+    for images, texts in loader:
+        model_out = model(images, texts)
+        metrics["loss"] = model_out["loss"].item()
+    return metrics
+
+
+def main(args, net, loader, optimizer):
+    dist.init_process_group("nccl")
+    args.rank = dist.get_rank()
+    model = DDP(net.cuda(args.local_rank), device_ids=[args.local_rank], broadcast_buffers=True)
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, optimizer, args)
+        evaluate(model, loader, args)
+"""
+
+
+def test_a_ddp_forward_elsewhere_is_no_partner(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "bad", {"train.py": OPENCLIP})
+    assert ("train.py", 23, "error") in severities(found, "DDP-RANK-DIVERGENCE")

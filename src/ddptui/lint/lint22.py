@@ -157,9 +157,9 @@ def _joined_elsewhere(s: Script, call: ast.Call, guard: ast.If) -> ast.Call | No
     test (MACE's LBFGS closure: rank 0 `broadcast(signal, src=0)`, the other ranks wait
     in a loop on `broadcast(signal, src=0)`): the ranks may pair up there."""
     first = call.args[0] if call.args else None
-    if not isinstance(first, ast.Name) or not _flow(s).direct_sync(call):
-        return None  # a collective itself, not a helper that reaches one
     name = s.call_name(call)
+    if not isinstance(first, ast.Name) or not name.startswith("torch.distributed."):
+        return None  # a collective itself: not a helper that reaches one, not a DDP forward
     for n in ast.walk(s.module_of(call).tree):
         if (
             isinstance(n, ast.Call)
