@@ -29,7 +29,7 @@ from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
-from ddptui.logs.crashfirst import crashed_first
+from ddptui.diagnosis.signatures import secondary_ids
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
@@ -256,12 +256,14 @@ def conclude(
     hard, soft = d.unknown.firsts(True), d.unknown.firsts(False)
     unknown = None
     first, hard = _past_wrappers(d, first, findings, hard)
+    # a consequence leads (the root, or the finding a wrapper gave way to, gpu8): a rank's
+    # own exception outranks it
+    consequence = root_secondary or (first is not None and first.id in secondary_ids())
     if hard and (
         first is None
         or first.severity != "error"
         or (root_secondary and root_order is not None and hard[0].order < root_order)
-        or (root_secondary and any(OWN_EXCEPTION.search(h.text) for h in hard))
-        or crashed_first(first.id, d.per_id, hard, OWN_EXCEPTION)  # gpu8
+        or (consequence and any(OWN_EXCEPTION.search(h.text) for h in hard))
     ):
         unknown = unrecognized(hard, d.unknown.count, True)
     elif soft and not hard and first is None:
