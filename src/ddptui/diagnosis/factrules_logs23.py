@@ -31,6 +31,7 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from ddptui.diagnosis.factcontext import Context, Hit, one_host
+from ddptui.logs.evidence import parse_evidence
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
@@ -110,7 +111,7 @@ def ib_open_in_use(
     channel = hints.get("ib_channel_k")
     if channel is None or not any(f.id == IB_OPEN and f.severity != "error" for f in findings):
         return first, findings
-    shown = channel.partition(": ")[2][:120]
+    shown = parse_evidence(channel).text[:120]
     out = []
     for f in findings:
         if f.id == IB_OPEN and f.severity != "error":

@@ -30,6 +30,7 @@ from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
 from ddptui.diagnosis.signatures import secondary_ids
+from ddptui.logs.evidence import parse_evidence, parse_place
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
@@ -139,7 +140,7 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
     shown = "; ".join(f"{e.key}: {e.text[:160]!r} ({e.where})" for e in errors[:SHOWN])
     if len(errors) > SHOWN:
         shown += f"; and {len(errors) - SHOWN} more"
-    sources = tuple(dict.fromkeys(e.where.rsplit(":", 1)[0] for e in errors))
+    sources = tuple(dict.fromkeys(parse_place(e.where).source or e.where for e in errors))
     return kb_finding(
         UNRECOGNIZED,
         sources,
@@ -161,7 +162,7 @@ def _uncovered(unknown: Finding | None, lead: Finding | None) -> Finding | None:
         return unknown
 
     def wheres(f: Finding) -> set[str]:
-        return {e.split(": ", 1)[0] for e in f.evidence}
+        return {q.place or q.text for q in map(parse_evidence, f.evidence)}
 
     return None if wheres(unknown) <= wheres(lead) else unknown
 
