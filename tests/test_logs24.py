@@ -13,9 +13,9 @@ from pathlib import Path
 from capturecases import diagnose_in
 from corpus_excerpts import CORPUS
 
+from ddptui.diagnosis.evidence import Quote, parse_evidence, parse_place
 from ddptui.diagnosis.signatures import secondary_ids
 from ddptui.logs.diagnose import diagnose_lines
-from ddptui.logs.evidence import Quote, parse_evidence, parse_place
 from ddptui.logs.report import InputInfo, step_result
 
 FAIL8 = Path(__file__).parent / "fixtures" / "gpu-h200" / "fail8"

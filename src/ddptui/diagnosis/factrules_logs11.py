@@ -4,8 +4,8 @@ file and the other predicates are factrules.py's."""
 
 from __future__ import annotations
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
-from ddptui.logs.evidence import parse_evidence
 
 
 def bench_repeated(rules: object, rule: object, ctx: Context) -> Hit | None:

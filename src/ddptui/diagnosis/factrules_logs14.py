@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
-from ddptui.logs.evidence import parse_evidence
 
 
 def world_of_one(rules: object, rule: object, ctx: Context) -> Hit | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Final, Protocol
 
+from ddptui.diagnosis.evidence import parse_evidence, parse_place
 from ddptui.diagnosis.factcontext import Context, Proc
 from ddptui.diagnosis.factmodel import UNRECOGNIZED
 from ddptui.diagnosis.factrules import (
@@ -30,7 +31,6 @@ from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
 from ddptui.diagnosis.signatures import secondary_ids
-from ddptui.logs.evidence import parse_evidence, parse_place
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
