@@ -26,6 +26,7 @@ from ddptui.diagnosis.factrules import (
 from ddptui.diagnosis.factrules_gpu7 import taken_down
 from ddptui.diagnosis.factrules_logs22 import quiet_alone
 from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
+from ddptui.diagnosis.factrules_logs25 import FAILURE, WARNING, unknown_words
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -149,7 +150,7 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
         tuple(f"{e.where}: {e.text}" for e in errors[:SHOWN]),
         severity="error" if hard else "warning",
         rank=int(m[1]) if (m := _GLOBAL_KEY.match(first.key)) is not None else None,  # gpu8
-        count=count,
+        facts=unknown_words(FAILURE if hard else WARNING, count),  # logs25
         first_lines=shown,
         first=f"{first.key} at {_clock(first.t)} ({first.where})",
     )
