@@ -13,9 +13,10 @@ from pathlib import Path
 from capturecases import diagnose_in
 from corpus_excerpts import CORPUS
 
+from ddptui.diagnosis.evidence import Quote, parse_evidence, parse_place
 from ddptui.diagnosis.signatures import secondary_ids
 from ddptui.logs.diagnose import diagnose_lines
-from ddptui.logs.evidence import Quote, parse_evidence, parse_place
+from ddptui.logs.report import InputInfo, step_result
 
 FAIL8 = Path(__file__).parent / "fixtures" / "gpu-h200" / "fail8"
 REMOTE = "node1:/var/log/train.log"  # a remote input's label: a colon in the source
@@ -75,3 +76,16 @@ def test_places_without_a_line_or_as_a_rank() -> None:
     assert (q.rank, q.source, q.line, q.text) == (3, "corpus", 1, "RuntimeError: Address already in use")
     plain = parse_evidence("ranks 0, 1, 2, 3 all run on fastmoe")  # SHM-SIZE's, no place
     assert plain == Quote(None, None, "ranks 0, 1, 2, 3 all run on fastmoe") and plain.place == ""
+
+
+def test_a_fact_finding_belongs_to_the_remote_input_it_quotes() -> None:
+    # LOGS-NOT-IN-COLLECTIVE names no host; its quote names the input (a label with a
+    # colon of its own), so that input is not reported clean
+    lines = list(CORPUS["timeout-accelerate-223"].lines)
+    d = diagnose_lines(lines, REMOTE)
+    fact = next(f for f in d.findings if f.id == "LOGS-NOT-IN-COLLECTIVE")
+    assert fact.nodes == ()
+    step = step_result(d, [InputInfo(REMOTE, lines=len(lines))], 0.1)
+    placed = next(f for f in step.findings if f.id == "LOGS-NOT-IN-COLLECTIVE")
+    assert placed.nodes == (REMOTE,)
+    assert step.nodes[REMOTE].status == "fail"

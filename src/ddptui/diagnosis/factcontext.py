@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factrules_logs25 import fact_words
-from ddptui.logs.evidence import parse_evidence
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules, Stall

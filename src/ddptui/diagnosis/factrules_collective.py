@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit, busy_bar, ranks_said, span
 from ddptui.diagnosis.factrules_logs7 import lone_gloo_or_unranked, lone_waiter, specific_failure
-from ddptui.logs.evidence import parse_evidence
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules

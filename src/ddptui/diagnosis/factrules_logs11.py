@@ -4,9 +4,9 @@ file and the other predicates are factrules.py's."""
 
 from __future__ import annotations
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
 from ddptui.diagnosis.factrules_logs25 import fact_words
-from ddptui.logs.evidence import parse_evidence
 
 
 def bench_repeated(rules: object, rule: object, ctx: Context) -> Hit | None:

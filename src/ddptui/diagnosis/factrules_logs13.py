@@ -20,8 +20,8 @@ Core layer, stdlib only; the rules file and the other predicates are factrules.p
 
 from __future__ import annotations
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
-from ddptui.logs.evidence import parse_evidence
 
 
 def connect_loopback(rules: object, rule: object, ctx: Context) -> Hit | None:

@@ -19,9 +19,9 @@ import re
 from itertools import pairwise
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
 from ddptui.diagnosis.factrules_logs25 import fact_words
-from ddptui.logs.evidence import parse_evidence
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules

@@ -30,8 +30,8 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit, one_host
-from ddptui.logs.evidence import parse_evidence
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
@@ -89,7 +89,7 @@ def bench_init_one_host(rules: FactRules, rule: FactRule, ctx: Context) -> Hit |
     hosts = sorted({p.host for p in ctx.procs if p.host})
     said = (
         f"the benchmark's ranks all run on {hosts[0]}; NCCL's init went on "
-        f"({net.partition(': ')[2][:120]!r}) and the log never reaches the benchmark's "
+        f"({parse_evidence(net).text[:120]!r}) and the log never reaches the benchmark's "
         "first size nor an Init COMPLETE"
     )
     return [], [listed, net], said, {}

@@ -10,11 +10,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 from ddptui import __version__
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.model import NodeResult, StepResult, node_status_from, step_status
 from ddptui.logs.diagnose import LogDiagnosis, RankTimeline
-from ddptui.logs.evidence import parse_evidence
 
 if TYPE_CHECKING:
     from ddptui.report.schema import ReportModel

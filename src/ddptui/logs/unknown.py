@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Final, Protocol
 
+from ddptui.diagnosis.evidence import parse_evidence, parse_place
 from ddptui.diagnosis.factcontext import Context, Proc
 from ddptui.diagnosis.factmodel import UNRECOGNIZED
 from ddptui.diagnosis.factrules import (
@@ -31,7 +32,6 @@ from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
 from ddptui.diagnosis.signatures import secondary_ids
-from ddptui.logs.evidence import parse_evidence, parse_place
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
@@ -244,6 +244,18 @@ def _loopback_alone(
     return out[findings.index(lead)], out
 
 
+def _consequence_since(
+    d: Diagnoser, first: Finding | None, root_order: int | None, root_secondary: bool
+) -> int | None:
+    """Where the leading consequence (a `secondary` signature: the root, or the finding a
+    wrapper gave way to) was first said; None when the lead is no consequence."""
+    if root_secondary:
+        return root_order
+    if first is None or first.id not in secondary_ids() or not d.per_id.get(first.id):
+        return None
+    return d.per_id[first.id][0].order
+
+
 def conclude(
     d: Diagnoser,
     first: Finding | None,
@@ -258,14 +270,14 @@ def conclude(
     hard, soft = d.unknown.firsts(True), d.unknown.firsts(False)
     unknown = None
     first, hard = _past_wrappers(d, first, findings, hard)
-    # a consequence leads (the root, or the finding a wrapper gave way to, gpu8): a rank's
-    # own exception outranks it
-    consequence = root_secondary or (first is not None and first.id in secondary_ids())
+    # a consequence leads (the root, or the finding a wrapper gave way to, gpu8): a failure
+    # line printed before it, or a rank's own exception, outranks it
+    since = _consequence_since(d, first, root_order, root_secondary)
     if hard and (
         first is None
         or first.severity != "error"
-        or (root_secondary and root_order is not None and hard[0].order < root_order)
-        or (consequence and any(OWN_EXCEPTION.search(h.text) for h in hard))
+        or (since is not None and hard[0].order < since)
+        or (since is not None and any(OWN_EXCEPTION.search(h.text) for h in hard))
     ):
         unknown = unrecognized(hard, d.unknown.count, True)
     elif soft and not hard and first is None:

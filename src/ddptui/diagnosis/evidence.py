@@ -1,5 +1,5 @@
-"""One reading of the places the log pipeline quotes.  Core layer, stdlib only (the rules
-over facts in diagnosis/ read it too).
+"""One reading of the places the log pipeline quotes.  Core layer, stdlib only: it lives in
+diagnosis/ so that the rules over facts and logs/ (above them) read it alike.
 
 A finding's evidence quotes a log line as "SOURCE:LINE: TEXT" (logs/diagnose.py: SOURCE is
 the input's label, "a.log", "corpus" or a remote input's "node1:/var/log/x.log"); a place
