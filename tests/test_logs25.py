@@ -101,3 +101,22 @@ def test_nccl_warns_from_its_graph_sources_are_the_topology() -> None:
 def test_pyxis_printing_enroots_log_is_the_container_plugin() -> None:
     d = excerpt("q2-pyxis-run-tmpfs-full-pyxis-41")
     assert lead(d) == "SLURM-PYXIS-ENROOT", ids(d)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "q2-mpijob-no-sshd-cloudai-720",  # failure lines
+        "b-firewall-2node-sglang-3794",  # warning lines only
+        "c-node-rank-env-hang-lightning-5651",  # a log that stops in a step (a fact rule)
+        "d-launcher-nompi-build-nccltests-27",  # nccl-tests' summary once per process
+        "i-hostname-pytorch-159007",  # c10d's slow reverse lookups
+    ],
+)
+def test_an_honest_unknowns_words_severity_and_exit_code_agree(name: str) -> None:
+    d = excerpt(name)
+    assert d.first is not None and d.first.id == UNRECOGNIZED, ids(d)
+    failure = d.first.cause.startswith("The log shows a failure")
+    assert failure == (d.first.severity == "error") == d.failed, (d.first.severity, d.first.cause)
+    assert failure or d.first.cause.startswith("The log shows no failure line")
+    assert ("The first to fail" in d.first.cause) == failure

@@ -183,7 +183,7 @@ def stalled(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     shown = "; ".join(f"{w[:200]!r}" for _, w in ctx.stopped[:4])
     said = f"The log stops in {st.what}: {place}"
     fill = {
-        **fact_words(f"it stops in {st.what}"),  # logs25
+        **fact_words(f"it stops in {st.what}", "stop"),  # logs25
         "first_lines": f"none; the log stops in {st.what} ({ends}): a hang there, or a log cut there: {shown}",
         "first": f"{place} ({text[:120]!r})",
     }

@@ -41,6 +41,6 @@ def unknown_words(kind: str, count: int) -> dict[str, str]:
     }
 
 
-def fact_words(shows: str) -> dict[str, str]:
+def fact_words(shows: str, act: str = "show it") -> dict[str, str]:
     """The same for a fact rule's LOGS-UNRECOGNIZED: no failure line, what the rule read."""
-    return {"shows": f"no failure line, but {shows}", "kind": "failure", "act": "show it"}
+    return {"shows": f"no failure line, but {shows}", "kind": "failure", "act": act}
