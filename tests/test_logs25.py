@@ -120,3 +120,11 @@ def test_an_honest_unknowns_words_severity_and_exit_code_agree(name: str) -> Non
     assert failure == (d.first.severity == "error") == d.failed, (d.first.severity, d.first.cause)
     assert failure or d.first.cause.startswith("The log shows no failure line")
     assert ("The first to fail" in d.first.cause) == failure
+
+
+def test_slurms_refusal_names_the_cores_it_keeps_for_the_system() -> None:
+    # ArjunaUsers#112 (56 tasks on a node that offers jobs 54 cores): the refusal's cause
+    # names the reserve, beside the other limits
+    d = excerpt("q2-slurm-reserved-cores-arjuna-112")
+    assert lead(d) == "SLURM-ALLOC-FAILED", ids(d)
+    assert d.first is not None and "CoreSpecCount" in d.first.cause
