@@ -32,7 +32,8 @@ the code does not show. Each condition below names what the reading could not es
   wrap and before the read (yolov5: `model.class_weights = ...` after `model =
   DDP(model)`): the read finds it on the wrapper. In a helper the wrapper is passed to,
   an attribute the project stores on a wrapper anywhere (yolov3 `model.hyp = hyp` after
-  the wrap, read in utils' `compute_loss(..., model)` reached through test.py).
+  the wrap, read in utils' `compute_loss(..., model)` reached through test.py; a name
+  re-bound in between through a call, as yolov3's `amp.initialize`, is not followed).
 """
 
 from __future__ import annotations
