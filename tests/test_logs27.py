@@ -3,7 +3,8 @@ AWS HyperPod, Determined).  The printing programs' own words name the cause: Kue
 preemption of a workload, NCCL RAS's Errors section (data missing from a job process;
 its MISMATCH warning of a running job stays silent), nvidia-container-cli's unsatisfied
 image requirement on the driver, a CUDA import refused in NCCL's P2P transport (the IMEX
-channel).  Each on the real excerpt, and a neighbour that must not be read the same way."""
+channel); a new id, CONTAINER-GPU-ACCESS-LOST, for NVML's "Unknown Error" in a container
+whose cgroup systemd rewrote (two threads establish it).  Each on the real excerpt, and a neighbour that must not be read the same way."""
 
 # ruff: noqa: E501  (log lines are quoted whole)
 
@@ -81,3 +82,21 @@ def test_mps_is_named_where_cuda_says_every_device_is_busy() -> None:
     f = excerpt("s1-device-determined-slurm-mps-busy").first
     assert f is not None and f.id == "GPU-EXCLUSIVE"
     assert "MPS" in f.cause and "CUDA_MPS_PIPE_DIRECTORY" in f.fix
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["q2-nvml-cgroup-daemon-reload-nvidia-docker-1730", "s1-device-nvct-nvml-unknown-daemon-reload"],
+)
+def test_nvml_unknown_error_is_a_container_that_lost_its_gpus(name: str) -> None:
+    # two threads (NVIDIA's NOTICE in nvidia-docker#1730, the Container Toolkit's
+    # troubleshooting page) establish it: a systemd cgroup reload took the GPUs away
+    d = excerpt(name)
+    assert lead(d) == "CONTAINER-GPU-ACCESS-LOST", ids(d)
+    assert d.first is not None and d.first.severity == "error"
+    assert "daemon-reload" in d.first.cause and "create-dev-char-symlinks" in d.first.fix
+
+
+def test_nvml_failing_for_another_reason_is_not_a_lost_container() -> None:
+    line = "Failed to initialize NVML: Driver/library version mismatch"
+    assert "CONTAINER-GPU-ACCESS-LOST" not in ids(diagnose_lines([line], "x"))
