@@ -5,10 +5,14 @@ repository and commit); each wrong shape is beside a correct twin that stays sil
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from lintproject import lint_project
 from lintproject import severities as _sev
+
+from ddptui.lint.project import Project
+from ddptui.lint.script import Script
 
 # h2oai/h2o-llmstudio @ 09de4c2f121e7391a1e3c09084040b18a6733e8f (blind L), fixed by
 # 26f46d4 "fix ddp training": `wrap_model_distributed` returns the DDP wrapper in a tuple,
@@ -381,3 +385,32 @@ def test_no_getattr_forwarding_no_bypass(tmp_path: Path) -> None:
     }
     found = lint_project(tmp_path, files, entry="main.py")
     assert _sev(found, "DDP-FORWARD-BYPASS") == []
+
+
+def test_an_attribute_read_follows_the_constructor_keyword_and_every_store(tmp_path: Path) -> None:
+    """`state.model` in NewTaskTrainer.run_epoch: the model given to `TrainingState(model=
+    model, ...)` and the DistributedModel `set_up_training` stores on the same object; an
+    attribute of another object (`other.model`) gets neither."""
+    files = {
+        "distributed_model.py": PYTEXT_DIST,
+        "trainer.py": PYTEXT_TRAINER,
+        "new_task.py": PYTEXT_NEW_TASK.replace(
+            "{CALL}", "model.train_batch(batch)\n            other = object()\n            print(other.model)"
+        ),
+        "main.py": PYTEXT_MAIN.replace(
+            "    optimizer =", "    model = torch.nn.Linear(4, 2)\n    optimizer ="
+        ),
+    }
+    lint_project(tmp_path, files, entry="main.py")
+    project = Project(tmp_path, "--root")
+    entry, _ = project.entry(str(tmp_path / "main.py"))
+    followed, _ = project.closure(entry)
+    s = Script.build(project, entry, followed)
+    reads = {
+        ast.unparse(n): n
+        for n in s.nodes
+        if isinstance(n, ast.Attribute) and s.path_of(n).endswith("new_task.py")
+    }
+    got = {ast.unparse(o).split("(")[0] for o in s.origins(reads["state.model"])}
+    assert sorted(got) == ["DistributedModel", "state.model", "torch.nn.Linear"]
+    assert [ast.unparse(o) for o in s.origins(reads["other.model"])] == ["other.model"]
