@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
+
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules, Stall
 
@@ -174,7 +176,8 @@ def stalled(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     if not ctx.stopped or any(sev != "info" for sev in ctx.present.values()):
         return None
     st, where = ctx.stopped[0]
-    place, _, text = where.partition(": ")
+    q = parse_evidence(where)
+    place, text = q.place, q.text
     ends = f"never followed by a line matching {st.done.pattern!r}" if st.done else "and nothing after it"
     shown = "; ".join(f"{w[:200]!r}" for _, w in ctx.stopped[:4])
     said = f"The log stops in {st.what}: {place}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit, busy_bar, ranks_said, span
 from ddptui.diagnosis.factrules_logs7 import lone_gloo_or_unranked, lone_waiter, specific_failure
 
@@ -83,7 +84,8 @@ def not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | N
         return [], [line, *ev], said, {**fill, "absent": who}
     if ctx.ended is None:
         return None if specific_failure(ctx) else lone_waiter(ctx, waiting, op, ev)
-    where, _, text = ctx.ended.partition(": ")
+    ended = parse_evidence(ctx.ended)
+    where, text = ended.place, ended.text
     others = f"the other ranks, which had left the loop (the log says {text[:120]!r}, {where})"
     verb = "waits" if len(waiting) == 1 else "wait"
     said = f"{ranks_said(waiting)} {verb} in {op} after the run ended ({text[:80]!r})"

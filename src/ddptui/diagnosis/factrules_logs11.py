@@ -4,6 +4,7 @@ file and the other predicates are factrules.py's."""
 
 from __future__ import annotations
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
 
 
@@ -15,10 +16,11 @@ def bench_repeated(rules: object, rule: object, ctx: Context) -> Hit | None:
     if len(ctx.bench_repeated) < 2:
         return None
     first, second = ctx.bench_repeated[:2]
-    place = first.partition(": ")[0]
+    head = parse_evidence(first)
+    place = head.place
     said = (
         f"nccl-tests printed its summary more than once with no header between ({place} and "
-        f"{second.partition(': ')[0]}): each process ran a test of its own"
+        f"{parse_evidence(second).place}): each process ran a test of its own"
     )
     fill = {
         "count": "no",
@@ -29,6 +31,6 @@ def bench_repeated(rules: object, rule: object, ctx: Context) -> Hit | None:
             "mpirun: rebuild with `make clean && make MPI=1`), or two runs were pasted "
             "without their headers"
         ),
-        "first": f"{place} ({first.partition(': ')[2][:120]!r})",
+        "first": f"{place} ({head.text[:120]!r})",
     }
     return [], [first, second], said, fill

@@ -20,6 +20,7 @@ Core layer, stdlib only; the rules file and the other predicates are factrules.p
 
 from __future__ import annotations
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
 
 
@@ -54,7 +55,7 @@ def bench_headers(rules: object, rule: object, ctx: Context) -> Hit | None:
     if len(ctx.bench_headers) < 2:
         return None
     first, second = ctx.bench_headers[:2]
-    places = f"{first.partition(': ')[0]} and {second.partition(': ')[0]}"
+    places = f"{parse_evidence(first).place} and {parse_evidence(second).place}"
     said = (
         f"nccl-tests printed its header twice before listing any device ({places}): two "
         "processes each started a test of its own"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
 
 
@@ -28,13 +29,14 @@ def world_of_one(rules: object, rule: object, ctx: Context) -> Hit | None:
     if ctx.launch_n is None or ctx.launch_n[0] < 2 or len(ctx.world_of_one) < 2:
         return None
     n, launch = ctx.launch_n
+    command = parse_evidence(launch).text
     said = (
-        f"the launcher asked for {n} processes ({launch.partition(': ')[2][:80]}) and "
+        f"the launcher asked for {n} processes ({command[:80]}) and "
         f"{len(ctx.world_of_one)} of them each say they are rank 0 of a world of 1"
     )
     fill = {
         "count": str(len(ctx.world_of_one)),
-        "hosts": f"processes of `{launch.partition(': ')[2][:60]}`",
+        "hosts": f"processes of `{command[:60]}`",
         "ranks": "0 of 1 (each a world of its own)",
     }
     return [], [launch, *ctx.world_of_one[:3]], said, fill

@@ -19,6 +19,7 @@ import re
 from itertools import pairwise
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def rdns_slow(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     the previous: every reverse lookup of a client waited out the DNS timeout."""
     by_source: dict[str, list[tuple[int, str]]] = {}
     for source, line in ctx.rdns:
-        t = _seconds(line.partition(": ")[2])
+        t = _seconds(parse_evidence(line).text)
         if t is not None:
             by_source.setdefault(source, []).append((t, line))
     for lines in by_source.values():
@@ -72,7 +73,7 @@ def rdns_slow(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
                 "addresses resolve in reverse: DNS PTR records or /etc/hosts entries; torch "
                 f"after pytorch#159596 stops retrying): {first[:200]!r}"
             ),
-            "first": first.partition(": ")[0],
+            "first": parse_evidence(first).place,
         }
         return [], [ln for _, ln in lines[:4]], said, fill
     return None

@@ -30,6 +30,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit, one_host
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def bench_init_one_host(rules: FactRules, rule: FactRule, ctx: Context) -> Hit |
     hosts = sorted({p.host for p in ctx.procs if p.host})
     said = (
         f"the benchmark's ranks all run on {hosts[0]}; NCCL's init went on "
-        f"({net.partition(': ')[2][:120]!r}) and the log never reaches the benchmark's "
+        f"({parse_evidence(net).text[:120]!r}) and the log never reaches the benchmark's "
         "first size nor an Init COMPLETE"
     )
     return [], [listed, net], said, {}
@@ -110,7 +111,7 @@ def ib_open_in_use(
     channel = hints.get("ib_channel_k")
     if channel is None or not any(f.id == IB_OPEN and f.severity != "error" for f in findings):
         return first, findings
-    shown = channel.partition(": ")[2][:120]
+    shown = parse_evidence(channel).text[:120]
     out = []
     for f in findings:
         if f.id == IB_OPEN and f.severity != "error":

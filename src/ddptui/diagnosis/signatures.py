@@ -190,6 +190,12 @@ def load_signatures() -> tuple[Signature, ...]:
     return parse_signatures(text)
 
 
+@functools.lru_cache(maxsize=1)
+def secondary_ids() -> frozenset[str]:
+    """The ids of the shipped signatures marked `secondary` (a consequence of a failure)."""
+    return frozenset(sig.id for sig in load_signatures() if sig.secondary)
+
+
 def classify_line(line: str, signatures: Iterable[Signature] | None = None) -> Match | None:
     """The most specific signature on `line`: highest specificity, then non-secondary,
     then file order."""

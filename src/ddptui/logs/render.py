@@ -7,7 +7,7 @@ import textwrap
 from datetime import datetime, timezone
 from typing import Final
 
-from ddptui.diagnosis.signatures import load_signatures
+from ddptui.diagnosis.signatures import secondary_ids
 from ddptui.glyphs import GLYPH, severity_glyph
 from ddptui.logs.diagnose import LogDiagnosis, RankTimeline
 
@@ -75,7 +75,7 @@ def human_lines(diag: LogDiagnosis, seconds: float | None = None) -> list[str]:
     others = [f for f in diag.findings if first is None or f.id != first.id]
     if others:
         out += ["", "Also in the logs:"]
-        consequences = {sig.id for sig in load_signatures() if sig.secondary}
+        consequences = secondary_ids()
         for f in others[:12]:
             tail = " (a consequence)" if f.id in consequences else ""
             out.append(f"  {severity_glyph(f.severity) or ' '} {f.id}: {f.summary}{tail}")

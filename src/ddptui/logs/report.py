@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 from ddptui import __version__
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.model import NodeResult, StepResult, node_status_from, step_status
@@ -100,9 +100,8 @@ def _placed(f: Finding, inputs: Sequence[InputInfo]) -> Finding:
     inputs its evidence quotes ("file:line: text"), so that input is not reported as clean."""
     if f.nodes:
         return f
-    quoted = tuple(
-        i.label for i in inputs if any(re.match(re.escape(i.label) + r":\d+: ", e) for e in f.evidence)
-    )
+    said = {q.source for q in map(parse_evidence, f.evidence) if q.placed}
+    quoted = tuple(i.label for i in inputs if i.label in said)
     return dataclasses.replace(f, nodes=quoted) if quoted else f
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Final, Protocol
 
+from ddptui.diagnosis.evidence import parse_evidence, parse_place
 from ddptui.diagnosis.factcontext import Context, Proc
 from ddptui.diagnosis.factmodel import UNRECOGNIZED
 from ddptui.diagnosis.factrules import (
@@ -29,7 +30,7 @@ from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
-from ddptui.logs.crashfirst import crashed_first
+from ddptui.diagnosis.signatures import secondary_ids
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
@@ -139,7 +140,7 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
     shown = "; ".join(f"{e.key}: {e.text[:160]!r} ({e.where})" for e in errors[:SHOWN])
     if len(errors) > SHOWN:
         shown += f"; and {len(errors) - SHOWN} more"
-    sources = tuple(dict.fromkeys(e.where.rsplit(":", 1)[0] for e in errors))
+    sources = tuple(dict.fromkeys(parse_place(e.where).source or e.where for e in errors))
     return kb_finding(
         UNRECOGNIZED,
         sources,
@@ -161,7 +162,7 @@ def _uncovered(unknown: Finding | None, lead: Finding | None) -> Finding | None:
         return unknown
 
     def wheres(f: Finding) -> set[str]:
-        return {e.split(": ", 1)[0] for e in f.evidence}
+        return {q.place or q.text for q in map(parse_evidence, f.evidence)}
 
     return None if wheres(unknown) <= wheres(lead) else unknown
 
@@ -242,6 +243,18 @@ def _loopback_alone(
     return out[findings.index(lead)], out
 
 
+def _consequence_since(
+    d: Diagnoser, first: Finding | None, root_order: int | None, root_secondary: bool
+) -> int | None:
+    """Where the leading consequence (a `secondary` signature: the root, or the finding a
+    wrapper gave way to) was first said; None when the lead is no consequence."""
+    if root_secondary:
+        return root_order
+    if first is None or first.id not in secondary_ids() or not d.per_id.get(first.id):
+        return None
+    return d.per_id[first.id][0].order
+
+
 def conclude(
     d: Diagnoser,
     first: Finding | None,
@@ -256,12 +269,14 @@ def conclude(
     hard, soft = d.unknown.firsts(True), d.unknown.firsts(False)
     unknown = None
     first, hard = _past_wrappers(d, first, findings, hard)
+    # a consequence leads (the root, or the finding a wrapper gave way to, gpu8): a failure
+    # line printed before it, or a rank's own exception, outranks it
+    since = _consequence_since(d, first, root_order, root_secondary)
     if hard and (
         first is None
         or first.severity != "error"
-        or (root_secondary and root_order is not None and hard[0].order < root_order)
-        or (root_secondary and any(OWN_EXCEPTION.search(h.text) for h in hard))
-        or crashed_first(first.id, d.per_id, hard, OWN_EXCEPTION)  # gpu8
+        or (since is not None and hard[0].order < since)
+        or (since is not None and any(OWN_EXCEPTION.search(h.text) for h in hard))
     ):
         unknown = unrecognized(hard, d.unknown.count, True)
     elif soft and not hard and first is None:
