@@ -414,3 +414,25 @@ def test_an_attribute_read_follows_the_constructor_keyword_and_every_store(tmp_p
     got = {ast.unparse(o).split("(")[0] for o in s.origins(reads["state.model"])}
     assert sorted(got) == ["DistributedModel", "state.model", "torch.nn.Linear"]
     assert [ast.unparse(o) for o in s.origins(reads["other.model"])] == ["other.model"]
+
+
+def test_an_override_of_a_class_built_only_through_a_registry_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    """microsoft/Semi-supervised-learning @ 067b0f062333f14bf0ca15beb83d785dab7db74d (blind
+    G) registers its algorithms in `name2alg` and builds one by name: which subclass's
+    override runs is not known, so none is followed (following all of them there said a
+    DDP-SAMPLER error on an evaluation loader of CRMatch's `set_data_loader`)."""
+    main = PYTEXT_MAIN.replace(
+        "    NewTaskTrainer().train(data, model, optimizer)",
+        '    name2trainer = {"new_task": NewTaskTrainer}\n'
+        '    name2trainer["new_task"]().train(data, model, optimizer)',
+    )
+    files = {
+        "distributed_model.py": PYTEXT_DIST,
+        "trainer.py": PYTEXT_TRAINER,
+        "new_task.py": PYTEXT_NEW_TASK.replace("{CALL}", "model.train_batch(batch)"),
+        "main.py": main,
+    }
+    found = lint_project(tmp_path, files, entry="main.py")
+    assert _sev(found, "DDP-FORWARD-BYPASS") == []

@@ -40,6 +40,8 @@ class Script(Protocol):
     def origins(self, expr: ast.expr, depth: int = 0, *, params: bool = True) -> list[ast.expr]: ...
     @property
     def nodes(self) -> list[ast.AST]: ...
+    @property
+    def calls(self) -> list[ast.Call]: ...
 
 
 _MAX_DEFS = 3000  # definitions of followed modules taken in per entry script
@@ -378,15 +380,18 @@ _SUBCLASSES: weakref.WeakKeyDictionary[Script, dict[ast.ClassDef, list[ast.Class
 
 
 def overrides(s: Script, cls: ast.ClassDef, name: str) -> tuple[FuncNode, ...]:
-    """The methods `name` of the project's direct subclasses of `cls`: `self.run_epoch(...)`
-    in `Trainer.train` runs `NewTaskTrainer.run_epoch` on a NewTaskTrainer (pytext's
-    new_task.py, where the override calls the model past the DDP wrapper)."""
+    """The methods `name` of the project's direct subclasses of `cls` that the code
+    builds (`NewTaskTrainer()`): `self.run_epoch(...)` in `Trainer.train` runs
+    `NewTaskTrainer.run_epoch` on one (pytext's new_task.py, where the override calls the
+    model past the DDP wrapper). A subclass nothing builds by name (one of a registry's)
+    is left out: which one runs is not known."""
     table = _SUBCLASSES.get(s)
     if table is None:
         table = _SUBCLASSES[s] = {}
+        built = {s.class_named(c.func) for c in s.calls}
         for mod in s.modules:
             for sub in mod.classes.values():
-                for base in map(s.class_named, sub.bases):
+                for base in map(s.class_named, sub.bases) if sub in built else ():
                     if base is not None and base is not sub:
                         table.setdefault(base, []).append(sub)
     return tuple(
