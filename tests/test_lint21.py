@@ -436,3 +436,73 @@ def test_an_override_of_a_class_built_only_through_a_registry_is_not_followed(
     }
     found = lint_project(tmp_path, files, entry="main.py")
     assert _sev(found, "DDP-FORWARD-BYPASS") == []
+
+
+# abogatskiy/PELICAN @ d6ff331ddf013d517c159c3286a008db6345db1e (blind H), trainer.py's
+# predict(): `gather` holds a lambda when not distributed (where ranks > 0 leave early)
+# and the project's all_gather otherwise. Which one runs after the rank test is not
+# known from the name, so the held function is not followed: no rank divergence is said
+# of the all_gather (following it said two false errors). A name whose every value is a
+# project function is followed (the h2o case above).
+PELICAN_UTILS = """\
+import torch
+import torch.distributed as dist
+
+
+def get_world_size():
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def all_gather(tensor):
+    world_size = get_world_size()
+    if world_size <= 1:
+        return tensor
+    tensor_placeholder = [torch.zeros_like(tensor) for _ in range(world_size)]
+    dist.all_gather(tensor_placeholder, tensor)
+    return torch.cat(tensor_placeholder, dim=0)
+"""
+PELICAN_TRAIN = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from utils import all_gather
+
+
+class Trainer:
+    def __init__(self, model, dataloaders, device_id):
+        self.model = DDP(model, device_ids=[device_id])
+        self.dataloaders = dataloaders
+        self.device_id = device_id
+
+    def predict(self, set="valid", distributed=True):
+        dataloader = self.dataloaders[set]
+        self.model.eval()
+        all_predict, all_targets = [], []
+        if not distributed:
+            if self.device_id > 0:
+                return None, None
+            gather = {LAMBDA}
+        else:
+            gather = all_gather
+        with torch.no_grad():
+            for batch_idx, data in enumerate(dataloader):
+                targets = gather(data["target"]).detach().cpu()
+                predict = gather(self.model(data)).detach().cpu()
+                if self.device_id <= 0:
+                    all_targets.append(targets)
+                    all_predict.append(predict)
+        return all_predict, all_targets
+
+
+def main(model, dataloaders, local_rank):
+    dist.init_process_group(backend="nccl")
+    torch.cuda.set_device(local_rank)
+    trainer = Trainer(model.cuda(), dataloaders, local_rank)
+    trainer.predict("test")
+"""
+
+
+def test_a_name_holding_a_lambda_or_a_collective_helper_is_not_followed(tmp_path: Path) -> None:
+    files = {"utils.py": PELICAN_UTILS, "train.py": PELICAN_TRAIN.replace("{LAMBDA}", "lambda x: x")}
+    assert _sev(lint_project(tmp_path, files), "DDP-RANK-DIVERGENCE") == []

@@ -186,15 +186,19 @@ def partial_target(self: Script, call: ast.Call, name: str) -> tuple[FuncNode, .
 def held_functions(self: Script, call: ast.Call) -> tuple[FuncNode, ...]:
     """The project functions a name holds, chosen at run time:
     `train_function = run_train_rlhf if rlhf else run_train`, then
-    `train_function(model=model, ...)` (h2oai/h2o-llmstudio's train.py)."""
+    `train_function(model=model, ...)` (h2oai/h2o-llmstudio's train.py). Only where every
+    value the name is given is a project function: `gather = lambda x: x` on one path and
+    `gather = all_gather` on another (pelican's trainer) says nothing of which one runs
+    after the rank test that chose it, so neither is followed."""
     if not isinstance(call.func, ast.Name):
         return ()
-    out = [
-        fn
-        for value in self.assigned(self.scope_of(call), call.func.id, module_too=True)
-        for alt in choices(value)
-        for fn in _function(self, alt)
-    ]
+    out: list[FuncNode] = []
+    for value in self.assigned(self.scope_of(call), call.func.id, module_too=True):
+        for alt in choices(value):
+            found = _function(self, alt)
+            if not found:
+                return ()
+            out += found
     return tuple(dict.fromkeys(out))
 
 
