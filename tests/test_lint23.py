@@ -48,3 +48,84 @@ def test_world_size_from_device_count_given_inline(tmp_path: Path) -> None:
         _sev(lint_project(tmp_path / "spawn", {"train.py": spawned}), "DDP-WORLD-FROM-DEVICE-COUNT")
         == []
     )
+
+
+# The wrapper stored in `self.game` by the Trainer, saved by a callback through the trainer
+# it holds (blind P, twice). facebookresearch/EGG @ de36453e1f55630490ae74c6c103ad5e40b78ba5:
+# egg/core/trainers.py, egg/core/callbacks.py; fix 3443e09 "fix distributed model saving"
+# takes `self.trainer.game.module` when distributed.
+EGG_TRAINERS = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, game, optimizer, distributed_context, callbacks):
+        self.game = game
+        self.optimizer = optimizer
+        self.distributed_context = distributed_context
+        if self.distributed_context.is_distributed:
+            device_id = self.distributed_context.local_rank
+            torch.cuda.set_device(device_id)
+            self.game.to(device_id)
+            self.game = torch.nn.parallel.DistributedDataParallel(
+                self.game, device_ids=[device_id], output_device=device_id
+            )
+        self.callbacks = callbacks
+        for callback in self.callbacks:
+            callback.on_train_begin(self)
+"""
+EGG_CALLBACKS = """\
+import torch
+
+
+class CheckpointSaver:
+    def on_train_begin(self, trainer_instance):
+        self.trainer = trainer_instance
+
+    def save_checkpoint(self, path):
+        torch.save(self.get_checkpoint(), path)
+
+    def get_checkpoint(self):
+{BODY}
+        return dict(
+            model_state_dict={GAME}.state_dict(),
+            optimizer_state_dict=self.trainer.optimizer.state_dict(),
+        )
+"""
+EGG_TRAIN = """\
+from callbacks import CheckpointSaver
+from trainers import Trainer
+
+
+def main(game, optimizer, ctx):
+    trainer = Trainer(game, optimizer, ctx, callbacks=[CheckpointSaver()])
+"""
+EGG_FIX = """\
+        if self.trainer.distributed_context.is_distributed:
+            game = self.trainer.game.module
+        else:
+            game = self.trainer.game"""
+
+
+def _egg(
+    root: Path, body: str, game: str, trainers: str = EGG_TRAINERS
+) -> list[tuple[str, int, str]]:
+    files = {
+        "trainers.py": trainers,
+        "callbacks.py": EGG_CALLBACKS.replace("{BODY}", body).replace("{GAME}", game),
+        "train.py": EGG_TRAIN,
+    }
+    return _sev(lint_project(root, files), "DDP-SAVE-WRAPPER")
+
+
+def test_wrapper_saved_through_the_object_that_holds_it(tmp_path: Path) -> None:
+    assert [
+        (n, ln) for n, ln, _ in _egg(tmp_path / "bad", "        pass", "self.trainer.game")
+    ] == [("callbacks.py", 14)]
+    # the fix: the module inside the wrapper when distributed
+    assert _egg(tmp_path / "ok", EGG_FIX, "game") == []
+    # the attribute of some other object (not the Trainer that wraps): not read as the wrapper
+    assert _egg(tmp_path / "other", "        pass", "self.teacher.game") == []
+    # the Trainer keeps the wrapper in another attribute, `self.game` stays the module
+    kept = EGG_TRAINERS.replace("self.game = torch.nn", "self.ddp_game = torch.nn")
+    assert _egg(tmp_path / "kept", "        pass", "self.trainer.game", kept) == []
