@@ -129,3 +129,43 @@ def test_wrapper_saved_through_the_object_that_holds_it(tmp_path: Path) -> None:
     # the Trainer keeps the wrapper in another attribute, `self.game` stays the module
     kept = EGG_TRAINERS.replace("self.game = torch.nn", "self.ddp_game = torch.nn")
     assert _egg(tmp_path / "kept", "        pass", "self.trainer.game", kept) == []
+
+
+# A shared folder checked, then created, on every rank (blind P). jwyang/graph-rcnn.pytorch
+# @ fd53f2e93990e5479ddcb51398aa629680100b0a: main.py; fix feb4bb7 (PR #37) adds
+# `and get_rank() == 0` to the test.
+GRAPH_RCNN = """\
+import argparse
+import os
+
+import torch
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=0)
+    args = parser.parse_args()
+
+    num_gpus = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else 1
+    args.distributed = num_gpus > 1
+    if args.distributed:
+        torch.cuda.set_device(args.local_rank)
+        torch.distributed.init_process_group(backend="nccl", init_method="env://")
+
+    if not os.path.exists("logs"){AND}:
+        {MK}
+"""
+
+
+def _rcnn(root: Path, cond: str = "", mk: str = 'os.mkdir("logs")') -> list[tuple[str, int, str]]:
+    text = GRAPH_RCNN.replace("{AND}", cond).replace("{MK}", mk)
+    return _sev(lint_project(root, {"train.py": text}), "DDP-ALL-RANKS-IO")
+
+
+def test_folder_checked_then_created_on_every_rank(tmp_path: Path) -> None:
+    assert [(n, ln) for n, ln, _ in _rcnn(tmp_path / "bad")] == [("train.py", 18)]
+    # the fix (feb4bb7): rank 0 only
+    fixed = " and torch.distributed.get_rank() == 0"
+    assert _rcnn(tmp_path / "ok", cond=fixed) == []
+    # makedirs(..., exist_ok=True) behind the same test: no race
+    assert _rcnn(tmp_path / "exist_ok", mk='os.makedirs("logs", exist_ok=True)') == []
