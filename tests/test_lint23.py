@@ -169,3 +169,59 @@ def test_folder_checked_then_created_on_every_rank(tmp_path: Path) -> None:
     assert _rcnn(tmp_path / "ok", cond=fixed) == []
     # makedirs(..., exist_ok=True) behind the same test: no race
     assert _rcnn(tmp_path / "exist_ok", mk='os.makedirs("logs", exist_ok=True)') == []
+
+
+# `--seed` parsed, read only by a seed call behind a flag no caller passes (blind P).
+# NVIDIA-BioNeMo/KERMT @ 4dbaef40f6fb3239c3614b20536eaafe064e65d1: kermt/data/molgraph.py,
+# pretrain_ddp.py; fix 0c289a6 "make --seed actually seed the run" adds
+# `setup_seed(args.seed)` after parse_args_ddp() in main().
+KERMT_MOLGRAPH = """\
+import numpy as np
+
+
+def mol2graph(smiles_batch, shared_dict, args, set_seed: bool = False):
+    # Set seed
+    if set_seed:
+        seed = getattr(args, "seed", None)
+        if seed is not None:
+            print(f"Setting seed to {seed}")
+            np.random.seed(seed)
+    return [shared_dict[s] for s in smiles_batch]
+"""
+KERMT_TRAIN = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from molgraph import mol2graph
+
+
+def main(rank, world_size, args, model_cls):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    {SEED}
+    model = model_cls(args).to(rank)
+    model = DDP(model, device_ids=[rank])
+    for batch in args.batches:
+        graph = mol2graph(batch, args.shared, args{PASS})
+        model(graph).sum().backward()
+
+
+if __name__ == "__main__":
+    torch.multiprocessing.spawn(main, nprocs=2)
+"""
+
+
+def _kermt(root: Path, seed: str = "pass", passes: str = "") -> list[tuple[str, int, str]]:
+    files = {
+        "molgraph.py": KERMT_MOLGRAPH,
+        "train.py": KERMT_TRAIN.replace("{SEED}", seed).replace("{PASS}", passes),
+    }
+    return _sev(lint_project(root, files), "DDP-SEED")
+
+
+def test_seed_behind_a_flag_no_caller_passes(tmp_path: Path) -> None:
+    assert [(n, ln) for n, ln, _ in _kermt(tmp_path / "bad")] == [("train.py", 11)]
+    # the fix (0c289a6): the run seeded first thing in main()
+    assert _kermt(tmp_path / "ok", seed="torch.manual_seed(args.seed)") == []
+    # a caller that turns the flag on: the seed runs, the other rules judge it
+    assert _kermt(tmp_path / "on", passes=", set_seed=True") == []

@@ -148,3 +148,39 @@ def mkdir_race(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 RULES = (save_wrapper_of_owner, mkdir_race)
+
+
+def flag_off_seed(s: Script, c: ast.Call) -> bool:
+    """A seed call that runs only under `if set_seed:` where `set_seed` is a parameter of
+    its function defaulting to False/None and no reached call passes it (KERMT's
+    `mol2graph(..., set_seed=False)`: `--seed` parsed, never used, blind P)."""
+    fn = s.scope_of(c)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    params = [*fn.args.posonlyargs, *fn.args.args]
+    names = [a.arg for a in params][len(params) - len(fn.args.defaults) :]
+    defaults = dict(zip(names, fn.args.defaults, strict=True))
+    for kw, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True):
+        if d is not None:
+            defaults[kw.arg] = d
+    for a in s.ancestors(c):
+        if a is fn:
+            return False
+        if not isinstance(a, ast.If) or not isinstance(a.test, ast.Name):
+            continue
+        name = a.test.id
+        if name not in defaults or const(defaults[name]) not in (False, None):
+            continue
+        if s.assigned(fn, name):
+            continue
+        index = next((i for i, p in enumerate(params) if p.arg == name), None)
+        sites = s.call_sites(fn)
+        if sites and not any(
+            kwarg(site, name) is not None
+            or (index is not None and len(site.args) > index - (1 if s.class_of(fn) else 0))
+            or any(isinstance(x, ast.Starred) for x in site.args)
+            or any(k.arg is None for k in site.keywords)
+            for site in sites
+        ):
+            return True
+    return False
