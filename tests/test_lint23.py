@@ -225,3 +225,53 @@ def test_seed_behind_a_flag_no_caller_passes(tmp_path: Path) -> None:
     assert _kermt(tmp_path / "ok", seed="torch.manual_seed(args.seed)") == []
     # a caller that turns the flag on: the seed runs, the other rules judge it
     assert _kermt(tmp_path / "on", passes=", set_seed=True") == []
+
+
+# Files written by every process of a Hugging Face Trainer run (blind P).
+# NetherlandsForensicInstitute/asmtransformers @ c4d9caae73e969f0f358e64d48a979acb0b272ed:
+# asmtransformers/scripts/pretrain.py; PR #61 saves the tokenizer only if
+# trainer.is_world_process_zero() and the model with trainer.save_model().
+ASM_PRETRAIN = """\
+import logging
+
+from transformers import Trainer
+
+
+def pretrain(model, tokenizer, training_args, data_collator, train_tokenized, output_dir):
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        data_collator=data_collator,
+        train_dataset=train_tokenized,
+    )
+
+    logging.info(f'Save tokenizer to: {output_dir}')
+{TOKENIZER}
+
+    trainer.train()
+
+    logging.info(f'Save model to: {output_dir}')
+{MODEL}
+"""
+ASM_BAD = {"{TOKENIZER}": "    tokenizer.save_pretrained(output_dir)",
+           "{MODEL}": "    model.save_pretrained(output_dir)"}  # fmt: skip
+ASM_FIX = {
+    "{TOKENIZER}": "    if trainer.is_world_process_zero():\n        tokenizer.save_pretrained(output_dir)",
+    "{MODEL}": "    trainer.save_model(output_dir)",
+}
+
+
+def _asm(root: Path, parts: dict[str, str]) -> list[tuple[str, int, str]]:
+    text = ASM_PRETRAIN
+    for k, v in parts.items():
+        text = text.replace(k, v)
+    return _sev(lint_project(root, {"train.py": text}), "DDP-ALL-RANKS-IO")
+
+
+def test_trainer_script_saves_on_every_rank(tmp_path: Path) -> None:
+    assert [(n, ln) for n, ln, _ in _asm(tmp_path / "bad", ASM_BAD)] == [
+        ("train.py", 15),
+        ("train.py", 20),
+    ]
+    # the fix (PR #61): the tokenizer on the main process, the model through the Trainer
+    assert _asm(tmp_path / "ok", ASM_FIX) == []

@@ -11,11 +11,17 @@
   os.mkdir("logs")` in graph-rcnn's main.py under torch.distributed.launch (fixed in PR
   #37 by `and get_rank() == 0`): between one rank's check and its mkdir another rank
   creates the folder, and the slower one dies with FileExistsError. `exist_ok=True` (or
-  a rank test) is the fix; a create without the check is left to the other rules."""
+  a rank test) is the fix; a create without the check is left to the other rules.
+- A script that trains with Hugging Face's `Trainer` (distributed-aware: under torchrun
+  every process runs the script) and then writes `tokenizer.save_pretrained(dir)` /
+  `model.save_pretrained(dir)` itself, outside `trainer.is_world_process_zero()`:
+  every rank writes the same files (asmtransformers' pretrain.py, fixed in PR #61 by the
+  rank test and `trainer.save_model()`)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from typing import Final
 
@@ -147,7 +153,46 @@ def mkdir_race(s: Script, f: Flow) -> Iterator[Hit]:
         )
 
 
-RULES = (save_wrapper_of_owner, mkdir_race)
+_HF_TRAINER: Final = re.compile(r"^(transformers|trl)\.(\w+\.)*\w*Trainer$")
+
+
+def hf_trainer_saves(s: Script, f: Flow) -> Iterator[Hit]:
+    """`trainer = transformers.Trainer(...)`, then `x.save_pretrained(dir)` on every rank
+    in the same function."""
+    if f.ddp_calls:
+        return  # a DDP script: rules_io reads its writers
+    trainers = [c for c in s.calls if _HF_TRAINER.match(s.call_name(c))]
+    for tr in trainers:
+        scope = s.scope_of(tr)
+        for c in s.calls:
+            if (
+                s.scope_of(c) is not scope
+                or c.lineno <= tr.lineno
+                or not isinstance(c.func, ast.Attribute)
+                or c.func.attr != "save_pretrained"
+                or kwarg(c, "is_main_process") is not None
+                or f.guarded(c)
+                or none_guarded(s, f, c)
+                or any(
+                    isinstance(a, ast.If) and "should_save" in ast.unparse(a.test)
+                    for a in s.ancestors(c)
+                )
+            ):
+                continue
+            path = kwarg(c, "save_directory", 0)
+            yield Hit.at(
+                "DDP-ALL-RANKS-IO",
+                c,
+                (
+                    f"`{ast.unparse(c.func)}` runs in every process of a `Trainer` run "
+                    f"launched with torchrun: each writes `{ast.unparse(path) if path else '?'}` "
+                    "(`trainer.save_model()`, or `if trainer.is_world_process_zero():`)"
+                ),
+                what="save_pretrained",
+            )
+
+
+RULES = (save_wrapper_of_owner, mkdir_race, hf_trainer_saves)
 
 
 def flag_off_seed(s: Script, c: ast.Call) -> bool:
