@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ddptui.diagnosis.evidence import parse_evidence
+from ddptui.diagnosis.factrules_logs25 import fact_words
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules, Stall
@@ -182,7 +183,7 @@ def stalled(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     shown = "; ".join(f"{w[:200]!r}" for _, w in ctx.stopped[:4])
     said = f"The log stops in {st.what}: {place}"
     fill = {
-        "count": "no",
+        **fact_words(f"it stops in {st.what}", "stop"),  # logs25
         "first_lines": f"none; the log stops in {st.what} ({ends}): a hang there, or a log cut there: {shown}",
         "first": f"{place} ({text[:120]!r})",
     }

@@ -46,7 +46,7 @@ class FactRules:
     hard: tuple[re.Pattern[str], ...]
     soft: tuple[re.Pattern[str], ...]
     not_clean: tuple[str, ...] = ()
-    benign: re.Pattern[str] | None = None  # soft lines healthy runs print
+    benign: re.Pattern[str] | None = None  # failure-looking lines healthy runs print
     wrappers: frozenset[str] = frozenset()  # ids that only say a failure happened elsewhere
     run_ended: re.Pattern[str] | None = None  # a line saying the training loop ended
     hints: tuple[tuple[str, re.Pattern[str]], ...] = ()  # (name, pattern): facts.yaml hints
@@ -79,7 +79,7 @@ class FactRules:
                         "-",
                         "-",
                         "field",
-                        self.benign if kind == "soft" else None,
+                        self.benign,  # logs26: the hard lines' noise too
                     )
                 )
         return tuple(out)

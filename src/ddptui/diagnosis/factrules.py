@@ -66,6 +66,7 @@ from ddptui.diagnosis.factrules_logs22 import (
     watchdog_in_capture,
 )
 from ddptui.diagnosis.factrules_logs23 import bench_init_one_host, whole_job_one_host
+from ddptui.diagnosis.factrules_logs26 import sidecar_pod, srun_step_killed
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -93,6 +94,7 @@ HINTS: Final = frozenset(
     | {"gdr_off", "gdr_on", "model_sync", "ofi_version", "envoy_rbac", "envoy_inbound"}  # logs22
     | {"bench_devices", "bench_table", "init_complete", "nccl_using_net", "nccl_warn", "ib_channel_k"}  # logs23
     | {"nccl_release"}  # logs23
+    | {"srun_killed", "srun_killed_last", "srun_other_end", "k8s_sidecar_pod"}  # logs26
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -487,6 +489,9 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "first_collective_hang": first_collective_hang,
     # logs23 (blind batch P)
     "bench_init_one_host": bench_init_one_host,
+    # logs26 (blind batch R)
+    "srun_step_killed": srun_step_killed,
+    "sidecar_pod": sidecar_pod,
 }
 
 

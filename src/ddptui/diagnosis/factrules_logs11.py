@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
+from ddptui.diagnosis.factrules_logs25 import fact_words
 
 
 def bench_repeated(rules: object, rule: object, ctx: Context) -> Hit | None:
@@ -23,7 +24,7 @@ def bench_repeated(rules: object, rule: object, ctx: Context) -> Hit | None:
         f"{parse_evidence(second).place}): each process ran a test of its own"
     )
     fill = {
-        "count": "no",
+        **fact_words("nccl-tests printed its summary once per process"),  # logs25
         "first_lines": (
             "none; nccl-tests printed its result once per process "
             f"({first!r}; {second!r}): under MPI only rank 0 prints it, so each process ran "

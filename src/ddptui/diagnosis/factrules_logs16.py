@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
+from ddptui.diagnosis.factrules_logs25 import fact_words
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
@@ -64,7 +65,7 @@ def rdns_slow(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
             f"{avg:.0f} s apart on average): each reverse lookup waited out the DNS timeout"
         )
         fill = {
-            "count": "no",
+            **fact_words(f"c10d warned {n} times that it cannot name a client"),  # logs25
             "first_lines": (
                 f"none; c10d warned {n} times that it cannot retrieve a client's host name, "
                 f"each warning {min(gaps)} s or more after the one before: its reverse DNS "

@@ -18,6 +18,7 @@ from ddptui.diagnosis.factmodel import UNRECOGNIZED
 from ddptui.diagnosis.factrules import load_factrules
 from ddptui.diagnosis.factrules_collective import UNNAMED_OP
 from ddptui.diagnosis.factrules_logs23 import LAST_HINTS
+from ddptui.diagnosis.factrules_logs26 import LAST_HINTS as LAST_HINTS_26
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
@@ -329,7 +330,7 @@ class Diagnoser:
                 start = max(0, m.start() - 150) if m.end() > 300 else 0
                 self.hints[name] = f"{where}: {text[start:].strip()[:300]}"
         # logs23: LAST_HINTS keep the last line saying it, the others the first
-        self._hints = [(n, rx) for n, rx in self._hints if n not in self.hints or n in LAST_HINTS]
+        self._hints = [(n, rx) for n, rx in self._hints if n not in self.hints or n in LAST_HINTS | LAST_HINTS_26]
 
     def _learn_pids(self, cand: Candidate) -> None:
         text = cand.text

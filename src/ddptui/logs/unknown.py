@@ -27,6 +27,7 @@ from ddptui.diagnosis.factrules import (
 from ddptui.diagnosis.factrules_gpu7 import taken_down
 from ddptui.diagnosis.factrules_logs22 import quiet_alone
 from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
+from ddptui.diagnosis.factrules_logs25 import FAILURE, WARNING, unknown_words
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -129,10 +130,11 @@ class Unknowns:
         return sorted((self.hard if hard else self.soft).values(), key=lambda e: e.order)
 
 
-def _clock(t: float | None) -> str:
+def _at(t: float | None) -> str:
+    """The time of a first failure line for the summary; nothing without a time stamp."""
     if t is None:
-        return "time not stated"
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return ""
+    return " at " + datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
@@ -145,13 +147,13 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
         UNRECOGNIZED,
         sources,
         f"{'Unrecognized failure' if hard else 'Unrecognized warnings'}: {first.where}, "
-        f"{first.key} first, at {_clock(first.t)}",
+        f"{first.key} first{_at(first.t)}",
         tuple(f"{e.where}: {e.text}" for e in errors[:SHOWN]),
         severity="error" if hard else "warning",
         rank=int(m[1]) if (m := _GLOBAL_KEY.match(first.key)) is not None else None,  # gpu8
-        count=count,
+        facts=unknown_words(FAILURE if hard else WARNING, count),  # logs25
         first_lines=shown,
-        first=f"{first.key} at {_clock(first.t)} ({first.where})",
+        first=f"{first.key}{_at(first.t)} ({first.where})",
     )
 
 
