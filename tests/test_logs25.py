@@ -20,7 +20,8 @@ UNRECOGNIZED = "LOGS-UNRECOGNIZED"
 @pytest.mark.parametrize(
     "name",
     [
-        "q2-nvml-cgroup-daemon-reload-nvidia-docker-1730",  # Failed to initialize NVML: Unknown Error
+        # (q2-nvml-cgroup-daemon-reload-nvidia-docker-1730, NVML's "Unknown Error", is named
+        # since logs27: CONTAINER-GPU-ACCESS-LOST, tests/test_logs27.py)
         "q2-device-plugin-nvml-default-runtime-k8s-dp-23",  # Failed to start nvml ... could not load NVML library
         "q2-pbs-mem-hard-limit-cbio-cluster-251",  # Torque/Moab deleted the job
     ],

@@ -121,3 +121,14 @@ def test_an_uncorrectable_ecc_error_is_the_gpus_hardware() -> None:
         assert lead(d) == "GPU-ECC-UNCORRECTABLE", (name, ids(d))
     other = diagnose_lines(["RuntimeError: CUDA error: an illegal memory access was encountered"], "x")
     assert lead(other) == "RANK-CUDA-ERROR", ids(other)
+
+
+def test_a_row_remapping_the_driver_made_is_not_a_failure() -> None:
+    # ml-engineering's nvidia debug notes (blind T): Xid 63 records a row remapping (or a
+    # page retirement) the driver made; training goes on past it. Xid 95 (uncontained) and
+    # CUDA's own "uncorrectable ECC error" are the fault.
+    d = excerpt("t1-healthy-xid63-row-remap-ml-engineering-nvidia-debug")
+    assert [f.id for f in d.findings if f.severity == "error"] == [], ids(d)
+    assert lead(excerpt("t1-ecc-uncorrectable-ml-engineering-nvidia-debug")) == "GPU-ECC-UNCORRECTABLE"
+    fatal = diagnose_lines(["NVRM: Xid (PCI:0000:ca:00): 95, pid=1234, name=python, Uncontained: FBHUB."], "x")
+    assert lead(fatal) == "GPU-ECC-UNCORRECTABLE", ids(fatal)

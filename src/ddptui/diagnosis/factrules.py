@@ -67,6 +67,7 @@ from ddptui.diagnosis.factrules_logs22 import (
 )
 from ddptui.diagnosis.factrules_logs23 import bench_init_one_host, whole_job_one_host
 from ddptui.diagnosis.factrules_logs26 import sidecar_pod, srun_step_killed
+from ddptui.diagnosis.factrules_logs27 import ras_missing
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -95,6 +96,7 @@ HINTS: Final = frozenset(
     | {"bench_devices", "bench_table", "init_complete", "nccl_using_net", "nccl_warn", "ib_channel_k"}  # logs23
     | {"nccl_release"}  # logs23
     | {"srun_killed", "srun_killed_last", "srun_other_end", "k8s_sidecar_pod"}  # logs26
+    | {"ras_missing", "ras_missing_who", "ras_missing_rank"}  # logs27
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -492,6 +494,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs26 (blind batch R)
     "srun_step_killed": srun_step_killed,
     "sidecar_pod": sidecar_pod,
+    # logs27 (blind batch S)
+    "ras_missing": ras_missing,
 }
 
 

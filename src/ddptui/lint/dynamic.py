@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 from typing import Final
 
+from ddptui.lint.namevalues import name_values
+
 MAX_FILES: Final = 150
 _WORD: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _SKIP: Final = frozenset({"site-packages", "dist-packages", ".venv", "venv", "node_modules",
@@ -111,7 +113,7 @@ def loaded_modules(root: Path, nodes: list[ast.AST], parents: dict[ast.AST, ast.
         scope: ast.AST = call
         while scope in parents and not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
             scope = parents[scope]
-        for value in _values(call.args[0], scope):
+        for value in name_values(call.args[0], list(ast.walk(scope))):
             lead, words = _segments(_template(value))
             words |= _folder_words(scope)
             base = root / lead if lead else root
@@ -123,15 +125,3 @@ def loaded_modules(root: Path, nodes: list[ast.AST], parents: dict[ast.AST, ast.
                 out += _files(_dirs(base, words, 1 if lead else 3))
     return list(dict.fromkeys(out))[: 2 * MAX_FILES]
 
-
-def _values(arg: ast.expr, scope: ast.AST) -> list[ast.expr]:
-    """The name's values assigned in the loader's function (`module_name = "%s.agents.%s"
-    % ...`), or the expression itself."""
-    if not isinstance(arg, ast.Name):
-        return [arg]
-    return [
-        n.value
-        for n in ast.walk(scope)
-        if isinstance(n, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == arg.id for t in n.targets)
-    ] or [arg]

@@ -175,7 +175,9 @@ class Flow:
     # --- values ---------------------------------------------------------------------
 
     def is_ddp_value(self, expr: ast.expr) -> bool:
-        if isinstance(expr, ast.Subscript):  # `self.model["generator"]`: the dict's entry
+        # `self.model["generator"]`: the dict's entry (a `Pick` of a tuple unpacking
+        # follows its origins: `model, opt = wrap(model, opt)`)
+        if isinstance(expr, ast.Subscript) and not isinstance(expr, Pick):
             return any(self.is_ddp_value(v) for v in keyed_value(self.s, expr))
         return any(isinstance(o, ast.Call) and o in self.ddp_calls for o in self.s.origins(expr))
 

@@ -6,6 +6,7 @@ of script.py, which holds the per-name facts)."""
 from __future__ import annotations
 
 import ast
+import weakref
 from typing import Protocol
 
 from ddptui.lint.project import FuncNode, Module, Shared
@@ -35,6 +36,12 @@ class Script(Protocol):
     def class_named(self, expr: ast.expr) -> ast.ClassDef | None: ...
     def assigned(self, scope: Scope, name: str, *, module_too: bool = False) -> list[ast.expr]: ...
     def _methods(self, cls: ast.ClassDef, name: str, depth: int = 0) -> list[FuncNode]: ...
+    def _self_assigns(self, cls: ast.ClassDef) -> dict[str, list[ast.Assign | ast.AnnAssign]]: ...
+    def origins(self, expr: ast.expr, depth: int = 0, *, params: bool = True) -> list[ast.expr]: ...
+    @property
+    def nodes(self) -> list[ast.AST]: ...
+    @property
+    def calls(self) -> list[ast.Call]: ...
 
 
 _MAX_DEFS = 3000  # definitions of followed modules taken in per entry script
@@ -176,6 +183,53 @@ def partial_target(self: Script, call: ast.Call, name: str) -> tuple[FuncNode, .
     return ()
 
 
+def held_functions(self: Script, call: ast.Call) -> tuple[FuncNode, ...]:
+    """The project functions a name holds, chosen at run time:
+    `train_function = run_train_rlhf if rlhf else run_train`, then
+    `train_function(model=model, ...)` (h2oai/h2o-llmstudio's train.py). Only where every
+    value the name is given is a project function: `gather = lambda x: x` on one path and
+    `gather = all_gather` on another (pelican's trainer) says nothing of which one runs
+    after the rank test that chose it, so neither is followed."""
+    if not isinstance(call.func, ast.Name):
+        return ()
+    out: list[FuncNode] = []
+    for value in self.assigned(self.scope_of(call), call.func.id, module_too=True):
+        for alt in choices(value):
+            found = _function(self, alt)
+            if not found:
+                return ()
+            out += found
+    return tuple(dict.fromkeys(out))
+
+
+def choices(expr: ast.expr, depth: int = 0) -> list[ast.expr]:
+    """The values an expression picks among: both arms of `a if c else b`, each operand
+    of `a or b`."""
+    if depth < 4 and isinstance(expr, ast.IfExp):
+        return choices(expr.body, depth + 1) + choices(expr.orelse, depth + 1)
+    if depth < 4 and isinstance(expr, ast.BoolOp):
+        return [a for v in expr.values for a in choices(v, depth + 1)]
+    return [expr]
+
+
+def _function(self: Script, expr: ast.expr) -> list[FuncNode]:
+    """The project function a name or `module.name` stands for (none for anything else)."""
+    if isinstance(expr, ast.Name):
+        mod = self.module_of(expr)
+        found = self.resolve(mod, expr.id)
+        if isinstance(found, _FUNC):
+            return [found]
+        return [fn for fn in mod.functions.get(expr.id, ()) if self.class_of(fn) is None]
+    if isinstance(expr, ast.Attribute):
+        if isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            own = self.class_of(expr)
+            return self._methods(own, expr.attr) if own else []
+        module = self._module_value(expr.value)
+        found = self.resolve_in(module, expr.attr) if module is not None else None
+        return [found] if isinstance(found, _FUNC) else []
+    return []
+
+
 def _registry_classes(self: Script, name: ast.Name) -> list[ast.ClassDef]:
     """The project classes a dict literal bound to `name` maps to (`{"det": DetPipeline}`,
     here or imported from a registry module)."""
@@ -253,3 +307,100 @@ def built_classes(self: Script, call: ast.Call) -> list[ast.ClassDef]:
             if c is not None and c not in out:
                 out.append(c)
     return out
+
+
+# --- `obj.attr` where obj is not `self` (part of Script.origins) ----------------------
+# The object was built from a project class whose methods set `self.attr` (`model_and_loss
+# = ModelAndLoss(...)`, then `model_and_loss.model.state_dict()`, with `self.model =
+# DDP(self.model)` in its `distributed()`: NVIDIA DeepLearningExamples' image_classification),
+# or by a call given `attr=` as a keyword (`SimpleNamespace(model=model)`,
+# `DataLoader(ds, sampler=sampler).sampler`). Bounded by origins' depth.
+
+_MAX_BASES = 4
+
+
+def object_attr_origins(
+    s: Script, expr: ast.Attribute, depth: int, *, params: bool
+) -> list[ast.expr]:
+    """The origins of the values `expr.attr` is given on the objects `expr.value` may be."""
+    out: list[ast.expr] = []
+    bases = s.origins(expr.value, depth + 1, params=params)
+    for o in bases:
+        if not isinstance(o, ast.Call):
+            continue
+        for cls in built_classes(s, o):
+            for value in class_attr_values(s, cls, expr.attr):
+                out += s.origins(value, depth + 1, params=params)
+        for kw in o.keywords:
+            if kw.arg == expr.attr:
+                out += s.origins(kw.value, depth + 1, params=params)
+    built = {o for o in bases if isinstance(o, ast.Call)}
+    for target, value in _attr_stores(s).get(expr.attr, ()) if built else ():
+        # `state.model = DistributedModel(module=state.model, ...)` in a helper given the
+        # same `TrainingState(...)` (facebookresearch/pytext's Trainer.set_up_training)
+        if built & set(s.origins(target.value, depth + 1, params=params)):
+            out += s.origins(value, depth + 1, params=params)
+    return out
+
+
+_STORES: weakref.WeakKeyDictionary[Script, dict[str, list[tuple[ast.Attribute, ast.expr]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _attr_stores(s: Script) -> dict[str, list[tuple[ast.Attribute, ast.expr]]]:
+    """`obj.attr = value` of the reached code, by attribute (`self.attr` excluded)."""
+    table = _STORES.get(s)
+    if table is None:
+        table = _STORES[s] = {}
+        for n in s.nodes:
+            if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None:
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    if isinstance(t, ast.Attribute) and ast.unparse(t.value) != "self":
+                        table.setdefault(t.attr, []).append((t, n.value))
+    return table
+
+
+def class_attr_values(s: Script, cls: ast.ClassDef, attr: str) -> list[ast.expr]:
+    """Values the methods of `cls` (or of its project base classes) give `self.<attr>`."""
+    out: list[ast.expr] = []
+    seen: set[ast.ClassDef] = set()
+    todo: list[ast.ClassDef] = [cls]
+    while todo and len(seen) < _MAX_BASES:
+        c = todo.pop(0)
+        if c in seen:
+            continue
+        seen.add(c)
+        out += [n.value for n in s._self_assigns(c).get(attr, ()) if n.value is not None]
+        todo += [b for b in map(s.class_named, c.bases) if b is not None]
+    return out
+
+
+# --- `self.m()` may run a subclass's override ---------------------------------------
+
+_SUBCLASSES: weakref.WeakKeyDictionary[Script, dict[ast.ClassDef, list[ast.ClassDef]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def overrides(s: Script, cls: ast.ClassDef, name: str) -> tuple[FuncNode, ...]:
+    """The methods `name` of the project's direct subclasses of `cls` that the code
+    builds (`NewTaskTrainer()`): `self.run_epoch(...)` in `Trainer.train` runs
+    `NewTaskTrainer.run_epoch` on one (pytext's new_task.py, where the override calls the
+    model past the DDP wrapper). A subclass nothing builds by name (one of a registry's)
+    is left out: which one runs is not known."""
+    table = _SUBCLASSES.get(s)
+    if table is None:
+        table = _SUBCLASSES[s] = {}
+        built = {s.class_named(c.func) for c in s.calls}
+        for mod in s.modules:
+            for sub in mod.classes.values():
+                for base in map(s.class_named, sub.bases) if sub in built else ():
+                    if base is not None and base is not sub:
+                        table.setdefault(base, []).append(sub)
+    return tuple(
+        n
+        for sub in table.get(cls, ())
+        for n in sub.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
+    )

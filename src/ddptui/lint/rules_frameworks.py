@@ -192,10 +192,26 @@ def _backward_receivers(scope: ast.AST) -> list[ast.AST]:
     return out
 
 
-def _feeds_backward(s: Script, call: ast.Call, depth: int = 0) -> bool:
+def _passed_through(s: Script, f: Flow, c: ast.Call) -> bool:
+    """`model.train_batch(batch)` on a project subclass of DDP whose `__getattr__` hands
+    out the wrapped module's attributes (pytext's DistributedModel): the module's method
+    runs, and its `self(...)` is the module's forward, not the wrapper's."""
+    fn = c.func
+    if not isinstance(fn, ast.Attribute) or fn.attr.startswith("_") or fn.attr in _WRAPPER_API:
+        return False
+    for o in s.origins(fn.value):
+        cls = s.class_named(o.func) if isinstance(o, ast.Call) and o in f.ddp_calls else None
+        own = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)} if cls else set()
+        if "__getattr__" in own and fn.attr not in own:
+            return True
+    return False
+
+
+def _feeds_backward(s: Script, call: ast.Call, depth: int = 0, f: Flow | None = None) -> bool:
     """The call's result flows into what its function backpropagates, or into what it
     returns to a caller that does (two calls up at most: `out = self._loss_function(b)`
-    then `out["loss"].backward()`)."""
+    then `out["loss"].backward()`); with `f`, also into a project helper that
+    backpropagates it (`self.backprop(state, loss)`)."""
     scope = s.scope_of(call)
     parent = s.parents.get(call)
     seeds: list[str] = []
@@ -207,6 +223,13 @@ def _feeds_backward(s: Script, call: ast.Call, depth: int = 0) -> bool:
         return True
     names = derived(scope, seeds, graph=True) if seeds else set()
     if receivers and any(_mentions(r, names, True) for r in receivers):
+        return True
+    if f is not None and any(
+        isinstance(n, ast.Call)
+        and any(_mentions(a, names, True) for a in n.args)
+        and any(f.has_backward(fn) for fn in s.callees(n))
+        for n in own_nodes(scope)
+    ):
         return True
     returned = any(
         isinstance(n, ast.Return)
@@ -258,15 +281,16 @@ def forward_bypass(s: Script, f: Flow) -> Iterator[Hit]:
         fn = c.func
         recv = fn.value if isinstance(fn, ast.Attribute) and fn.attr != "module" else fn
         inner = _unwrapped_of(s, f, recv)
+        passed = inner is None and _passed_through(s, f, c)  # (a wrapper's __getattr__)
         if (
-            inner is not None
+            (inner is not None or passed)
             and not module_api(c)
             and not _without_grad(s, c)
             and not _wrapper_runs_beside(s, f, c)
-            and _feeds_backward(s, c)
+            and _feeds_backward(s, c, f=f if passed else None)
         ):
             said.add(c.lineno)
-            yield _bypass(c, ast.unparse(inner.value), ast.unparse(recv))
+            yield _bypass(c, ast.unparse(inner.value if inner else recv), ast.unparse(recv))
     # 2. the wrapper only borrowed for its hooks: never run forward, while the model it
     #    wraps computes the loss (`self.actor_critic.evaluate_actions(...)`, then backward)
     if _forward_called(s, f):

@@ -10,6 +10,7 @@ from typing import Final
 
 from ddptui.lint.flow import Flow, calls_in
 from ddptui.lint.lint18 import last_entry_anchor
+from ddptui.lint.lint23 import flag_off_seed
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_data import is_loader
 from ddptui.lint.script import Script, kwarg, last
@@ -68,7 +69,7 @@ def seed_calls(s: Script) -> list[ast.Call]:
     if not found:
         return found
     used = _names_used(s)
-    return [c for c in found if not _in_unused_helper(s, c, used)]
+    return [c for c in found if not _in_unused_helper(s, c, used) and not flag_off_seed(s, c)]
 
 
 def _names_used(s: Script) -> set[str]:

@@ -87,10 +87,12 @@ def world_from_device_count(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         counted = [
             o
-            for o in s.origins(world)
+            for o in [world, *s.origins(world)]  # `world_size=torch.cuda.device_count()`
             if isinstance(o, ast.Call) and last(s.call_name(o)) == "device_count"
         ]
-        if counted and _from_env(s, rank):
+        # (a local rank given as the rank, `rank=args.local_rank` (relora before its
+        # multi-node fix): a launcher's process too, whose node count the code ignores)
+        if counted and (_from_env(s, rank) or rank_kind(s, rank) == "local"):
             yield Hit.at(
                 "DDP-WORLD-FROM-DEVICE-COUNT",
                 counted[0],

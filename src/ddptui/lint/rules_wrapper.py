@@ -14,7 +14,7 @@ from ddptui.lint.callers import dead_for_callers
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint19 import other_owner, set_on_value
 from ddptui.lint.model import Hit
-from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper
+from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper, test_text
 from ddptui.lint.script import Pick, Script
 
 # --- 2. an attribute of the model read on the wrapper, in a helper it is passed to ----
@@ -126,7 +126,7 @@ def _mode_branch(s: Script, node: ast.AST) -> bool:
         if (
             isinstance(a, ast.If | ast.IfExp)
             and a.test is not child  # the test itself is read whatever the mode
-            and _MODE_WORDS.search(ast.unparse(a.test))
+            and _MODE_WORDS.search(test_text(a.test, node))
         ):
             return True
         child = a
@@ -162,7 +162,11 @@ def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:  # 
 
 
 def _pick_ddp(s: Script, f: Flow, expr: Pick, depth: int) -> bool:
-    """`net_g, net_d = nets` with `nets` a parameter its callers give `[net_g, net_d]`."""
+    """`net_g, net_d = nets` with `nets` a parameter its callers give `[net_g, net_d]`;
+    `model, optimizer, ... = wrap_model_distributed(model=model, ...)`, a project helper
+    that returns the wrapper in a tuple (h2oai/h2o-llmstudio's train.py)."""
+    if isinstance(expr.value, ast.Call) and s.callees(expr.value):
+        return f.is_ddp_value(expr)
     if not isinstance(expr.value, ast.Name):
         return False
     home = s.scope_of(expr.value)

@@ -243,7 +243,7 @@ class Script:
         out = [self.call_name(call)]
         if isinstance(call.func, ast.Name):
             for value in self.assigned(self.scope_of(call.func), call.func.id, module_too=True):
-                for alt in _alternatives(value):
+                for alt in R.choices(value):
                     name = self.qualname(alt)
                     if name and name not in out:
                         out.append(name)
@@ -372,6 +372,8 @@ class Script:
                 for v, _ in self.self_attr_values(expr, expr.attr)
                 for o in self.origins(v, depth + 1, params=params)
             ]
+        if isinstance(expr, ast.Attribute):  # `data.train_loader`, `cfg.model`
+            return [expr, *R.object_attr_origins(self, expr, depth, params=params)]
         if isinstance(expr, ast.Call):
             f = expr.func
             if isinstance(f, ast.Attribute) and f.attr in SELF_RETURNING:
@@ -482,7 +484,7 @@ class Script:
                 return (found,)
             if f.id in mod.aliases or f.id in mod.local:
                 return ()
-            bound = partial_target(self, call, f.id)
+            bound = partial_target(self, call, f.id) or R.held_functions(self, call)
             if bound:
                 return bound
             return tuple(
@@ -492,8 +494,8 @@ class Script:
             )
         if isinstance(f, ast.Attribute):
             if isinstance(f.value, ast.Name) and f.value.id == "self":
-                own = self.class_of(call)
-                return tuple(self._methods(own, f.attr)) if own else ()
+                own = self.class_of(call)  # (or a subclass's override of it)
+                return tuple(self._methods(own, f.attr)) + R.overrides(self, own, f.attr) if own else ()
             if (
                 isinstance(f.value, ast.Call)
                 and isinstance(f.value.func, ast.Name)
@@ -541,14 +543,6 @@ class Script:
                 if found:
                     return found
         return []
-
-
-def _alternatives(expr: ast.expr, depth: int = 0) -> list[ast.expr]:
-    if depth < 4 and isinstance(expr, ast.IfExp):
-        return _alternatives(expr.body, depth + 1) + _alternatives(expr.orelse, depth + 1)
-    if depth < 4 and isinstance(expr, ast.BoolOp):
-        return [a for v in expr.values for a in _alternatives(v, depth + 1)]
-    return [expr]
 
 
 def _bind(table: dict[str, list[ast.expr]], target: ast.expr, value: ast.expr) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from ddptui.lint.namevalues import name_values
+
 _MAX_BYTES = 200_000
 
 
@@ -23,7 +25,7 @@ def path_parts(nodes: list[ast.AST]) -> list[list[str]]:
             and ast.unparse(n.func.value) == "sys.path"
             and n.args
         ):
-            for arg in _values(nodes, n.args[-1], n, 3):
+            for arg in name_values(n.args[-1], nodes, site=n, depth=3, params=True):
                 parts = _parts(arg)
                 if parts and parts not in out:
                     out.append(parts)
@@ -54,33 +56,6 @@ def side_effect_imports(nodes: list[ast.AST], here: Path) -> list[tuple[Path, li
             except (SyntaxError, ValueError):
                 continue  # the module itself gets its per-file note when followed
             out += [(here, parts) for parts in path_parts(list(ast.walk(tree)))]
-    return out
-
-
-def _values(nodes: list[ast.AST], arg: ast.expr, site: ast.AST, depth: int) -> list[ast.expr]:
-    """`arg` itself, or what the name is given: an assignment, or (a parameter of the
-    function around `site`) the arguments of that function's calls in the file."""
-    if not isinstance(arg, ast.Name) or depth <= 0:
-        return [arg]
-    out: list[ast.expr] = []
-    for n in nodes:
-        if isinstance(n, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == arg.id for t in n.targets
-        ):
-            out += _values(nodes, n.value, n, depth - 1)
-        elif isinstance(n, ast.FunctionDef) and any(x is site for x in ast.walk(n)):
-            params = [p.arg for p in n.args.posonlyargs + n.args.args]
-            if arg.id not in params:
-                continue
-            i = params.index(arg.id)
-            for c in nodes:
-                if (
-                    isinstance(c, ast.Call)
-                    and isinstance(c.func, ast.Name)
-                    and c.func.id == n.name
-                    and len(c.args) > i
-                ):
-                    out += _values(nodes, c.args[i], c, depth - 1)
     return out
 
 

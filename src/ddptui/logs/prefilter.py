@@ -122,6 +122,10 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # gpu8: NCCL's communicator abort at exit (logs/teardown.py; its "Abort COMPLETE" line
     # passes on "nranks ")
     "Abort START",  # "... - Abort START" (not a bare "START": user logs print it per step)
+    # logs27: NCCL RAS's Errors section: which process, which rank (factrules_logs27.ras_missing;
+    # its "Missing communicator data" line passes as a failure line)
+    "managing GPU ",
+    "The missing rank",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
