@@ -10,8 +10,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
+from ddptui.lint.flagoff import flag_guarded, switched_off
 from ddptui.lint.frameworks import ddp_kind, engine_collective, keyed_value
-from ddptui.lint.lint19 import flag_guarded, switched_off
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Pick, Script, const, last
 

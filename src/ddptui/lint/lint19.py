@@ -1,8 +1,7 @@
-"""Round 19, from the false errors of blind batches N and O on correct projects: a
-collective a helper keeps behind a flag the call turns off (`save_state_dict(...,
-synchronize=False)`, allenai/OLMo), a `continue` inside a loop whose bound counts the
-completed steps (haofeixu/gmflow: every rank still runs the same number of backward
-passes), an attribute the script sets on the wrapper itself (`model.hyp = hyp` after the
+"""Round 19, from the false errors of blind batches N and O on correct projects (a
+collective a helper keeps behind a flag the call turns off, allenai/OLMo: flagoff.py), a
+`continue` inside a loop whose bound counts the completed steps (haofeixu/gmflow: every
+rank still runs the same number of backward passes), an attribute the script sets on the wrapper itself (`model.hyp = hyp` after the
 DDP wrap, WongKinYiu/yolov9), and a name that may also hold a project object that has
 the attribute (`self.model_ema`, an `EMA` with `update_parameters`, apple/ml-cvnets).
 And from a miss of batch N: a loop bound that only rank 0 keeps up to date (pytext)."""
@@ -20,88 +19,6 @@ from ddptui.lint.script import Script
 if TYPE_CHECKING:
     from ddptui.lint.flow import Flow
     from ddptui.lint.reach import Scope
-
-_MISSING = object()
-
-
-def _arg_for(s: Script, call: ast.Call, func: FuncNode, name: str) -> object:
-    """The expression `call` gives parameter `name` of `func` (its default when left
-    out); _MISSING when the code cannot tell (`*args`, `**kwargs`)."""
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    params = [a.arg for a in func.args.posonlyargs + func.args.args]
-    if name not in params:
-        return _kwonly_default(call, func, name)
-    skip = 1 if params[:1] in (["self"], ["cls"]) and s.class_of(func) is not None else 0
-    index = params.index(name) - skip
-    if any(isinstance(a, ast.Starred) for a in call.args):
-        return _MISSING
-    if 0 <= index < len(call.args):
-        return call.args[index]
-    defaults = func.args.defaults
-    at = params.index(name) - (len(params) - len(defaults))
-    if any(kw.arg is None for kw in call.keywords) or not 0 <= at < len(defaults):
-        return _MISSING
-    return defaults[at]
-
-
-def _kwonly_default(call: ast.Call, func: FuncNode, name: str) -> object:
-    kwonly = [a.arg for a in func.args.kwonlyargs]
-    if name not in kwonly or any(kw.arg is None for kw in call.keywords):
-        return _MISSING
-    default = func.args.kw_defaults[kwonly.index(name)]
-    return default if default is not None else _MISSING
-
-
-def _flag_test(test: ast.expr) -> tuple[str, bool] | None:
-    """`if synchronize:` -> ("synchronize", True); `if not synchronize:` -> (.., False)."""
-    if isinstance(test, ast.Name):
-        return test.id, True
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = test.operand
-        if isinstance(inner, ast.Name):
-            return inner.id, False
-    return None
-
-
-def flag_guarded(func: FuncNode) -> bool:
-    """Some `if <parameter>:` (or `if not <parameter>:`) in the function's body."""
-    params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}
-    return any(
-        isinstance(n, ast.If) and (flag := _flag_test(n.test)) is not None and flag[0] in params
-        for n in ast.walk(func)
-    )
-
-
-def switched_off(s: Script, call: ast.Call, func: FuncNode, syncs: Iterable[ast.AST]) -> bool:
-    """Every collective `func` runs sits under `if <parameter>:` and this call passes a
-    literal that skips that branch: `save_state_dict(..., synchronize=False)`, whose
-    `if synchronize: barrier()` then never runs (allenai/OLMo checkpoint.py)."""
-    found = False
-    for node in syncs:
-        found = True
-        if not _off(s, call, func, node):
-            return False
-    return found
-
-
-def _off(s: Script, call: ast.Call, func: FuncNode, node: ast.AST) -> bool:
-    child = node
-    for a in s.ancestors(node):
-        if a is func:
-            return False
-        if isinstance(a, ast.If) and child is not a.test:
-            flag = _flag_test(a.test)
-            if flag is not None:
-                given = _arg_for(s, call, func, flag[0])
-                if isinstance(given, ast.Constant):
-                    runs_when = flag[1] if child in a.body else not flag[1]
-                    if bool(given.value) is not runs_when:
-                        return True
-        child = a
-    return False
-
 
 def _counter(test: ast.expr) -> str | None:
     """`total_steps < args.num_steps` -> "total_steps"."""
@@ -158,12 +75,12 @@ def set_on_value(s: Script, f: Flow, values: Iterable[ast.expr], attr: str) -> b
                     and isinstance(t.value, ast.Name)
                     and t.value.id == v.id
                     for t in targets
-                ) and _holds_wrapper_at(s, f, scope, v.id, n.lineno):
+                ) and holds_wrapper_at(s, f, scope, v.id, n.lineno):
                     return True
     return False
 
 
-def _holds_wrapper_at(s: Script, f: Flow, scope: Scope, name: str, line: int) -> bool:
+def holds_wrapper_at(s: Script, f: Flow, scope: Scope, name: str, line: int) -> bool:
     before = [a for a in s.assigned(scope, name) if a.lineno < line]
     if not before:
         return False

@@ -289,7 +289,7 @@ def _attached(s: Script, attr: str) -> ast.Attribute | None:
     `compute_loss(p, targets, model)` through test.py). A store while the name held the
     plain model (`model = model.module; model.hyp = hyp; model = DDP(model)`) does not
     count: the new wrapper lacks it."""
-    from ddptui.lint.lint19 import _holds_wrapper_at  # here, as in _flow
+    from ddptui.lint.lint19 import holds_wrapper_at  # here, as in _flow
 
     f = _flow(s)
     for m in s.modules:
@@ -301,7 +301,7 @@ def _attached(s: Script, attr: str) -> ast.Attribute | None:
                     isinstance(tgt, ast.Attribute)
                     and tgt.attr == attr
                     and isinstance(tgt.value, ast.Name)
-                    and _holds_wrapper_at(s, f, s.scope_of(n), tgt.value.id, n.lineno)
+                    and holds_wrapper_at(s, f, s.scope_of(n), tgt.value.id, n.lineno)
                 ):
                     return tgt
     return None
