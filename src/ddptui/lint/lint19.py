@@ -1,9 +1,10 @@
 """Round 19, from the false errors of blind batches N and O on correct projects (a
 collective a helper keeps behind a flag the call turns off, allenai/OLMo: flagoff.py), a
 `continue` inside a loop whose bound counts the completed steps (haofeixu/gmflow: every
-rank still runs the same number of backward passes), an attribute the script sets on the wrapper itself (`model.hyp = hyp` after the
-DDP wrap, WongKinYiu/yolov9), and a name that may also hold a project object that has
-the attribute (`self.model_ema`, an `EMA` with `update_parameters`, apple/ml-cvnets).
+rank still runs the same number of backward passes), an attribute the script sets on
+the wrapper itself (`model.hyp = hyp` after the DDP wrap, WongKinYiu/yolov9), and a name
+that may also hold a project object that has the attribute (`self.model_ema`, an `EMA`
+with `update_parameters`, apple/ml-cvnets).
 And from a miss of batch N: a loop bound that only rank 0 keeps up to date (pytext)."""
 
 from __future__ import annotations

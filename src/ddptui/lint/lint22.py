@@ -74,9 +74,57 @@ def calibrated(s: Script, hit: Hit) -> tuple[Severity, str] | None:
         why = _divergence_doubt(s, hit)
     elif hit.id == "DDP-WRAPPER-ATTR" and hit.node is not None:
         why = _wrapper_doubt(s, hit)
+    elif hit.id == "DDP-HARDCODED-DEVICE" and hit.node is not None:
+        why = _fallback_device(s, hit.node)
     else:
         why = None
     return ("warning", f"{hit.summary} ({why})") if why else None
+
+
+def _fallback_device(s: Script, node: ast.AST) -> str | None:
+    """A fixed GPU set only where no device was given (`if self.device is None:
+    self.device = torch.device("cuda:0")`, Stark's trainer, whose distributed runs pass
+    `settings.device = cuda:local_rank`): whether a distributed run ever reaches that default
+    is not visible. A device fixed outside such a test stays an error."""
+    at: ast.AST | None = node
+    while at is not None and not isinstance(at, ast.If | ast.FunctionDef | ast.Module):
+        at = s.parents.get(at)
+    if not isinstance(at, ast.If) or _in_orelse(s, node, at):
+        return None
+    test = at.test
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        tested = test.operand
+    elif (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Is)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        tested = test.left
+    else:
+        return None
+    name = ast.unparse(tested)
+    targets = {
+        ast.unparse(t)
+        for b in at.body
+        for n in ast.walk(b)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+    }
+    if name not in targets:
+        return None
+    return (
+        f"not certain: a default for when no device was given (`if {ast.unparse(test)}:`); "
+        "the code does not show a distributed run reaching it"
+    )
+
+
+def _in_orelse(s: Script, node: ast.AST, branch: ast.If) -> bool:
+    at: ast.AST | None = node
+    while at is not None and s.parents.get(at) is not branch:
+        at = s.parents.get(at)
+    return at is not None and at in branch.orelse
 
 
 def _divergence_doubt(s: Script, hit: Hit) -> str | None:
