@@ -57,3 +57,66 @@ def test_default_device_when_none_given_is_a_warning_a_fixed_one_stays_an_error(
     # twin: the trainer fixes GPU 0 whatever it is given: every rank on one GPU
     bad = lint_project(tmp_path / "bad", {"train.py": STARK.replace("{DEFAULT}", _PLAIN)})
     assert ("train.py", 11, "error") in severities(bad, "DDP-HARDCODED-DEVICE"), bad
+
+
+# IrvingMeng/MagFace @ ba12981eaafcbbfe1a0eb855a1198d2ef4cf2e75: models/iresnet.py:32 (plain
+# BatchNorm2d), models/magface_dist.py:19-27 (builder() wraps the features in DDP; the fix
+# 1647d2b converts to SyncBatchNorm right before that wrap), run/trainer_dist.py:125.
+MAGFACE = {
+    "models/__init__.py": "",
+    "models/iresnet.py": """\
+import torch.nn as nn
+
+
+class IBasicBlock(nn.Module):
+    def __init__(self, inplanes, planes):
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(inplanes, eps=2e-05, momentum=0.9)
+        self.conv1 = nn.Conv2d(inplanes, planes, 3)
+""",
+    "models/magface_dist.py": """\
+import torch
+import torch.nn.parallel as parallel
+from models import iresnet
+
+
+class MagFaceBuilder(torch.nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        self.features = iresnet.IBasicBlock(3, 64)
+
+
+def builder(args):
+    model = MagFaceBuilder(args)
+{CONVERT}    model.features = parallel.DistributedDataParallel(
+                    model.features.to(args.gpu),
+                    device_ids=[args.gpu],
+                    output_device=args.gpu
+                )
+    return model
+""",
+    "train.py": """\
+import torch
+import torch.distributed as dist
+from models import magface_dist
+
+
+def main_worker(gpu, args):
+    args.gpu = gpu
+    torch.cuda.set_device(args.gpu)
+    dist.init_process_group(backend="nccl", rank=args.rank, world_size=args.world_size)
+    model = magface_dist.builder(args)
+    return model
+""",
+}
+_SYNC = "    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).to(args.gpu)\n"
+
+
+def test_batchnorm_wrapped_in_a_helper_module_is_said_at_that_wrap(tmp_path: Path) -> None:
+    plain = {k: v.replace("{CONVERT}", "") for k, v in MAGFACE.items()}
+    sev = severities(lint_project(tmp_path / "bad", plain), "DDP-BATCHNORM")
+    # the line of the wrap in builder(), where the conversion goes; not train.py's call
+    assert [(n, line) for n, line, _ in sev] == [("magface_dist.py", 14)], sev
+    # twin: the fix of 1647d2b, the conversion right before the wrap: silent
+    fixed = {k: v.replace("{CONVERT}", _SYNC) for k, v in MAGFACE.items()}
+    assert not severities(lint_project(tmp_path / "ok", fixed), "DDP-BATCHNORM")

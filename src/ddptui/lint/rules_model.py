@@ -14,6 +14,7 @@ from ddptui.lint.flow import Flow, ident
 from ddptui.lint.frameworks import moved_held
 from ddptui.lint.lint13 import rank0_gpu0
 from ddptui.lint.lint18 import bn_rebinding
+from ddptui.lint.lint24 import bn_anchor
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_seed import rank_seed, seed_calls
 from ddptui.lint.script import Script, const, kwarg, last
@@ -418,7 +419,7 @@ def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
             here = s.module_of(c) is s.entry
             # in another file: said where the entry builds or wraps the model, where the
             # conversion belongs
-            at = bn_rebinding(s, f, c) or (c if here else s.entry_anchor(f.ddp_calls[0]))
+            at = bn_rebinding(s, f, c) or (c if here else bn_anchor(s, c, f.ddp_calls[0]))
             yield Hit.at(
                 "DDP-BATCHNORM",
                 at,
