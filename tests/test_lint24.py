@@ -120,3 +120,63 @@ def test_batchnorm_wrapped_in_a_helper_module_is_said_at_that_wrap(tmp_path: Pat
     # twin: the fix of 1647d2b, the conversion right before the wrap: silent
     fixed = {k: v.replace("{CONVERT}", _SYNC) for k, v in MAGFACE.items()}
     assert not severities(lint_project(tmp_path / "ok", fixed), "DDP-BATCHNORM")
+
+
+# j-marple-dev/AYolov2 @ 5431a7527bfb3d848c437123ba251d176c9d99b7,
+# scripts/train/train_model_builder.py:57-72: the builder guards its makedirs by RANK, then
+# every rank copies the config files and writes full_cfg.yaml into the same log_dir.
+AYOLO = {
+    "scripts/__init__.py": "",
+    "scripts/builder.py": """\
+import os
+import shutil
+from pathlib import Path
+
+import yaml
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))
+RANK = int(os.getenv("RANK", -1))
+
+
+class TrainModelBuilder:
+    def __init__(self, model, log_dir, full_cfg=None):
+        self.model = model
+        self.log_dir = Path(log_dir)
+        if RANK in [-1, 0]:
+            os.makedirs(self.log_dir, exist_ok=True)
+{GUARD}        for k, v in full_cfg["args"].items():
+{IND}            dst = self.log_dir / f"{k}.yaml"
+{IND}            shutil.copyfile(v, dst)
+{IND}        with open(self.log_dir / "full_cfg.yaml", "w") as f:
+{IND}            yaml.dump(full_cfg, f)
+
+    def to_ddp(self):
+        self.model = DDP(self.model, device_ids=[LOCAL_RANK], output_device=LOCAL_RANK)
+        return self.model
+""",
+    "train.py": """\
+import torch
+import torch.distributed as dist
+from scripts.builder import LOCAL_RANK, TrainModelBuilder
+
+
+def main(model, cfg):
+    torch.cuda.set_device(LOCAL_RANK)
+    dist.init_process_group(backend="nccl")
+    builder = TrainModelBuilder(model, "runs/exp", full_cfg=cfg)
+    return builder.to_ddp()
+""",
+}
+
+
+def test_write_beside_a_rank_guard_in_a_helper_is_said_in_place(tmp_path: Path) -> None:
+    plain = {k: v.replace("{GUARD}", "").replace("{IND}", "") for k, v in AYOLO.items()}
+    sev = severities(lint_project(tmp_path / "bad", plain), "DDP-ALL-RANKS-IO")
+    assert ("builder.py", 20, "warning") in sev and ("builder.py", 21, "warning") in sev, sev
+    # twin: the fix, the writes under the builder's own rank test: silent
+    guarded = {
+        k: v.replace("{GUARD}", "        if RANK in [-1, 0]:\n").replace("{IND}", "    ")
+        for k, v in AYOLO.items()
+    }
+    assert not severities(lint_project(tmp_path / "ok", guarded), "DDP-ALL-RANKS-IO")

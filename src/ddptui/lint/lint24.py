@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 
+from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.script import Script
 
 
@@ -17,3 +18,17 @@ def bn_anchor(s: Script, layer: ast.Call, wrap: ast.Call) -> ast.AST:
     if home is s.entry:
         return s.entry_anchor(wrap)
     return layer if s.module_of(layer) is home else wrap
+
+
+def guards_nearby(s: Script, f: Flow, write: ast.Call) -> bool:
+    """The function of another file that holds an unguarded write guards another of its
+    statements by the rank itself (ayolov2's TrainModelBuilder.__init__: `if RANK in [-1,
+    0]: os.makedirs(...)`, then every rank writes `full_cfg.yaml`): the guard the write
+    lacks goes right there, so the write is said in place, not at the entry's call."""
+    fn = s.scope_of(write)
+    if s.module_of(write) is s.entry or not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    return any(
+        isinstance(n, ast.If) and bool(n.body) and f.local_guard(n.body[0]) is not None
+        for n in own_nodes(fn)
+    )

@@ -18,6 +18,7 @@ from ddptui.lint.lint15 import (
     rank_conjoined_else,
     reloads,
 )
+from ddptui.lint.lint24 import guards_nearby
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -357,6 +358,9 @@ def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | No
         # `shutil.rmtree(config.checkpoint_dir)` on all ranks): the slower ones fail
         # with FileNotFoundError or delete what the faster ones already re-created
         return "shutil.rmtree", _path(c, 0, "path")
+    if qn in ("shutil.copyfile", "shutil.copy", "shutil.copy2") and f.ddp_calls:
+        # every rank copies the config into the same run folder (ayolov2's builder)
+        return qn, _path(c, 1, "dst")
     if name in _MEDIA_WRITERS and not s.callees(c):
         path = next((a for a in [*c.args, *(k.value for k in c.keywords)] if _path_like(a)), None)
         if path is not None:
@@ -419,7 +423,9 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
         # builds into `self.x` in `__init__` (a logger class): said there, its fix is there
         # (a method of a project class in another file: said in that method, see anchor.py)
         method = owning_method(s, f, c) if s.module_of(c) is not s.entry else None
-        method = c if method is None and deep_worker_write(s, c) else method
+        method = (
+            c if method is None and (deep_worker_write(s, c) or guards_nearby(s, f, c)) else method
+        )
         anchor = method or io_helper_call(s, f, s.entry_anchor(c))
         at = c if _class_owned(s, c) else anchor
         if at is c and anchor is not c:  # once per entry line, as when said there
@@ -580,4 +586,11 @@ def conjoined_else_io(s: Script, f: Flow) -> Iterator[Hit]:
             )
 
 
-RULES = (save_wrapper, ckpt_barrier, all_ranks_io, sharded_world, main_only_writer, conjoined_else_io)
+RULES = (
+    save_wrapper,
+    ckpt_barrier,
+    all_ranks_io,
+    sharded_world,
+    main_only_writer,
+    conjoined_else_io,
+)
