@@ -180,3 +180,52 @@ def test_write_beside_a_rank_guard_in_a_helper_is_said_in_place(tmp_path: Path) 
         for k, v in AYOLO.items()
     }
     assert not severities(lint_project(tmp_path / "ok", guarded), "DDP-ALL-RANKS-IO")
+
+
+# quic/efficient-transformers @ 2ba491d713a65e6090d4ce603c907dc5c33a994a,
+# QEfficient/finetune/utils/train_utils.py:270-283: the backward runs on both sides of
+# `if train_config.grad_scaler:`, every micro-batch, while the optimizer steps every few;
+# the fix 3aaa2d8 wraps the micro-batches in `model.no_sync()`.
+QEFF = """\
+import contextlib
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def train(model, train_dataloader, optimizer, scaler, train_config):
+    for step, batch in enumerate(train_dataloader):
+        last = (step + 1) % train_config.gradient_accumulation_steps == 0
+        with {CTX}:
+            loss = model(**batch).loss
+            loss = loss / train_config.gradient_accumulation_steps
+            if train_config.grad_scaler:
+                scaler.scale(loss).backward()  # backward pass
+            else:
+                loss.backward()  # backward pass
+        if last or step == len(train_dataloader) - 1:
+            if train_config.grad_scaler:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad()
+
+
+def main(model, loader, optimizer, scaler, cfg, local_rank):
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(local_rank)
+    model = nn.parallel.DistributedDataParallel(model.cuda(), device_ids=[local_rank])
+    train(model, loader, optimizer, scaler, cfg)
+"""
+
+
+def test_backward_on_both_sides_of_a_scaler_test_still_needs_no_sync(tmp_path: Path) -> None:
+    bad = lint_project(
+        tmp_path / "bad", {"train.py": QEFF.replace("{CTX}", "contextlib.nullcontext()")}
+    )
+    assert [line for _, line, _ in severities(bad, "DDP-NO-SYNC")] == [16], bad
+    # twin: the fix, no_sync on the micro-batches that only accumulate: silent
+    ctx = "contextlib.nullcontext() if last else model.no_sync()"
+    ok = lint_project(tmp_path / "ok", {"train.py": QEFF.replace("{CTX}", ctx)})
+    assert not severities(ok, "DDP-NO-SYNC")

@@ -32,3 +32,18 @@ def guards_nearby(s: Script, f: Flow, write: ast.Call) -> bool:
         isinstance(n, ast.If) and bool(n.body) and f.local_guard(n.body[0]) is not None
         for n in own_nodes(fn)
     )
+
+
+def both_ways(f: Flow, branch: ast.If) -> bool:
+    """Both sides of an `if`/`else` run a backward pass (QEfficient's `if
+    train_config.grad_scaler: scaler.scale(loss).backward() else: loss.backward()`): the
+    test picks how, not whether, so every iteration still runs one."""
+
+    def backward_in(stmts: list[ast.stmt]) -> bool:
+        return any(
+            isinstance(n, ast.Call) and f.is_backward(n)
+            for st in stmts
+            for n in [st, *own_nodes(st)]
+        )
+
+    return bool(branch.orelse) and backward_in(branch.body) and backward_in(branch.orelse)

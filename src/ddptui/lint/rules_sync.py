@@ -16,6 +16,7 @@ from ddptui.lint.lint15 import mode_exit as _mode_exit
 from ddptui.lint.lint16 import BUFFERS as _BUFFERS
 from ddptui.lint.lint16 import in_training_loop as _in_training_loop
 from ddptui.lint.lint19 import counted_steps
+from ddptui.lint.lint24 import both_ways
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 from ddptui.lint.taint import depends, rank_tainted
@@ -524,7 +525,7 @@ def _unguarded_backward(s: Script, f: Flow, loop: ast.AST) -> ast.Call | None:
         if (
             isinstance(n, ast.Call)
             and _loop_of(s, n) is loop
-            and not any(isinstance(a, ast.If) for a in _between(s, n, loop))
+            and not any(isinstance(a, ast.If) and not both_ways(f, a) for a in _between(s, n, loop))
         ):
             if f.is_backward(n):
                 return n
