@@ -229,3 +229,79 @@ def test_backward_on_both_sides_of_a_scaler_test_still_needs_no_sync(tmp_path: P
     ctx = "contextlib.nullcontext() if last else model.no_sync()"
     ok = lint_project(tmp_path / "ok", {"train.py": QEFF.replace("{CTX}", ctx)})
     assert not severities(ok, "DDP-NO-SYNC")
+
+
+# lyuwenyu/RT-DETR (rtdetr_pytorch) @ 5b628eaa0a2fc25bdafec7e6148d5296b144af85:
+# tools/train.py:4-17 puts rtdetr_pytorch/ on sys.path and calls dist.init_distributed();
+# src/solver/solver.py:11,28 `from src.misc import dist` (a submodule the package's
+# __init__ does not import) and `dist.warp_model(...)`, the DDP wrap in src/misc/dist.py:96-101.
+# The sys.path the entry sets holds for the solver too: the wrap is reached, and the missing
+# common seed is said in the entry, after its init_distributed(). The evaluator's
+# `open(os.devnull, "w")` (src/data/coco/coco_eval.py:47) writes no shared file: silent.
+RTDETR = {
+    "rtdetr_pytorch/tools/train.py": """\
+import os
+import sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+import argparse
+
+import src.misc.dist as dist
+from src.solver import TASKS
+
+
+def main(args, ) -> None:
+    dist.init_distributed()
+{SEED}    solver = TASKS['detection'](args)
+    solver.fit()
+""",
+    "rtdetr_pytorch/src/__init__.py": "",
+    "rtdetr_pytorch/src/misc/__init__.py": "from .logger import *\n",
+    "rtdetr_pytorch/src/misc/logger.py": "def log(msg):\n    print(msg)\n",
+    "rtdetr_pytorch/src/misc/dist.py": """\
+import torch
+import torch.distributed as tdist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def init_distributed():
+    tdist.init_process_group(init_method='env://', )
+    torch.cuda.set_device(int(__import__('os').environ['LOCAL_RANK']))
+
+
+def warp_model(model, find_unused_parameters=False):
+    local_rank = int(__import__('os').environ['LOCAL_RANK'])
+    return DDP(model, device_ids=[local_rank], output_device=local_rank)
+""",
+    "rtdetr_pytorch/src/solver/__init__.py": "from .solver import BaseSolver\n\nTASKS = {'detection': BaseSolver}\n",
+    "rtdetr_pytorch/src/solver/solver.py": """\
+import os
+import torch
+from src.misc import dist
+
+
+class BaseSolver:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def fit(self):
+        self.model = dist.warp_model(torch.nn.Linear(4, 4).cuda())
+        with open(os.devnull, "w") as devnull:
+            print("quiet", file=devnull)
+""",
+}
+
+
+_ENTRY = "rtdetr_pytorch/tools/train.py"
+
+
+def test_entry_sys_path_reaches_the_wrap_and_the_seed_is_said_in_the_entry(
+    tmp_path: Path,
+) -> None:
+    plain = {k: v.replace("{SEED}", "") for k, v in RTDETR.items()}
+    found = lint_project(tmp_path / "bad", plain, entry=_ENTRY)
+    assert ("train.py", 11, "info") in severities(found, "DDP-SEED"), found
+    assert not severities(found, "DDP-ALL-RANKS-IO")
+    # twin: a common seed right after init_distributed(): silent
+    seeded = {k: v.replace("{SEED}", "    torch.manual_seed(0)\n") for k, v in RTDETR.items()}
+    seeded[_ENTRY] = "import torch\n" + seeded[_ENTRY]
+    assert not severities(lint_project(tmp_path / "ok", seeded, entry=_ENTRY), "DDP-SEED")

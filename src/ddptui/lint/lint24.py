@@ -47,3 +47,26 @@ def both_ways(f: Flow, branch: ast.If) -> bool:
         )
 
     return bool(branch.orelse) and backward_in(branch.body) and backward_in(branch.orelse)
+
+
+def seed_anchor(s: Script, at: ast.AST) -> ast.AST:
+    """DDP-SEED where the model is built or wrapped in another file (RT-DETR's
+    `warp_model` in src/misc/dist.py): the seed goes in the entry, right after its call
+    that starts the process group (`dist.init_distributed()`), else at the entry's call
+    that leads to the model."""
+    if s.module_of(at) is s.entry:
+        return at
+    init = next(
+        (
+            c
+            for c in s.calls
+            if isinstance(c.func, ast.Attribute | ast.Name)
+            and (c.func.attr if isinstance(c.func, ast.Attribute) else c.func.id)
+            == "init_process_group"
+        ),
+        None,
+    )
+    for node in (init, at):
+        if node is not None and s.module_of(anchor := s.entry_anchor(node)) is s.entry:
+            return anchor
+    return at

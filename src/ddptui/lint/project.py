@@ -161,6 +161,7 @@ class Project:
         self._mods: dict[str, Module | None] = {}
         self.notes: dict[str, str] = {}  # path -> why it is not audited
         self._extra: list[Path] = []  # sys.path folders of the file being indexed
+        self._carried: list[Path] | None = None  # the entry's (sys.path is process-wide)
 
     # --- loading -----------------------------------------------------------------------
 
@@ -217,7 +218,7 @@ class Project:
         mod = Module(path, tree, text.splitlines(), key=key(path))
         mod.nodes = list(ast.walk(tree))
         here = Path(path).resolve().parent
-        self._extra = self._sys_path_dirs(mod.nodes, here)
+        self._extra = self._path_dirs(mod.nodes, here)
         for node in mod.nodes:
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
@@ -247,6 +248,15 @@ class Project:
             p for p in loaded_modules(self.root, mod.nodes, self.parents) if p != mod.key
         ]
         return mod
+
+    def _path_dirs(self, nodes: list[ast.AST], here: Path) -> list[Path]:
+        """The file's own sys.path folders, then the entry's: sys.path is the process's, so
+        what the entry inserts holds for every module it imports (RT-DETR's tools/train.py
+        puts rtdetr_pytorch/ there; its solver's `from src.misc import dist` needs it)."""
+        own = self._sys_path_dirs(nodes, here)
+        if self._carried is None:
+            self._carried = own
+        return list(dict.fromkeys([*own, *self._carried]))
 
     def _sys_path_dirs(self, nodes: list[ast.AST], here: Path) -> list[Path]:
         """Project folders the file puts on sys.path before importing from them:

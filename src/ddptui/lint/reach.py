@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import weakref
+from pathlib import Path
 from typing import Protocol
 
 from ddptui.lint.project import FuncNode, Module, Shared
@@ -155,6 +156,16 @@ def star(self: Script, mod: Module, name: str, depth: int) -> Resolved:
             if found is not None:
                 return found
     return None
+
+
+def submodule(by_key: dict[str, Module], pkg: Module, attr: str) -> Module | None:
+    """`from src.misc import dist` where the package's `__init__` defines no `dist`: Python
+    imports the submodule `src/misc/dist.py` (RT-DETR's solver reaches `warp_model`, its
+    DDP wrap, that way)."""
+    if not pkg.key.endswith("__init__.py"):
+        return None
+    base = Path(pkg.key).parent
+    return by_key.get(str(base / f"{attr}.py")) or by_key.get(str(base / attr / "__init__.py"))
 
 
 def partial_target(self: Script, call: ast.Call, name: str) -> tuple[FuncNode, ...]:

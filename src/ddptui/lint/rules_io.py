@@ -415,6 +415,8 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             f.is_rank_expr(kw.value) for kw in c.keywords
         ):
             continue  # one file per rank, on purpose
+        if path is not None and "devnull" in ast.unparse(path):
+            continue  # `open(os.devnull, "w")`: a sink, not a shared file
         if path is not None and _unique_per_process(s, path):
             continue  # `tmp_<uuid4>` then an atomic os.replace: no two writers share it
         if f.guarded(c) or none_guarded(s, f, c):

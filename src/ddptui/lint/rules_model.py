@@ -14,7 +14,7 @@ from ddptui.lint.flow import Flow, ident
 from ddptui.lint.frameworks import moved_held
 from ddptui.lint.lint13 import rank0_gpu0
 from ddptui.lint.lint18 import bn_rebinding
-from ddptui.lint.lint24 import bn_anchor
+from ddptui.lint.lint24 import bn_anchor, seed_anchor
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_seed import rank_seed, seed_calls
 from ddptui.lint.script import Script, const, kwarg, last
@@ -88,9 +88,7 @@ def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
     for o in s.origins(expr):
         if not isinstance(o, ast.Call) or (o.lineno > line and s.scope_of(o) is places[0][1]):
             continue
-        if _moves(o) or kwarg(
-            o, "device"
-        ) is not None:
+        if _moves(o) or kwarg(o, "device") is not None:
             return True
         if any(
             isinstance(a, ast.With) and "device" in ast.unparse(a.items[0].context_expr)
@@ -102,9 +100,7 @@ def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
             here = s.scope_of(o) is places[0][1]
             places.append((ast.unparse(parent.targets[0]), s.scope_of(o), line if here else 10**9))
     if any(
-        c.lineno < until
-        and _moves(c)
-        and receiver(c) == text
+        c.lineno < until and _moves(c) and receiver(c) == text
         for text, scope, until in places
         for c in s.function_calls(scope)
     ):
@@ -200,9 +196,7 @@ def _after_or_wrapper(s: Script, f: Flow, o: ast.Call, call: ast.Call, end: int)
     later in the same function (StyleGAN2-ADA's snapshot `module = copy.deepcopy(module)
     .cpu()` after the wrapping loop, whose `for name, module in [...]` reads modules moved
     with `.to(device)`)."""
-    return o is call or o in f.ddp_calls or (
-        s.scope_of(o) is s.scope_of(call) and o.lineno > end
-    )
+    return o is call or o in f.ddp_calls or (s.scope_of(o) is s.scope_of(call) and o.lineno > end)
 
 
 def _holds_moved(s: Script, call: ast.Call) -> bool:
@@ -312,9 +306,7 @@ def _before_set_device(s: Script, node: ast.AST) -> str | None:
     later = [
         c
         for c in s.calls
-        if last(s.call_name(c)) == "set_device"
-        and s.scope_of(c) is tree
-        and c.lineno > node.lineno
+        if last(s.call_name(c)) == "set_device" and s.scope_of(c) is tree and c.lineno > node.lineno
     ]
     if not later:
         return None
@@ -530,7 +522,7 @@ def seed(s: Script, f: Flow) -> Iterator[Hit]:
         arg = f.ddp_calls[0].args[0]
         built = [o for o in s.origins(arg) if isinstance(o, ast.Call) and _is_constructor(s, o)]
         first = first_binding(s, arg)  # where the model is first made, before its wrapping
-        at: ast.AST = first if first is not None else built[0] if built else f.ddp_calls[0]
+        at = seed_anchor(s, first if first is not None else built[0] if built else f.ddp_calls[0])
         yield Hit.at(
             "DDP-SEED",
             at,

@@ -137,7 +137,8 @@ class Script:
             if isinstance(value, ast.Name | ast.Attribute):
                 return self.qualname(value, depth + 1)
         # a package re-exporting a submodule's names (`from .core import *`)
-        return star(self, mod, attr, depth + 1) if depth < _MAX_DEPTH else None
+        found = star(self, mod, attr, depth + 1) if depth < _MAX_DEPTH else None
+        return found if found is not None else R.submodule(self._by_key, mod, attr)
 
     def _module_value(self, expr: ast.expr) -> Module | None:
         """The project module an expression names (`utils`, `utils.dist`), if any."""
