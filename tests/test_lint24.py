@@ -305,3 +305,55 @@ def test_entry_sys_path_reaches_the_wrap_and_the_seed_is_said_in_the_entry(
     seeded = {k: v.replace("{SEED}", "    torch.manual_seed(0)\n") for k, v in RTDETR.items()}
     seeded[_ENTRY] = "import torch\n" + seeded[_ENTRY]
     assert not severities(lint_project(tmp_path / "ok", seeded, entry=_ENTRY), "DDP-SEED")
+
+
+# EleutherAI/sparsify @ 10162b513b1bcddebc453b78ce5103ed7a828599: sparsify/__main__.py:160-168
+# shards the dataset by rank itself; the trainer of another file (sparsify/trainer.py:276,
+# 431) loops over a DataLoader of it. Said at the split, in the script the user runs; the
+# fix 0f662ad drops the examples indivisible across processes before sharding.
+SPARSIFY = {
+    "sparsify/__init__.py": "",
+    "sparsify/trainer.py": """\
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, model, dataset):
+        self.model = DDP(model, device_ids=[dist.get_rank()])
+        self.dataset = dataset
+
+    def fit(self, opt):
+        dl = DataLoader(self.dataset, batch_size=8)
+        for batch in dl:
+            self.model(batch).sum().backward()
+            opt.step()
+""",
+    "sparsify/__main__.py": """\
+import os
+import torch
+import torch.distributed as dist
+from sparsify.trainer import Trainer
+
+
+def run(model, dataset, opt):
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+{TRIM}    dataset = dataset.shard(dist.get_world_size(), rank)
+    Trainer(model, dataset).fit(opt)
+""",
+}
+_TRIM = "    dataset = dataset.select(range(len(dataset) - len(dataset) % dist.get_world_size()))\n"
+
+
+def test_split_made_in_the_entry_is_said_at_the_split(tmp_path: Path) -> None:
+    plain = {k: v.replace("{TRIM}", "") for k, v in SPARSIFY.items()}
+    found = lint_project(tmp_path / "bad", plain, entry="sparsify/__main__.py")
+    assert [(n, line) for n, line, _ in severities(found, "DDP-UNEVEN-BATCH")] == [
+        ("__main__.py", 11)
+    ], found
+    trimmed = {k: v.replace("{TRIM}", _TRIM) for k, v in SPARSIFY.items()}
+    ok = lint_project(tmp_path / "ok", trimmed, entry="sparsify/__main__.py")
+    assert not severities(ok, "DDP-UNEVEN-BATCH")

@@ -70,3 +70,21 @@ def seed_anchor(s: Script, at: ast.AST) -> ast.AST:
         if node is not None and s.module_of(anchor := s.entry_anchor(node)) is s.entry:
             return anchor
     return at
+
+
+def trimmed(s: Script, shard: ast.AST) -> bool:
+    """The data split by rank was first cut to a multiple of the world size (sparsify's fix
+    0f662ad: `dataset.select(range(len(dataset) - len(dataset) % world_size))` before
+    `dataset.shard(world_size, rank)`): every rank gets as many items."""
+    if not (isinstance(shard, ast.Call) and isinstance(shard.func, ast.Attribute)):
+        return False
+    for o in s.origins(shard.func.value):
+        for n in ast.walk(o):
+            if (
+                isinstance(n, ast.BinOp)
+                and isinstance(n.op, ast.Mod | ast.FloorDiv)
+                and "len(" in ast.unparse(n.left)
+                and "world" in ast.unparse(n.right).lower()
+            ):
+                return True
+    return False

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.lint24 import trimmed
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 
@@ -434,16 +435,20 @@ def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
                 if (
                     shard is None
                     or _sampler_alternative(s, shard)
+                    or trimmed(s, shard)
                     or _has(o, "sampler", 3)
                     or const(kwarg(o, "drop_last", 8)) is True
                 ):
                     continue
                 # the loader beside its loop, else the loop (where join() goes)
-                at = o if s.scope_of(o) is s.scope_of(loop) else loop
+                at: ast.AST = o if s.scope_of(o) is s.scope_of(loop) else loop
+                # a split the entry script makes itself, looped over in another file
+                # (sparsify's `dataset.shard(world, rank)`): said at the split
+                at = shard if s.module_of(shard) is s.entry is not s.module_of(at) else at
                 yield _uneven(s, at, shard, ident(data) if data else None)
                 return
         shard = sharded(s, f, it)
-        if shard is not None and not _sampler_alternative(s, shard):
+        if shard is not None and not _sampler_alternative(s, shard) and not trimmed(s, shard):
             yield _uneven(s, shard, shard, ident(it))
             return
 
