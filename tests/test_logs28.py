@@ -94,3 +94,11 @@ def test_the_loss_scaler_halving_in_a_working_run_is_noise() -> None:
     ]
     d = diagnose_lines(lines, "train.log")
     assert not d.findings, ids(d)
+
+
+def test_a_remote_shell_without_open_mpis_daemon_is_a_command_not_found() -> None:
+    # Horovod's troubleshooting: "bash: orted: command not found", then ORTE's generic list
+    # of reasons (its last one the network): the shell's own words lead
+    d = excerpt("t1-horovod-orted-not-found-troubleshooting")
+    assert lead(d) == "LAUNCH-CMD-NOTFOUND", ids(d)
+    assert d.first is not None and "--prefix" in d.first.fix
