@@ -59,7 +59,7 @@ def test_loss_from_a_factory_moved_where_it_is_called(tmp_path: Path) -> None:
     assert [f for f in found if f.id == "DDP-LOSS-DEVICE" and f.severity == "error"] == []
     left = SEG_TRAIN.replace("{MOVE}", "")
     found = lint_project(tmp_path / "bad", {"train.py": left, "loss.py": SEG_LOSS})
-    assert ("loss.py", 8, "error") in _sev(found, "DDP-LOSS-DEVICE")
+    assert ("loss.py", 8, "warning") in _sev(found, "DDP-LOSS-DEVICE")
 
 
 # hustvl/YOLOP @ 8d8f68df318c71f01d6f813c024df646c7d1978f, tools/train.py:309-311 and
@@ -195,7 +195,10 @@ def test_per_rank_checkpoint_every_rank_saved(tmp_path: Path) -> None:
     assert _sev(found, "DDP-RANK-DIVERGENCE") == []
     one = ARCFACE.replace("{SAVE}", "if rank == 0:\n                ")
     found = lint_project(tmp_path / "bad", {"train.py": one})
-    assert ("train.py", 17, "error") in _sev(found, "DDP-RANK-DIVERGENCE")
+    # found, as a warning since lint22: the loop head names no rank, the rank reaches the
+    # bound only through where `start_epoch` comes from (on blind A-O that shape was never a
+    # labelled pitfall, and four times a false error)
+    assert ("train.py", 17, "warning") in _sev(found, "DDP-RANK-DIVERGENCE")
 
 
 # hustvl/YOLOP @ 8d8f68df318c71f01d6f813c024df646c7d1978f, tools/train.py:145-179:

@@ -23,6 +23,7 @@ from typing import Final
 
 from ddptui.diagnosis.finding import Severity
 from ddptui.lint.flow import Flow
+from ddptui.lint.lint22 import calibrated
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const
 
@@ -130,7 +131,7 @@ def demoted(s: Script, hit: Hit) -> tuple[Severity | None, str]:
             f"{hit.summary} (the project names the global rank `{named.group(1)}`: written "
             "for one node, where the two are equal)"
         )
-    return None, hit.summary
+    return calibrated(s, hit) or (None, hit.summary)
 
 
 def _equates(s: Script, name: str) -> bool:

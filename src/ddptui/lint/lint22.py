@@ -1,0 +1,307 @@
+"""Severity calibration (lint22): an error means the reading is certain; where the code
+cannot establish it, the finding is a warning (found all the same, with the reason said).
+
+Measured on the first scores of blind batches A-O: about one correct project in three got
+an error, mostly from DDP-RANK-DIVERGENCE and DDP-WRAPPER-ATTR readings that rest on what
+the code does not show. Each condition below names what the reading could not establish:
+
+- DDP-RANK-DIVERGENCE, a `break`/`continue`/`return` under a condition on the rank's own
+  data, loss or clock, with no collective in that branch: whether the value differs
+  between ranks is not visible (a loss reduced first, a stop flag broadcast by a helper;
+  wenet's empty batch and join). A loss found NaN or infinite (one rank's, plainly), or a
+  branch that itself runs a collective only the leaving ranks join (`if not loss_finite:
+  dist.all_reduce(...); continue`), stays an error.
+- DDP-RANK-DIVERGENCE, a loop whose bound depends on the rank only through a name's origin
+  (`range(start_epoch, n)`, `range(per_rank_split_lengths[i])`): no rank in the head.
+- DDP-RANK-DIVERGENCE, a collective under a test that adds a bare setting to the rank
+  (`master_process and args.write_tensors`, llm.c): it may never be on in a distributed
+  run; `rank == 0 and step % 100 == 0` is no such setting and stays an error.
+- DDP-RANK-DIVERGENCE, a collective under a rank test reached only two or more calls
+  deep: on the way it may sit behind a flag, a backend branch or a world-size test the
+  reading does not follow (mozilla/TTS: the "DDP forward" is the TensorFlow backend's).
+  `if rank == 0: evaluate(model)` with the DDP forward in `evaluate`, or a barrier in the
+  loader it calls, stays an error; a thin wrapper (`def barrier(): if
+  dist.is_initialized(): dist.barrier()`) is no hop.
+- DDP-RANK-DIVERGENCE, a collective under a rank test whose twin on the same tensor is
+  called in the same file outside that test (MACE: rank 0 broadcasts a signal, the other
+  ranks wait on the same broadcast in a loop): the ranks may pair up there.
+- DDP-RANK-DIVERGENCE, the rank-0-last pattern: `if rank != 0: barrier(); return`, then
+  `barrier()` after rank 0's work: every rank reaches one barrier (pangaea, H2O
+  LLM Studio).
+- DDP-WRAPPER-ATTR, an attribute the same function stores on the wrapper's name after the
+  wrap and before the read (yolov5: `model.class_weights = ...` after `model =
+  DDP(model)`): the read finds it on the wrapper. In a helper the wrapper is passed to,
+  an attribute the project stores on a wrapper anywhere (yolov3 `model.hyp = hyp` after
+  the wrap, read in utils' `compute_loss(..., model)` reached through test.py; a name
+  re-bound in between through a call, as yolov3's `amp.initialize`, is not followed).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import weakref
+from typing import Final
+
+from ddptui.diagnosis.finding import Severity
+from ddptui.lint.flow import Flow
+from ddptui.lint.model import Hit
+from ddptui.lint.script import Script
+
+_OWN_DATA: Final = "a condition on this rank's own data, loss or clock"
+_RANK_WORD: Final = re.compile(r"(^|_)rank$|^get_rank$|^is_main|^is_master|master", re.I)
+_GUARD_LINE: Final = re.compile(r"\(line (\d+)")
+# a loss that is NaN or infinite on one rank: the plain case of a rank's own value
+_NONFINITE: Final = re.compile(r"isnan|isinf|isfinite|nonfinite|not_finite|\bnan\b", re.I)
+_HOP: Final = re.compile(r" in `([\w.]+)\(\)`")
+
+_flows: weakref.WeakKeyDictionary[Script, Flow] = weakref.WeakKeyDictionary()
+
+
+def _flow(s: Script) -> Flow:
+    from ddptui.lint.rules_sync import SyncFlow  # here: the rules import lint13, lint13 this
+
+    f = _flows.get(s)
+    if f is None:
+        f = _flows[s] = SyncFlow(s)
+    return f
+
+
+def calibrated(s: Script, hit: Hit) -> tuple[Severity, str] | None:
+    """A warning and its summary where the reading of this error is not certain; None
+    where it stands."""
+    if hit.id == "DDP-RANK-DIVERGENCE" and hit.node is not None:
+        why = _divergence_doubt(s, hit)
+    elif hit.id == "DDP-WRAPPER-ATTR" and hit.node is not None:
+        why = _wrapper_doubt(s, hit)
+    else:
+        why = None
+    return ("warning", f"{hit.summary} ({why})") if why else None
+
+
+def _divergence_doubt(s: Script, hit: Hit) -> str | None:
+    node = hit.node
+    assert node is not None
+    collective = str(hit.facts.get("collective", ""))
+    condition = str(hit.facts.get("condition", ""))
+    if (
+        isinstance(node, ast.Break | ast.Continue | ast.Return)
+        and _OWN_DATA in hit.summary
+        and not _NONFINITE.search(condition)
+    ):
+        return (
+            f"not certain: the code does not show `{condition}` differing between ranks; "
+            "a loss or flag reduced or broadcast first is the same on all of them"
+        )
+    if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+        if not _names_rank(_head(node)):
+            return (
+                f"not certain: the loop head names no rank; `{condition}` depends on it only "
+                "through where its values come from"
+            )
+        return None
+    if not isinstance(node, ast.Call) or "runs only on the ranks" not in hit.summary:
+        return None
+    return _guarded_doubt(s, node, hit.summary, condition, collective)
+
+
+def _guarded_doubt(
+    s: Script, node: ast.Call, summary: str, condition: str, collective: str
+) -> str | None:
+    """A collective under a rank test: rank-0-last, or reached only through calls."""
+    guard = _guard(s, node, summary, condition)
+    if guard is not None and _rank0_last(s, guard, collective):
+        return (
+            f"the ranks that leave at `if {condition}:` wait in the same collective first: "
+            "each rank reaches one"
+        )
+    twin = _joined_elsewhere(s, node, guard) if guard is not None else None
+    if twin is not None:
+        return (
+            f"not certain: `{ast.unparse(twin)}` at line {twin.lineno}, outside that test, "
+            "may be where the other ranks join it"
+        )
+    flag = _config_flag(s, guard) if guard is not None else None
+    if flag is not None:
+        return (
+            f"not certain: it runs only while `{flag}` holds too, a setting the code does "
+            "not show on in a distributed run"
+        )
+    hops = _HOP.findall(collective)
+    if hops and _thin(s, hops[0].rsplit(".", 1)[-1]):
+        hops = hops[1:]  # `def barrier(): if dist.is_initialized(): dist.barrier()`
+    if len(hops) >= 2:
+        return (
+            f"not certain: the collective is reached only through calls ({len(hops)} deep); "
+            "a flag, a backend branch or a world-size test on the way may keep it off"
+        )
+    return None
+
+
+def _config_flag(s: Script, guard: ast.If) -> str | None:
+    """`if master_process and args.write_tensors and not args.inference_only:` - beside
+    the rank, a bare setting (a name or attribute, maybe negated) that may never be on in
+    a distributed run. A comparison (`step % 100 == 0`) is no such flag: it comes true."""
+    test = guard.test
+    if not isinstance(test, ast.BoolOp) or not isinstance(test.op, ast.And):
+        return None
+    f = _flow(s)
+    for op in test.values:
+        bare = op.operand if isinstance(op, ast.UnaryOp) and isinstance(op.op, ast.Not) else op
+        if isinstance(bare, ast.Name | ast.Attribute) and not f.is_rank_test(op):
+            return ast.unparse(op)
+    return None
+
+
+def _joined_elsewhere(s: Script, call: ast.Call, guard: ast.If) -> ast.Call | None:
+    """The same collective on the same tensor, called in the same file outside this rank
+    test (MACE's LBFGS closure: rank 0 `broadcast(signal, src=0)`, the other ranks wait
+    in a loop on `broadcast(signal, src=0)`): the ranks may pair up there."""
+    first = call.args[0] if call.args else None
+    name = s.call_name(call)
+    if not isinstance(first, ast.Name) or not name.startswith("torch.distributed."):
+        return None  # a collective itself: not a helper that reaches one, not a DDP forward
+    for n in ast.walk(s.module_of(call).tree):
+        if (
+            isinstance(n, ast.Call)
+            and n is not call
+            and n.args
+            and isinstance(n.args[0], ast.Name)
+            and n.args[0].id == first.id
+            and s.call_name(n) == name
+            and guard not in set(s.ancestors(n))
+        ):
+            return n
+    return None
+
+
+def _thin(s: Script, name: str) -> bool:
+    """Every project function of that name is a wrapper of a few statements around its
+    collective: no hop where a flag could hide it."""
+    funcs = [
+        n
+        for m in s.modules
+        for n in ast.walk(m.tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
+    ]
+    return bool(funcs) and all(len(_code(fn.body)) <= 3 for fn in funcs)
+
+
+def _code(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return body[1:]
+    return body
+
+
+def _head(node: ast.For | ast.AsyncFor | ast.While) -> ast.expr:
+    return node.iter if isinstance(node, ast.For | ast.AsyncFor) else node.test
+
+
+def _names_rank(expr: ast.expr) -> bool:
+    for n in ast.walk(expr):
+        word = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+        if word and _RANK_WORD.search(word):
+            return True
+    return False
+
+
+def _guard(s: Script, call: ast.Call, summary: str, condition: str) -> ast.If | None:
+    """The `if` the summary names: an enclosing one, or the early exit above the call."""
+    for a in s.ancestors(call):
+        if isinstance(a, ast.If) and ast.unparse(a.test) == condition:
+            return a
+    m = _GUARD_LINE.search(summary)
+    if m is None:
+        return None
+    line = int(m.group(1))
+    scope = s.scope_of(call)
+    return next(
+        (
+            n
+            for n in ast.walk(scope)
+            if isinstance(n, ast.If) and n.lineno == line and ast.unparse(n.test) == condition
+        ),
+        None,
+    )
+
+
+def _base(what: str) -> str:
+    return what.split(" in `", 1)[0]
+
+
+def _rank0_last(s: Script, guard: ast.If, collective: str) -> bool:
+    """`if rank != 0: barrier(); return` and, after the `if`, the same collective on the
+    path of the ranks that stay: each rank reaches it once."""
+    if not guard.body or not isinstance(guard.body[-1], ast.Return):
+        return False
+    f = _flow(s)
+    inside = f.stmts_sync(guard.body[:-1])
+    if inside is None or _base(inside) != _base(collective):
+        return False
+    scope = s.scope_of(guard)
+    body = getattr(scope, "body", [])
+    if guard not in body:
+        return False
+    after = body[body.index(guard) + 1 :]
+    later = f.stmts_sync(after)
+    return later is not None and _base(later) == _base(collective)
+
+
+def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
+    """`model.attr` read on the wrapper where the same scope stored `model.attr = ...` on
+    that name after its last assignment (the wrap) and before the read: the attribute is
+    on the wrapper itself (yolov5 `model.class_weights = ...` after `model = DDP(model)`)."""
+    node = hit.node
+    if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
+        return None
+    name, attr, line = node.value.id, node.attr, node.lineno
+    if "which a caller gives" in hit.summary:
+        store = _attached(s, attr)
+        if store is not None:
+            return (
+                f"not certain: the project stores `{ast.unparse(store)}` on the wrapper "
+                f"({s.module_of(store).path}:{store.lineno}); if this read gets that "
+                "wrapper, it finds it"
+            )
+        return None
+    scope = s.scope_of(node)
+    last = max((a.lineno for a in s.assigned(scope, name) if a.lineno < line), default=0)
+    for n in ast.walk(scope):
+        if not isinstance(n, ast.Assign) or not last < n.lineno < line:
+            continue
+        if any(
+            isinstance(t, ast.Attribute)
+            and t.attr == attr
+            and isinstance(t.value, ast.Name)
+            and t.value.id == name
+            for t in n.targets
+        ):
+            return (
+                f"not certain: line {n.lineno} stores `{name}.{attr}` on the wrapper itself "
+                "before this read, which then finds it"
+            )
+    return None
+
+
+def _attached(s: Script, attr: str) -> ast.Attribute | None:
+    """A store `x.attr = ...` anywhere in the project on a name that holds the DDP wrapper
+    there (yolov3 `model.hyp = hyp` in train.py after `model = DDP(model)`, read in utils'
+    `compute_loss(p, targets, model)` through test.py). A store while the name held the
+    plain model (`model = model.module; model.hyp = hyp; model = DDP(model)`) does not
+    count: the new wrapper lacks it."""
+    from ddptui.lint.lint19 import _holds_wrapper_at  # here, as in _flow
+
+    f = _flow(s)
+    for m in s.modules:
+        for n in ast.walk(m.tree):
+            if not isinstance(n, ast.Assign):
+                continue
+            for tgt in n.targets:
+                if (
+                    isinstance(tgt, ast.Attribute)
+                    and tgt.attr == attr
+                    and isinstance(tgt.value, ast.Name)
+                    and _holds_wrapper_at(s, f, s.scope_of(n), tgt.value.id, n.lineno)
+                ):
+                    return tgt
+    return None
