@@ -68,6 +68,7 @@ from ddptui.diagnosis.factrules_logs22 import (
 from ddptui.diagnosis.factrules_logs23 import bench_init_one_host, whole_job_one_host
 from ddptui.diagnosis.factrules_logs26 import sidecar_pod, srun_step_killed
 from ddptui.diagnosis.factrules_logs27 import ras_missing
+from ddptui.diagnosis.factrules_logs28 import ib_link_mixed, ssh_hostkey_prompt
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -97,6 +98,7 @@ HINTS: Final = frozenset(
     | {"nccl_release"}  # logs23
     | {"srun_killed", "srun_killed_last", "srun_other_end", "k8s_sidecar_pod"}  # logs26
     | {"ras_missing", "ras_missing_who", "ras_missing_rank"}  # logs27
+    | {"ib_link_mixed", "ssh_hostkey", "ssh_prompt"}  # logs28
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -496,6 +498,9 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "sidecar_pod": sidecar_pod,
     # logs27 (blind batch S)
     "ras_missing": ras_missing,
+    # logs28 (blind batch T)
+    "ib_link_mixed": ib_link_mixed,
+    "ssh_hostkey_prompt": ssh_hostkey_prompt,
 }
 
 

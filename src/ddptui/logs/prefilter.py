@@ -126,6 +126,9 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # its "Missing communicator data" line passes as a failure line)
     "managing GPU ",
     "The missing rank",
+    # logs28: ssh asking about a host key no known_hosts holds (factrules_logs28.ssh_hostkey_prompt)
+    "The authenticity of host",
+    "Are you sure you want to continue connecting",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
