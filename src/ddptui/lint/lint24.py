@@ -9,15 +9,17 @@ from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.script import Script
 
 
-def bn_anchor(s: Script, layer: ast.Call, wrap: ast.Call) -> ast.AST:
-    """Where a BatchNorm layer of another file is said: beside the wrap when the project
-    wraps the model in a helper module (MagFace's `builder()`: the conversion goes right
-    before that `DistributedDataParallel(...)`), at the layer when that module defines it
-    too (lightweight-gan), else where the entry builds or wraps the model."""
+def bn_anchors(s: Script, layer: ast.AST, wrap: ast.Call) -> list[ast.AST]:
+    """Where a BatchNorm layer of another file is said: where the entry builds or wraps
+    the model (OpenOOD's pipeline: `net = get_network(...)`, where its fix converts), and,
+    when a helper module wraps the model, beside that wrap too (MagFace's `builder()`: the
+    fix 1647d2b converts right before its `DistributedDataParallel(...)`), or at the layer
+    when that module defines it (lightweight-gan)."""
     home = s.module_of(wrap)
-    if home is s.entry:
-        return s.entry_anchor(wrap)
-    return layer if s.module_of(layer) is home else wrap
+    out = [s.entry_anchor(wrap)]
+    if home is not s.entry:
+        out.append(layer if s.module_of(layer) is home else wrap)
+    return list(dict.fromkeys(out))
 
 
 def guards_nearby(s: Script, f: Flow, write: ast.Call) -> bool:

@@ -14,7 +14,7 @@ from ddptui.lint.flow import Flow, ident
 from ddptui.lint.frameworks import moved_held
 from ddptui.lint.lint13 import rank0_gpu0
 from ddptui.lint.lint18 import bn_rebinding
-from ddptui.lint.lint24 import bn_anchor, seed_anchor
+from ddptui.lint.lint24 import bn_anchors, seed_anchor
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_seed import rank_seed, seed_calls
 from ddptui.lint.script import Script, const, kwarg, last
@@ -411,18 +411,19 @@ def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
             here = s.module_of(c) is s.entry
             # in another file: said where the entry builds or wraps the model, where the
             # conversion belongs
-            at = bn_rebinding(s, f, c) or (c if here else bn_anchor(s, c, f.ddp_calls[0]))
-            yield Hit.at(
-                "DDP-BATCHNORM",
-                at,
-                (
-                    f"`{ast.unparse(c.func)}`"
-                    + ("" if here else f" ({s.path_of(c)}:{c.lineno})")
-                    + " keeps per-GPU BatchNorm statistics under DDP (no "
-                    "SyncBatchNorm.convert_sync_batchnorm)"
-                ),
-                model=model,
-            )
+            rebound = bn_rebinding(s, f, c)
+            for at in [rebound] if rebound else [c] if here else bn_anchors(s, c, f.ddp_calls[0]):
+                yield Hit.at(
+                    "DDP-BATCHNORM",
+                    at,
+                    (
+                        f"`{ast.unparse(c.func)}`"
+                        + ("" if here else f" ({s.path_of(c)}:{c.lineno})")
+                        + " keeps per-GPU BatchNorm statistics under DDP (no "
+                        "SyncBatchNorm.convert_sync_batchnorm)"
+                    ),
+                    model=model,
+                )
             return
 
 
