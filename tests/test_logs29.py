@@ -69,3 +69,20 @@ def test_a_user_program_printing_error_mid_line_is_not_a_daemon_error() -> None:
     e = Excerpt("h", "u", "r", "healthy", "c", (), ("step 10: loss 1.2, no error: all good", "epoch done"), "h")
     [v] = score([e])
     assert v.got is None
+
+
+def test_gits_own_fatal_in_a_working_run_is_not_a_daemon_failing() -> None:
+    # a training script that records its commit outside a clone: git says "fatal:", the
+    # run goes on; a daemon's fatal at start-up stays a failure line (u1 slurmd cgroup v2)
+    ok = diagnose_lines(
+        [
+            "epoch 1 loss 0.52",
+            "fatal: not a git repository (or any of the parent directories): .git",
+            "fatal: No names found, cannot describe anything.",
+            "epoch 2 loss 0.41",
+        ],
+        "x",
+    )
+    assert ok.first is None, [f.id for f in ok.findings]
+    bad = diagnose_lines(["slurmd: fatal: Unable to initialize cgroup plugin"], "x")
+    assert bad.first is not None and bad.first.id == "LOGS-UNRECOGNIZED"
