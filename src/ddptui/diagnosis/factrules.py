@@ -99,6 +99,7 @@ HINTS: Final = frozenset(
     | {"srun_killed", "srun_killed_last", "srun_other_end", "k8s_sidecar_pod"}  # logs26
     | {"ras_missing", "ras_missing_who", "ras_missing_rank"}  # logs27
     | {"ib_link_mixed", "ssh_hostkey", "ssh_prompt"}  # logs28
+    | {"self_requeue"}  # logs29
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")

@@ -129,6 +129,11 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # logs28: ssh asking about a host key no known_hosts holds (factrules_logs28.ssh_hostkey_prompt)
     "The authenticity of host",
     "Are you sure you want to continue connecting",
+    # logs29: a job's own words that it requeues itself (factrules_logs29.self_requeue)
+    "SIGUSR",
+    "Requeu",
+    "re-queu",
+    "scontrol requeue",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -28,6 +28,7 @@ from ddptui.diagnosis.factrules_gpu7 import taken_down
 from ddptui.diagnosis.factrules_logs22 import quiet_alone
 from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
 from ddptui.diagnosis.factrules_logs25 import FAILURE, WARNING, unknown_words
+from ddptui.diagnosis.factrules_logs29 import self_requeue
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -290,6 +291,7 @@ def conclude(
         )
     lead, findings = _loopback_alone(lead, findings, unknown)
     lead, findings = quiet_alone(lead, findings, unknown)  # logs22
+    lead, findings = self_requeue(lead, findings, d.hints)  # logs29
     present = {f.id: f.severity for f in findings}
     if unknown is not None:
         present[unknown.id] = unknown.severity
