@@ -45,6 +45,7 @@ from typing import Final
 
 from ddptui.diagnosis.finding import Severity
 from ddptui.lint.flow import Flow
+from ddptui.lint.lint25 import device_doubt
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 
@@ -75,7 +76,7 @@ def calibrated(s: Script, hit: Hit) -> tuple[Severity, str] | None:
     elif hit.id == "DDP-WRAPPER-ATTR" and hit.node is not None:
         why = _wrapper_doubt(s, hit)
     elif hit.id == "DDP-HARDCODED-DEVICE" and hit.node is not None:
-        why = _fallback_device(s, hit.node)
+        why = _fallback_device(s, hit.node) or device_doubt(s, hit.node)
     else:
         why = None
     return ("warning", f"{hit.summary} ({why})") if why else None

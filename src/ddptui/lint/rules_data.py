@@ -412,15 +412,32 @@ def shuffle_sampler(s: Script, f: Flow) -> Iterator[Hit]:
             )
 
 
+def _join_handed(s: Script, n: ast.AST) -> bool:
+    """`ctx = model.join if ddp else nullcontext`, then `with ctx():` (CosyVoice's
+    executor): the join method is taken, not called, and entered later."""
+    parent = s.parents.get(n)
+    return (
+        isinstance(n, ast.Attribute)
+        and n.attr == "join"
+        and isinstance(n.ctx, ast.Load)
+        and isinstance(n.value, ast.Name)
+        and not (isinstance(parent, ast.Call) and parent.func is n)
+    )
+
+
 def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.wrapper_calls or any(
-        last(s.call_name(c)) == "Join"
-        or (
-            isinstance(c.func, ast.Attribute)
-            and c.func.attr == "join"
-            and f.is_ddp_value(c.func.value)
+    if (
+        not f.wrapper_calls
+        or any(
+            last(s.call_name(c)) == "Join"
+            or (
+                isinstance(c.func, ast.Attribute)
+                and c.func.attr == "join"
+                and f.is_ddp_value(c.func.value)
+            )
+            for c in s.calls
         )
-        for c in s.calls
+        or any(_join_handed(s, n) for n in s.nodes)
     ):
         return  # DDP's join() evens out the batches
     for loop in f.training_loops():
