@@ -27,7 +27,7 @@ def _unread_store(s: Script, node: ast.AST) -> str | None:
     at: ast.AST | None = node
     while at is not None and not isinstance(at, ast.stmt):
         at = s.parents.get(at)
-    if not (isinstance(at, ast.Assign) and len(at.targets) == 1):
+    if not (isinstance(at, ast.Assign) and len(at.targets) == 1 and _device_value(at.value)):
         return None
     tgt = at.targets[0]
     if isinstance(tgt, ast.Attribute) and ast.unparse(tgt.value) == "self":
@@ -56,6 +56,14 @@ def _unread_store(s: Script, node: ast.AST) -> str | None:
         f"not certain: `{ast.unparse(tgt)}` is stored here and read nowhere in the project, "
         "so no GPU is picked from it"
     )
+
+
+def _device_value(v: ast.expr) -> bool:
+    """The stored value is the device itself (`torch.device(...)`, a "cuda:N" string), not
+    something built with it (`DDP(m, device_ids=[0])` is a model)."""
+    if isinstance(v, ast.Constant | ast.JoinedStr):
+        return True
+    return isinstance(v, ast.Call) and ast.unparse(v.func).split(".")[-1] in ("device", "format")
 
 
 def _of_class(s: Script, n: ast.Attribute, cls: ast.ClassDef) -> bool:
