@@ -49,9 +49,7 @@ from ddptui.lint.lint25 import device_doubt
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 
-_OWN_DATA: Final = "a condition on this rank's own data, loss or clock"
 _RANK_WORD: Final = re.compile(r"(^|_)rank$|^get_rank$|^is_main|^is_master|master", re.I)
-_GUARD_LINE: Final = re.compile(r"\(line (\d+)")
 # a loss that is NaN or infinite on one rank: the plain case of a rank's own value
 _NONFINITE: Final = re.compile(r"isnan|isinf|isfinite|nonfinite|not_finite|\bnan\b", re.I)
 _HOP: Final = re.compile(r" in `([\w.]+)\(\)`")
@@ -135,7 +133,7 @@ def _divergence_doubt(s: Script, hit: Hit) -> str | None:
     condition = str(hit.facts.get("condition", ""))
     if (
         isinstance(node, ast.Break | ast.Continue | ast.Return)
-        and _OWN_DATA in hit.summary
+        and hit.facts.get("reading") == "own-data"
         and not _NONFINITE.search(condition)
     ):
         return (
@@ -149,16 +147,17 @@ def _divergence_doubt(s: Script, hit: Hit) -> str | None:
                 "through where its values come from"
             )
         return None
-    if not isinstance(node, ast.Call) or "runs only on the ranks" not in hit.summary:
+    if not isinstance(node, ast.Call) or hit.facts.get("reading") != "rank-guarded":
         return None
-    return _guarded_doubt(s, node, hit.summary, condition, collective)
+    line = hit.facts.get("guard_line")
+    return _guarded_doubt(s, node, line if isinstance(line, int) else None, condition, collective)
 
 
 def _guarded_doubt(
-    s: Script, node: ast.Call, summary: str, condition: str, collective: str
+    s: Script, node: ast.Call, guard_line: int | None, condition: str, collective: str
 ) -> str | None:
     """A collective under a rank test: rank-0-last, or reached only through calls."""
-    guard = _guard(s, node, summary, condition)
+    guard = _guard(s, node, guard_line, condition)
     if guard is not None and _rank0_last(s, guard, collective):
         return (
             f"the ranks that leave at `if {condition}:` wait in the same collective first: "
@@ -254,15 +253,15 @@ def _names_rank(expr: ast.expr) -> bool:
     return False
 
 
-def _guard(s: Script, call: ast.Call, summary: str, condition: str) -> ast.If | None:
-    """The `if` the summary names: an enclosing one, or the early exit above the call."""
+def _guard(s: Script, call: ast.Call, guard_line: int | None, condition: str) -> ast.If | None:
+    """The `if` the hit names: an enclosing one, or the early exit above the call (at
+    `guard_line`)."""
     for a in s.ancestors(call):
         if isinstance(a, ast.If) and ast.unparse(a.test) == condition:
             return a
-    m = _GUARD_LINE.search(summary)
-    if m is None:
+    if guard_line is None:
         return None
-    line = int(m.group(1))
+    line = guard_line
     scope = s.scope_of(call)
     return next(
         (
@@ -304,7 +303,7 @@ def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
     if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
         return None
     name, attr, line = node.value.id, node.attr, node.lineno
-    if "which a caller gives" in hit.summary:
+    if hit.facts.get("via") == "parameter":
         store = _attached(s, attr)
         if store is not None:
             return (

@@ -170,6 +170,8 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
             ),
             condition=test,
             collective=what,
+            reading="rank-guarded",  # lint22 reads the kind of hit and its guard from these
+            guard_line=guard.lineno,
             severity="warning" if mode or paired_later else None,
         )
 
@@ -241,6 +243,7 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                     ),
                     condition=ast.unparse(node.test),
                     collective=skipped,
+                    reading="rank-test" if f.is_rank_test(node.test) else "own-data",
                 )
                 break
 
