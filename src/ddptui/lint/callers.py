@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ddptui.lint.flow import calls_in, own_nodes
+from ddptui.lint.nonetest import none_test
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script
 
@@ -20,24 +21,10 @@ _MAX_DEPTH: Final = 3
 def _none_test(test: ast.expr) -> tuple[str, bool] | None:
     """(parameter, whether the test's TRUE branch means it is None) for `p is None`,
     `p is not None`, `p`, `not p`."""
-    if (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and len(test.ops) == 1
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value is None
-        and isinstance(test.ops[0], ast.Is | ast.IsNot)
-    ):
-        return test.left.id, isinstance(test.ops[0], ast.Is)
-    if isinstance(test, ast.Name):
-        return test.id, False
-    if (
-        isinstance(test, ast.UnaryOp)
-        and isinstance(test.op, ast.Not)
-        and isinstance(test.operand, ast.Name)
-    ):
-        return test.operand.id, True
-    return None
+    tested = none_test(test)
+    if tested is None or not isinstance(tested[0], ast.Name):
+        return None
+    return tested[0].id, tested[1]
 
 
 def _never_none(s: Script, expr: ast.expr, depth: int = 0) -> bool:

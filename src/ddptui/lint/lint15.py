@@ -19,6 +19,7 @@ import re
 from typing import Final
 
 from ddptui.lint.flow import Flow
+from ddptui.lint.nonetest import none_test
 from ddptui.lint.script import Script, kwarg
 
 
@@ -47,20 +48,10 @@ def one_shot(st: ast.If) -> bool:
     `X = ""`): the branch runs once, on the first pass of a loop at most (Cutie's resume:
     `if cfg['checkpoint'] is not None: trainer.load_checkpoint(cfg['checkpoint']);
     cfg['checkpoint'] = None`, inside its loop over training stages)."""
-    test = st.test
-    if (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.IsNot)
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value is None
-    ):
-        subject: ast.expr = test.left
-    elif isinstance(test, ast.Name | ast.Attribute | ast.Subscript):
-        subject = test
-    else:
+    tested = none_test(st.test)
+    if tested is None or tested[1]:
         return False
-    text = ast.unparse(subject)
+    text = ast.unparse(tested[0])
     return any(
         isinstance(n, ast.Assign)
         and isinstance(n.value, ast.Constant)
@@ -277,18 +268,10 @@ def none_guarded(s: Script, f: Flow, node: ast.AST) -> bool:
 
 
 def _not_none_name(test: ast.expr) -> str | None:
-    if isinstance(test, ast.Name):
-        return test.id
-    if (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.IsNot)
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value is None
-    ):
-        return test.left.id
-    return None
+    tested = none_test(test)
+    if tested is None or tested[1] or not isinstance(tested[0], ast.Name):
+        return None
+    return tested[0].id
 
 
 def _rank_only_values(s: Script, f: Flow, at: ast.AST, name: str) -> bool:

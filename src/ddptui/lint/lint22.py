@@ -47,6 +47,7 @@ from ddptui.diagnosis.finding import Severity
 from ddptui.lint.flow import Flow
 from ddptui.lint.lint25 import device_doubt
 from ddptui.lint.model import Hit
+from ddptui.lint.nonetest import none_test
 from ddptui.lint.script import Script
 
 _RANK_WORD: Final = re.compile(r"(^|_)rank$|^get_rank$|^is_main|^is_master|master", re.I)
@@ -90,20 +91,10 @@ def _fallback_device(s: Script, node: ast.AST) -> str | None:
         at = s.parents.get(at)
     if not isinstance(at, ast.If) or _in_orelse(s, node, at):
         return None
-    test = at.test
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        tested = test.operand
-    elif (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Is)
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value is None
-    ):
-        tested = test.left
-    else:
+    tested = none_test(at.test)
+    if tested is None or not tested[1]:
         return None
-    name = ast.unparse(tested)
+    name = ast.unparse(tested[0])
     targets = {
         ast.unparse(t)
         for b in at.body
@@ -114,7 +105,7 @@ def _fallback_device(s: Script, node: ast.AST) -> str | None:
     if name not in targets:
         return None
     return (
-        f"not certain: a default for when no device was given (`if {ast.unparse(test)}:`); "
+        f"not certain: a default for when no device was given (`if {ast.unparse(at.test)}:`); "
         "the code does not show a distributed run reaching it"
     )
 
