@@ -18,16 +18,16 @@ from ddptui.lint.lint15 import none_guarded
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_io import _referenced
-from ddptui.lint.rules_setup import _touches_gpu
-from ddptui.lint.rules_sync import (
+from ddptui.lint.rules_nosync import (
     _accumulation_test,
     _between,
     _guarded_step,
-    _loop_of,
     _optimizer,
     _step_after,
     _unguarded_backward,
 )
+from ddptui.lint.rules_setup import _touches_gpu
+from ddptui.lint.rules_sync import _loop_of
 from ddptui.lint.script import Script, const, kwarg, last
 
 
@@ -141,7 +141,7 @@ def accumulation_flag_without_no_sync(s: Script, f: Flow) -> Iterator[Hit]:
     `if should_step or is_last: optimizer.step()`, and `scaled_loss.backward()` on the DDP
     model every micro-batch without `no_sync()`: every micro-batch all-reduces, so the
     accumulation saves no communication (m2lines/Samudra, fixed in ee22927 "DDP no_sync()
-    on accumulation microbatches"). The direct `if (i + 1) % n == 0:` is rules_sync's."""
+    on accumulation microbatches"). The direct `if (i + 1) % n == 0:` is rules_nosync's."""
     if not f.torch_ddp_calls or f.uses("no_sync", "require_backward_grad_sync"):
         return
     for loop in f.training_loops():
