@@ -13,12 +13,11 @@ from ddptui.lint.flow import Flow, calls_in, ident
 from ddptui.lint.lint15 import (
     dunder_used,
     none_guarded,
-    one_shot,
-    pretrained_kind,
     rank_conjoined_else,
     reloads,
 )
 from ddptui.lint.lint24 import guards_nearby
+from ddptui.lint.lint26_order import Event, Frame, branch, events
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -200,66 +199,6 @@ def _roots(s: Script) -> list[list[ast.stmt]]:
     return [top, *[fn.body for fn in funcs]]
 
 
-def _in_order(stmts: list[ast.stmt], again: bool = False) -> Iterator[ast.Call]:
-    """Calls in execution order, a loop's body twice (the next iteration follows); on
-    that second pass a one-shot branch (`if cfg['checkpoint'] is not None: load(...);
-    cfg['checkpoint'] = None`) no longer runs."""
-    for st in stmts:
-        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            continue
-        if isinstance(st, ast.For | ast.AsyncFor | ast.While):
-            yield from calls_in([st.iter if isinstance(st, ast.For | ast.AsyncFor) else st.test])
-            yield from _in_order(st.body, again)
-            yield from _in_order(st.body, True)
-            yield from _in_order(st.orelse, again)
-        elif isinstance(st, ast.If):
-            yield from calls_in([st.test])
-            if not (again and one_shot(st)):
-                yield from _in_order(st.body, again)
-            yield from _in_order(st.orelse, again)
-        elif isinstance(st, ast.With | ast.AsyncWith):
-            yield from calls_in([i.context_expr for i in st.items])
-            yield from _in_order(st.body, again)
-        elif isinstance(st, ast.Try):
-            for part in (st.body, *(h.body for h in st.handlers), st.orelse, st.finalbody):
-                yield from _in_order(part, again)
-        else:
-            yield from calls_in([st])
-
-
-Event = tuple[str, ast.Call, bool]
-
-
-def _events(
-    s: Script,
-    f: Flow,
-    stmts: list[ast.stmt],
-    guarded: bool,
-    seen: frozenset[FuncNode],
-    memo: dict[tuple[FuncNode, bool], list[Event]],
-) -> list[Event]:
-    """Checkpoint saves, loads and sync points in execution order, same-file calls
-    followed (each function's events computed once)."""
-    out: list[Event] = []
-    for call in _in_order(stmts):
-        g = guarded or f.local_guard(call) is not None
-        if _torch(s, call, "save"):
-            out.append(("save", call, g))
-        elif _torch(s, call, "load"):
-            out.append(("load", call, g))
-        elif (pk := pretrained_kind(call)) is not None:
-            out.append((pk, call, g))
-        elif f.direct_sync(call):
-            out.append(("sync", call, g))
-        for fn in s.callees(call):
-            if fn in seen or len(seen) >= 8:
-                continue
-            if (fn, g) not in memo:
-                memo[(fn, g)] = _events(s, f, fn.body, g, seen | {fn}, memo)
-            out += memo[(fn, g)]
-    return out
-
-
 def _path(call: ast.Call, position: int, *names: str) -> ast.expr | None:
     for n in names:
         v = kwarg(call, n)
@@ -268,7 +207,7 @@ def _path(call: ast.Call, position: int, *names: str) -> ast.expr | None:
     return kwarg(call, "\0", position)
 
 
-def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
+def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:  # noqa: PLR0912 - one case per event
     if not f.distributed:
         return
     reported: set[int] = set()
@@ -276,7 +215,11 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
     for root in _roots(s):
         pending: ast.Call | None = None
         written: list[ast.Call] = []  # `save_pretrained(dir)` on some ranks, not waited for
-        for kind, call, guarded in _events(s, f, root, False, frozenset(), memo):
+        stack: list[Frame] = []
+        for kind, call, guarded in events(s, f, root, False, frozenset(), memo):
+            if not isinstance(call, ast.Call):  # an if/else: the else starts from before the if
+                pending, written = branch(kind, stack, pending, written)
+                continue
             if kind == "psave" and guarded:
                 written.append(call)
             elif kind == "pload" and not guarded:

@@ -1,0 +1,310 @@
+"""Round 26: blind batch S's two false errors on correct projects and its misses, each on
+the real lines (cited with repository and commit) beside a twin: for the false errors a
+twin where the plain pitfall stays an error, for the misses a correct twin that stays
+silent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lintproject import lint_project, severities
+
+from ddptui.lint.model import LintFinding
+
+# Pang-Yatian/Point-MAE @ 7445a68068d707da6d959b66773bfef84c4e3e32: main.py:80-86 (the
+# runner picked by if/else), tools/builder.py:91-100 and 127-129 (resume_model loads on
+# every rank, save_checkpoint writes on local rank 0), tools/runner_*.py run_net.
+PM_MAIN = """\
+import torch
+import torch.distributed as dist
+from tools import pretrain_run_net as pretrain
+from tools import finetune_run_net as finetune
+
+
+def main(args):
+    torch.cuda.set_device(args.local_rank)
+    dist.init_process_group(backend='nccl')
+{RUN}
+
+if __name__ == '__main__':
+    main(None)
+"""
+PM_IFELSE = """\
+    if args.finetune_model or args.scratch_model:
+        finetune(args)
+    else:
+        pretrain(args)
+"""
+PM_BOTH = """\
+    finetune(args)
+    pretrain(args)
+"""
+PM_INIT = """\
+from .runner_pretrain import run_net as pretrain_run_net
+from .runner_finetune import run_net as finetune_run_net
+"""
+PM_BUILDER = """\
+import os
+import torch
+
+
+def resume_model(base_model, args):
+    ckpt_path = os.path.join(args.experiment_path, 'ckpt-last.pth')
+    if not os.path.exists(ckpt_path):
+        return 0, 0
+    map_location = {'cuda:%d' % 0: 'cuda:%d' % args.local_rank}
+    state_dict = torch.load(ckpt_path, map_location=map_location)
+    base_model.load_state_dict(state_dict['base_model'])
+    return state_dict['epoch'] + 1, state_dict['best_metrics']
+
+
+def save_checkpoint(base_model, epoch, prefix, args):
+    if args.local_rank == 0:
+        torch.save({'base_model': base_model.module.state_dict(), 'epoch': epoch},
+                   os.path.join(args.experiment_path, prefix + '.pth'))
+"""
+PM_RUNNER = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tools import builder
+
+
+def run_net(args):
+    base_model = torch.nn.Linear(4, 4).to(args.local_rank)
+    start_epoch = 0
+    if args.resume:
+        start_epoch, best_metric = builder.resume_model(base_model, args)
+    base_model = DDP(base_model, device_ids=[args.local_rank])
+    for epoch in range(start_epoch, args.max_epoch):
+        base_model(torch.zeros(4)).sum().backward()
+        builder.save_checkpoint(base_model, epoch, 'ckpt-last', args)
+"""
+
+
+def _pointmae(root: Path, run: str) -> list[LintFinding]:
+    return lint_project(
+        root,
+        {
+            "main.py": PM_MAIN.replace("{RUN}", run),
+            "tools/__init__.py": PM_INIT,
+            "tools/builder.py": PM_BUILDER,
+            "tools/runner_pretrain.py": PM_RUNNER,
+            "tools/runner_finetune.py": PM_RUNNER,
+        },
+        entry="main.py",
+    )
+
+
+def test_pointmae_save_and_load_in_two_branches_of_one_if(tmp_path: Path) -> None:
+    ok = _pointmae(tmp_path / "ok", PM_IFELSE)
+    assert not severities(ok, "DDP-CKPT-BARRIER"), ok
+    # twin: the two runners run one after the other: the second reads what the first's
+    # rank 0 wrote, with no barrier in between: the error stands
+    bad = _pointmae(tmp_path / "bad", PM_BOTH)
+    assert ("builder.py", 10, "error") in severities(bad, "DDP-CKPT-BARRIER"), bad
+
+
+# jiaweizzhao/GaLore @ 2cc66f88cce189e505affbb91042a8e77f5bf4e9, torchrun_main.py:177-196
+# (the streamed C4 split by node, the loader) and 401-409 (the step-bounded loop).
+GALORE = """\
+import os
+import torch
+import torch.distributed as dist
+import datasets
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main(args):
+    global_rank = int(os.environ['RANK'])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="nccl", rank=global_rank, world_size=world_size)
+    data = datasets.load_dataset("allenai/c4", "en", split="train", streaming=True)
+    data = datasets.distributed.split_dataset_by_node(
+        data, rank=global_rank, world_size=world_size,
+    )
+    dataloader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=args.workers)
+    model = DDP(torch.nn.Linear(4, 4).to(local_rank), device_ids=[local_rank])
+    update_step = 0
+    for batch_idx, batch in enumerate(dataloader):
+{STOP}
+        loss = model(batch)
+        loss.backward()
+        update_step += 1
+
+
+if __name__ == "__main__":
+    main(None)
+"""
+_STOP = """\
+        if update_step > args.num_training_steps:
+            print(f"Rank {global_rank} stopping training.")
+            break
+"""
+
+
+def test_galore_split_stream_with_a_step_bound(tmp_path: Path) -> None:
+    ok = lint_project(tmp_path / "ok", {"train.py": GALORE.replace("{STOP}", _STOP)})
+    assert severities(ok, "DDP-UNEVEN-BATCH") == [("train.py", 18, "warning")], ok
+    assert any("fixed number of steps" in f.summary for f in ok)
+    # twin: the hand split looped over to its end: the error stands
+    bad = lint_project(tmp_path / "bad", {"train.py": GALORE.replace("{STOP}\n", "")})
+    assert severities(bad, "DDP-UNEVEN-BATCH") == [("train.py", 18, "error")], bad
+
+
+# thu-spmi/CAT @ 787eaa160baabe15602f8fac03964111c04e92a6 (and d4858c54), scripts/ctc-crf/
+# train.py:30-50 (main spawns main_worker) and 190-244 (the seeds in the __main__ block).
+CAT = """\
+import argparse
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main(args):
+    ngpus_per_node = torch.cuda.device_count()
+    args.world_size = ngpus_per_node * args.world_size
+    mp.spawn(main_worker, nprocs=ngpus_per_node, args=(ngpus_per_node, args))
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    args.gpu = gpu
+{SEED}
+    args.rank = args.rank * ngpus_per_node + gpu
+    dist.init_process_group(backend=args.dist_backend, init_method=args.dist_url,
+                            world_size=args.world_size, rank=args.rank)
+    torch.cuda.set_device(args.gpu)
+    model = DDP(torch.nn.Linear(4, 4).cuda(args.gpu), device_ids=[args.gpu])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    SEED = args.seed
+    torch.manual_seed(SEED)
+    torch.cuda.manual_seed_all(SEED)
+    np.random.seed(SEED)
+    main(args)
+"""
+
+
+def test_cat_seeds_only_in_the_launching_process(tmp_path: Path) -> None:
+    bad = lint_project(tmp_path / "bad", {"train.py": CAT.replace("{SEED}\n", "")})
+    assert severities(bad, "DDP-SEED") == [("train.py", 16, "info")], bad
+    assert any("launching process" in f.summary and "line 29" in f.summary for f in bad)
+    # correct twin (the fix, 5c34dc15): main_worker seeds first: silent
+    seed = "    torch.manual_seed(args.seed)\n    np.random.seed(args.seed)"
+    ok = lint_project(tmp_path / "ok", {"train.py": CAT.replace("{SEED}", seed)})
+    assert not severities(ok, "DDP-SEED"), ok
+
+
+# AutoResearch/EEG-GAN @ 67456eb09cb57cef2dc785e9f123a9da94289cd6 (and 738f1f1f):
+# helpers/trainer.py:91-124 (training calls self.batch_train), 151-168 and 267 (the reads),
+# helpers/ddp_training.py:13-21, 56-61 and 107-124 (the subclass wraps; the process runs
+# `training.training(dataset)` on its instance).
+EEG_TRAINER = """\
+import torch
+
+
+class AutoencoderGenerator(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.decode = False
+
+
+class Trainer:
+    def __init__(self, generator, discriminator, opt):
+        self.generator = generator
+        self.discriminator = discriminator
+
+    def training(self, dataset):
+        for data in dataset:
+            self.batch_train(data)
+
+    def batch_train(self, data):
+{READS}
+"""
+EEG_BAD = """\
+        if self.discriminator.channels > 1:
+            data = data[:, :1]
+        gen_imgs = self.generator(data)
+        if isinstance(self.generator, AutoencoderGenerator) and not self.generator.decode:
+            gen_imgs = self.generator.autoencoder.decode(gen_imgs)
+        self.discriminator(gen_imgs).mean().backward()
+"""
+EEG_OK = """\
+        disc = self.discriminator.module if hasattr(self.discriminator, 'module') else self.discriminator
+        if disc.channels > 1:
+            data = data[:, :1]
+        gen_imgs = self.generator(data)
+        if not hasattr(self.generator, 'module'):
+            if isinstance(self.generator, AutoencoderGenerator) and not self.generator.decode:
+                gen_imgs = self.generator.autoencoder.decode(gen_imgs)
+        else:
+            if isinstance(self.generator.module, AutoencoderGenerator) and not self.generator.module.decode:
+                gen_imgs = self.generator.module.autoencoder.decode(gen_imgs)
+        self.discriminator(gen_imgs).mean().backward()
+"""
+EEG_DDP = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import helpers.trainer as trainer
+
+
+class DDPTrainer(trainer.Trainer):
+    def __init__(self, generator, discriminator, opt):
+        super().__init__(generator, discriminator, opt)
+
+    def set_ddp_framework(self):
+        self.generator.to(self.rank)
+        self.discriminator.to(self.rank)
+        self.generator = DDP(self.generator, device_ids=[self.rank])
+        self.discriminator = DDP(self.discriminator, device_ids=[self.rank])
+
+
+def run(rank, world_size, training, opt):
+    dist.init_process_group('nccl', rank=rank, world_size=world_size)
+    training.rank = rank
+    training.set_ddp_framework()
+    _ddp_training(training, opt)
+
+
+def _ddp_training(training: DDPTrainer, opt):
+    dataset = torch.zeros(10, 4)
+    training.training(dataset)
+"""
+EEG_MAIN = """\
+import torch
+import torch.multiprocessing as mp
+from helpers.ddp_training import run, DDPTrainer
+
+if __name__ == '__main__':
+    training = DDPTrainer(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1), {})
+    mp.spawn(run, args=(2, training, {}), nprocs=2, join=True)
+"""
+
+
+def _eeg(root: Path, reads: str) -> list[LintFinding]:
+    files = {
+        "gan_training_main.py": EEG_MAIN,
+        "helpers/__init__.py": "",
+        "helpers/trainer.py": EEG_TRAINER.replace("{READS}", reads),
+        "helpers/ddp_training.py": EEG_DDP,
+    }
+    return lint_project(root, files, entry="gan_training_main.py")
+
+
+def test_eeggan_base_class_reads_on_the_subclass_wrapper(tmp_path: Path) -> None:
+    bad = _eeg(tmp_path / "bad", EEG_BAD)
+    got = severities(bad, "DDP-WRAPPER-ATTR")
+    assert sorted((n, line) for n, line, _ in got) == [("trainer.py", 20), ("trainer.py", 23)], bad
+    assert any("is never true under DDP" in f.summary for f in bad)
+    # correct twin (the fixes 961d651 / 500ab9d): each read tells the wrapper apart
+    ok = _eeg(tmp_path / "ok", EEG_OK)
+    assert not severities(ok, "DDP-WRAPPER-ATTR"), ok
