@@ -308,3 +308,51 @@ def test_eeggan_base_class_reads_on_the_subclass_wrapper(tmp_path: Path) -> None
     # correct twin (the fixes 961d651 / 500ab9d): each read tells the wrapper apart
     ok = _eeg(tmp_path / "ok", EEG_OK)
     assert not severities(ok, "DDP-WRAPPER-ATTR"), ok
+
+
+# thu-spmi/CAT @ d4858c54d71a98f9d8b1b467974933bf2348870e, scripts/ctc-crf/utils.py:
+# 380-418 (test(): the dev loss summed over all ranks, divided by this node's GPU count).
+CAT_TEST = """\
+import torch
+import torch.distributed as dist
+
+
+def test(testloader, model, args):
+    model.eval()
+    losses = []
+    with torch.no_grad():
+        for i, minibatch in enumerate(testloader):
+            logits, labels = minibatch
+            real_loss = model(logits.cuda(args.gpu, non_blocking=True), labels)
+            dist.all_reduce(real_loss, dist.ReduceOp.SUM)
+            real_loss = real_loss / {DIV}
+            losses.append(real_loss.item())
+    return sum(losses) / len(losses)
+"""
+CAT_MAIN = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import utils
+
+
+def main_worker(gpu, args):
+    torch.cuda.set_device(gpu)
+    dist.init_process_group(backend='nccl', init_method=args.dist_url,
+                            world_size=args.world_size, rank=args.rank)
+    model = DDP(torch.nn.Linear(4, 4).cuda(gpu), device_ids=[gpu])
+    utils.test([], model, args)
+"""
+
+
+def test_cat_sum_over_ranks_divided_by_device_count(tmp_path: Path) -> None:
+    files = {
+        "train.py": CAT_MAIN,
+        "utils.py": CAT_TEST.replace("{DIV}", "torch.cuda.device_count()"),
+    }
+    bad = lint_project(tmp_path / "bad", files)
+    assert severities(bad, "DDP-WORLD-FROM-DEVICE-COUNT") == [("utils.py", 13, "warning")], bad
+    # correct twin (the fix, c3101b9): the world size
+    files["utils.py"] = CAT_TEST.replace("{DIV}", "dist.get_world_size()")
+    ok = lint_project(tmp_path / "ok", files)
+    assert not severities(ok, "DDP-WORLD-FROM-DEVICE-COUNT"), ok

@@ -191,4 +191,58 @@ def spawn_unseeded(s: Script, f: Flow) -> Iterator[Hit]:
         return
 
 
-RULES: Final = (spawn_unseeded,)
+# --- a sum over all ranks averaged by this node's GPU count ------------------------------
+# thu-spmi/CAT @ d4858c54, scripts/ctc-crf/utils.py:414-415 (test()): `dist.all_reduce(
+# real_loss, dist.ReduceOp.SUM)` then `real_loss = real_loss / torch.cuda.device_count()`:
+# the sum runs over every rank of every node, the division over one node's GPUs (fixed in
+# c3101b9 by `dist.get_world_size()`, PR #45, "dev loss incorrect when using nodes > 1").
+
+
+def _summed(f: Flow, reduce: ast.Call) -> str | None:
+    """The tensor a SUM all_reduce (the default op) reduces in place."""
+    if not (f.collective(reduce) or "").endswith("all_reduce") or not reduce.args:
+        return None
+    op = reduce.args[1] if len(reduce.args) > 1 else None
+    op = next((k.value for k in reduce.keywords if k.arg == "op"), op)
+    if op is not None and not ast.unparse(op).endswith("SUM"):
+        return None
+    return ast.unparse(reduce.args[0])
+
+
+def sum_over_device_count(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.distributed:
+        return
+    for c in s.calls:
+        div = s.parents.get(c)
+        if not (
+            last(s.call_name(c)) == "device_count"
+            and isinstance(div, ast.BinOp)
+            and isinstance(div.op, ast.Div | ast.FloorDiv)
+            and div.right is c
+        ):
+            continue
+        scope = s.scope_of(c)
+        summed = next(
+            (
+                r
+                for r in s.calls
+                if s.scope_of(r) is scope
+                and r.lineno < c.lineno
+                and _summed(f, r) == ast.unparse(div.left)
+            ),
+            None,
+        )
+        if summed is None:
+            continue
+        yield Hit.at(
+            "DDP-WORLD-FROM-DEVICE-COUNT",
+            c,
+            (
+                f"`{ast.unparse(div)}` averages a sum over every rank (`{ast.unparse(summed)}`, "
+                f"line {summed.lineno}) by this node's GPU count: from the second node on the "
+                "mean is too large; divide by `dist.get_world_size()`"
+            ),
+        )
+
+
+RULES: Final = (spawn_unseeded, sum_over_device_count)
