@@ -356,3 +356,258 @@ def test_cat_sum_over_ranks_divided_by_device_count(tmp_path: Path) -> None:
     files["utils.py"] = CAT_TEST.replace("{DIV}", "dist.get_world_size()")
     ok = lint_project(tmp_path / "ok", files)
     assert not severities(ok, "DDP-WORLD-FROM-DEVICE-COUNT"), ok
+
+
+# kakaobrain/scrl @ f5bc426ed6eef130d44dd3a5609dc0772da59613: trainer/trainer.py:118-140
+# (the periodic save under is_main_process, the best save not), trainer/base.py:159-188
+# (both reach `_save_checkpoint`'s torch.save).
+SCRL_BASE = """\
+import torch
+
+
+class TrainerBase:
+    def _save_checkpoint(self, tag):
+        save_path = f"{self.save_dir}/checkpoint_" + str(tag) + ".pth"
+        state_dict = {'tag': str(tag), 'epoch': self.cur_epoch}
+        for key, target in self._saving_targets.items():
+            state_dict[f"{key}_state_dict"] = target.state_dict()
+        torch.save(state_dict, save_path)
+        return save_path
+
+    def save_checkpoint(self, epoch):
+        return self._save_checkpoint(str(epoch))
+
+    def save_best_checkpoint(self):
+        return self._save_checkpoint('best')
+"""
+SCRL_TRAINER = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from trainer.base import TrainerBase
+
+
+def is_main_process():
+    return dist.get_rank() == 0
+
+
+class SCRLTrainer(TrainerBase):
+    def __init__(self, save_dir, local_rank):
+        self.save_dir = save_dir
+        self.cur_epoch = 0
+        self.model = DDP(torch.nn.Linear(4, 4).cuda(local_rank), device_ids=[local_rank])
+        self._saving_targets = {'model': self.model.module}
+
+    def run(self, loader, max_epochs):
+        best = 0.0
+        for epoch in range(max_epochs):
+            for x in loader:
+                self.model(x).sum().backward()
+            if is_main_process() and epoch % 10 == 0:
+                self.save_checkpoint(epoch)
+            score = float(epoch)
+            if score > best:
+                best = score
+{BEST}
+"""
+SCRL_MAIN = """\
+import os
+import torch
+import torch.distributed as dist
+from trainer.trainer import SCRLTrainer
+
+if __name__ == '__main__':
+    local_rank = int(os.environ['LOCAL_RANK'])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group('nccl')
+    SCRLTrainer('out', local_rank).run([], 100)
+"""
+
+
+def _scrl(root: Path, best: str) -> list[LintFinding]:
+    files = {
+        "main.py": SCRL_MAIN,
+        "trainer/__init__.py": "",
+        "trainer/base.py": SCRL_BASE,
+        "trainer/trainer.py": SCRL_TRAINER.replace("{BEST}", best),
+    }
+    return lint_project(root, files, entry="main.py")
+
+
+def test_scrl_the_one_unguarded_call_beside_a_guarded_one(tmp_path: Path) -> None:
+    bad = _scrl(tmp_path / "bad", "                self.save_best_checkpoint()")
+    assert ("trainer.py", 28, "warning") in severities(bad, "DDP-ALL-RANKS-IO"), bad
+    # correct twin (the fix, 053dfee): the best save under is_main_process too: silent
+    ok = _scrl(
+        tmp_path / "ok",
+        "                if is_main_process():\n                    self.save_best_checkpoint()",
+    )
+    assert not severities(ok, "DDP-ALL-RANKS-IO"), ok
+
+
+# opendilab/LightZero @ b229a7f8a08de9f6c7f3cdcde5905f09196ea56a:
+# lzero/reward_model/rnd_reward_model.py:76-77 and 161-164 (a registered reward model that
+# makes its own SummaryWriter when given none), lzero/entry/
+# train_unizero_with_reward_model.py:100-130 (tb_logger None on ranks but 0).
+RND = """\
+import torch
+from ding.utils import REWARD_MODEL_REGISTRY
+
+
+@REWARD_MODEL_REGISTRY.register('rnd_muzero')
+class RNDRewardModel(torch.nn.Module):
+    def __init__(self, config, device, tb_logger):
+        super().__init__()
+        self.device = device
+{LOGGER}
+        self.predictor = torch.nn.Linear(4, 4)
+        self.opt = torch.optim.Adam(self.predictor.parameters())
+
+    def train_with_data(self, data):
+        loss = self.predictor(data).sum()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        if self.tb_logger is not None:
+            self.tb_logger.add_scalar('rnd/loss', loss.item())
+"""
+RND_BAD = """\
+        if tb_logger is None:
+            from tensorboardX import SummaryWriter
+            tb_logger = SummaryWriter('rnd_reward_model')
+        self.tb_logger = tb_logger"""
+RND_OK = "        self.tb_logger = tb_logger"
+RND_ENTRY = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tensorboardX import SummaryWriter
+from ding.utils import get_rank
+from reward_model import RNDRewardModel
+
+
+def train(cfg):
+    dist.init_process_group('nccl')
+    torch.cuda.set_device(get_rank() % torch.cuda.device_count())
+    tb_logger = SummaryWriter('log/serial') if get_rank() == 0 else None
+    model = DDP(torch.nn.Linear(4, 4).cuda())
+    reward_model = RNDRewardModel(cfg, 'cuda', tb_logger)
+    for step in range(10):
+        model(torch.zeros(4).cuda()).sum().backward()
+        reward_model.train_with_data(torch.zeros(4))
+
+
+if __name__ == '__main__':
+    train({})
+"""
+
+
+def test_lightzero_fallback_writer_in_a_registered_class(tmp_path: Path) -> None:
+    files = {"train.py": RND_ENTRY, "reward_model.py": RND.replace("{LOGGER}", RND_BAD)}
+    bad = lint_project(tmp_path / "bad", files)
+    assert ("reward_model.py", 12, "warning") in severities(bad, "DDP-ALL-RANKS-IO"), bad
+    # correct twin (the fix, 276c193): the model keeps the logger it is given (None off
+    # rank 0) and tests it before writing: silent
+    files["reward_model.py"] = RND.replace("{LOGGER}", RND_OK)
+    ok = lint_project(tmp_path / "ok", files)
+    assert not [x for x in severities(ok, "DDP-ALL-RANKS-IO") if x[0] == "reward_model.py"], ok
+
+
+# deepset-ai/FARM @ bf13c4a33849bace29f2d04a7a7b05fb52aa73b1: examples/
+# train_from_scratch.py:26-41 (the logger started on every rank), farm/utils.py:117-132
+# (MLFlowLogger.init_experiment, a thin wrapper of mlflow.start_run).
+FARM_UTILS = """\
+import mlflow
+
+
+class MLFlowLogger:
+    def __init__(self, tracking_uri):
+        self.tracking_uri = tracking_uri
+
+    def init_experiment(self, experiment_name, run_name=None, nested=True):
+        try:
+            mlflow.set_tracking_uri(self.tracking_uri)
+            mlflow.set_experiment(experiment_name)
+            mlflow.start_run(run_name=run_name, nested=nested)
+        except ConnectionError:
+            raise Exception("MLFlow cannot connect")
+"""
+FARM_EXAMPLE = """\
+import argparse
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from farm_utils import MLFlowLogger
+
+
+def train_from_scratch():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=-1)
+    args = parser.parse_args()
+    ml_logger = MLFlowLogger(tracking_uri="")
+{INIT}
+    torch.cuda.set_device(args.local_rank)
+    dist.init_process_group(backend="nccl")
+    model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[args.local_rank])
+    model(torch.zeros(4).cuda()).sum().backward()
+
+
+if __name__ == "__main__":
+    train_from_scratch()
+"""
+_FARM_INIT = '    ml_logger.init_experiment(experiment_name="train_from_scratch", run_name="run")'
+
+
+def test_farm_thin_logger_class_said_at_the_callers_line(tmp_path: Path) -> None:
+    files = {"train.py": FARM_EXAMPLE.replace("{INIT}", _FARM_INIT), "farm_utils.py": FARM_UTILS}
+    bad = lint_project(tmp_path / "bad", files)
+    assert severities(bad, "DDP-ALL-RANKS-IO") == [("train.py", 13, "warning")], bad
+    # correct twin (the fix, 94cae29): started on the first process only: silent
+    guarded = "    if args.local_rank in [0, -1]:\n    " + _FARM_INIT
+    files["train.py"] = FARM_EXAMPLE.replace("{INIT}", guarded)
+    ok = lint_project(tmp_path / "ok", files)
+    assert not severities(ok, "DDP-ALL-RANKS-IO"), ok
+
+
+# opendilab/LightZero @ b0a69b6a6a7c6d718b6d627a52e1b3ee0014de07,
+# lzero/entry/train_unizero_multitask_segment_ddp.py:396-400 (the rank-local count) and
+# 455-505 (the learn block with its barrier and all_gather_object).
+LZ = """\
+import torch
+import torch.distributed as dist
+from ding.utils import get_rank, get_world_size
+
+
+def train(cfgs, game_buffers, learner, update_per_collect):
+    dist.init_process_group('nccl')
+    rank, world_size = get_rank(), get_world_size()
+    while True:
+        not_enough_data = any(
+            replay_buffer.get_num_of_transitions() < cfgs[0].policy.total_batch_size / world_size
+            for replay_buffer in game_buffers
+        )
+{AGREE}
+        if not not_enough_data:
+            for i in range(update_per_collect):
+                log_vars = learner.train([b.sample() for b in game_buffers], 0)
+                dist.barrier()
+                all_obs_loss = [None for _ in range(world_size)]
+                dist.all_gather_object(all_obs_loss, log_vars)
+
+
+if __name__ == '__main__':
+    train([], [], None, 1)
+"""
+LZ_AGREE = """\
+        flag = torch.tensor([1 if not_enough_data else 0], device='cuda')
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        not_enough_data = bool(flag.item())
+"""
+
+
+def test_lightzero_buffer_count_decides_a_block_of_collectives(tmp_path: Path) -> None:
+    bad = lint_project(tmp_path / "bad", {"train.py": LZ.replace("{AGREE}\n", "")})
+    assert severities(bad, "DDP-RANK-DIVERGENCE") == [("train.py", 10, "warning")], bad
+    # correct twin (the fix, 7841fdf): the flag all_reduced with MAX first: silent
+    ok = lint_project(tmp_path / "ok", {"train.py": LZ.replace("{AGREE}", LZ_AGREE)})
+    assert not severities(ok, "DDP-RANK-DIVERGENCE"), ok

@@ -17,6 +17,7 @@ from ddptui.lint.lint15 import (
     reloads,
 )
 from ddptui.lint.lint24 import guards_nearby
+from ddptui.lint.lint26_anchor import fallback_write, guarded_sibling, rankless_owner
 from ddptui.lint.lint26_order import Event, Frame, branch, events
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
@@ -283,8 +284,8 @@ def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | No
         isinstance(c.func, ast.Attribute) and c.func.attr == "SummaryWriter"
     ):
         return "SummaryWriter", _path(c, 0, "log_dir", "logdir")
-    if qn == "wandb.init":
-        return "wandb.init", None
+    if qn in ("wandb.init", "mlflow.start_run"):
+        return qn, None
     # (with sharded models every rank must take part in save_pretrained: DDP scripts only)
     if name == "save_pretrained" and f.ddp_calls and kwarg(c, "is_main_process") is None:
         return "save_pretrained", _path(c, 0, "save_directory")
@@ -368,9 +369,11 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
         # builds into `self.x` in `__init__` (a logger class): said there, its fix is there
         # (a method of a project class in another file: said in that method, see anchor.py)
         method = owning_method(s, f, c) if s.module_of(c) is not s.entry else None
+        method = None if rankless_owner(s, method) else method  # (lint26_anchor)
         method = (
             c if method is None and (deep_worker_write(s, c) or guards_nearby(s, f, c)) else method
         )
+        method = c if fallback_write(s, c) else guarded_sibling(s, f, c) or method
         anchor = method or io_helper_call(s, f, s.entry_anchor(c))
         at = c if _class_owned(s, c) else anchor
         if at is c and anchor is not c:  # once per entry line, as when said there
