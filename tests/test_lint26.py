@@ -200,6 +200,11 @@ def test_cat_seeds_only_in_the_launching_process(tmp_path: Path) -> None:
     seed = "    torch.manual_seed(args.seed)\n    np.random.seed(args.seed)"
     ok = lint_project(tmp_path / "ok", {"train.py": CAT.replace("{SEED}", seed)})
     assert not severities(ok, "DDP-SEED"), ok
+    # a literal seed before mp.spawn (rasbt/LLMs-from-scratch's DDP-script.py, a correct
+    # case of blind batch P, `torch.manual_seed(123)`): no setting goes unseen: silent
+    literal = CAT.replace("{SEED}\n", "").replace("SEED = args.seed", "SEED = 123")
+    lit = lint_project(tmp_path / "lit", {"train.py": literal})
+    assert not severities(lit, "DDP-SEED"), lit
 
 
 # AutoResearch/EEG-GAN @ 67456eb09cb57cef2dc785e9f123a9da94289cd6 (and 738f1f1f):

@@ -92,7 +92,9 @@ def step_bounded(s: Script, hit: Hit) -> str | None:
 # `__mp_main__` and never run that block: main_worker builds the model unseeded (fixed in
 # 5c34dc15 by seeding at the top of main_worker). Said at the worker's first line, where the
 # seed belongs. Not said where the worker is also called directly (the ImageNet example's
-# `else: main_worker(...)`) or the seed is optional (`if args.seed is not None:`).
+# `else: main_worker(...)`), the seed is optional (`if args.seed is not None:`) or a
+# literal (rasbt's DDP-script.py, `torch.manual_seed(123)` before mp.spawn, a correct case
+# of blind batch P): what the user notices is a --seed setting the workers never see.
 
 _SPAWNS: Final = frozenset({"spawn", "start_processes"})
 _SEEDISH: Final = re.compile(r"seed", re.I)
@@ -125,6 +127,15 @@ def _optional(s: Script, c: ast.Call) -> bool:
     """Under `if args.seed is not None:` (the ImageNet example): a seed asked for only now
     and then, not the run's reproducibility."""
     return any(isinstance(a, ast.If) and "seed" in ast.unparse(a.test) for a in s.ancestors(c))
+
+
+def _configured(s: Script, c: ast.Call) -> bool:
+    """The seed comes from the run's settings (`SEED = args.seed`), not a literal
+    (`torch.manual_seed(123)` in a teaching script, rasbt's DDP-script.py): a --seed
+    option the workers never see is what the user notices."""
+    if not c.args or isinstance(c.args[0], ast.Constant):
+        return False
+    return any(not isinstance(o, ast.Constant) for o in s.origins(c.args[0]))
 
 
 def _worker(s: Script, spawn: ast.Call) -> FuncNode | None:
@@ -162,6 +173,7 @@ def spawn_unseeded(s: Script, f: Flow) -> Iterator[Hit]:
             and not any(s.scope_of(c) is g for g in reached)
             and (_main_block(s, c) or (s.scope_of(c) is parent and c.lineno < spawn.lineno))
             and not _optional(s, c)
+            and _configured(s, c)
         ]
         if not seeds:
             continue
