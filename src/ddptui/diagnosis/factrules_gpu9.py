@@ -1,0 +1,81 @@
+"""Rules over a log's facts added in round gpu9 (real captures on one lent GPU,
+tests/fixtures/gpu-h200/fail9/), read from the printing programs' own lines
+(factrules.yaml hints).
+
+left_early: a rank that finished its loop while another still waited in a collective.
+NCCL's init.cc prints "comm %p rank %d nranks %d cudaDev %d busId %lx - Destroy COMPLETE"
+(NCCL_DEBUG=INFO) when a process destroys its communicator the normal way
+(destroy_process_group; an abort says "Abort COMPLETE"), and torch elastic's agent logs
+"Error waiting on exit barrier" once ITS workers all exited 0 and the other agents never
+reached the barrier (torch/distributed/elastic/agent/server/api.py, _exit_barrier).  When
+such a rank is done while torch's ProcessGroupNCCL states of another rank that it had
+enqueued more work than it completed ("last enqueued work: 6, last completed work: 5",
+or a watchdog timeout), the ranks ran different numbers of collectives: uneven data per
+rank (or a rank-dependent loop), the done rank's closed sockets or the watchdog being
+what the waiting rank reports.  Core layer, stdlib only."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Final
+
+from ddptui.diagnosis.factcontext import Context, Hit
+
+if TYPE_CHECKING:
+    from ddptui.diagnosis.factmodel import FactRule, FactRules
+
+_DESTROYED: Final = re.compile(r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks \d+\b.*- Destroy COMPLETE")
+_WHERE: Final = re.compile(r"^(?P<src>.*?):\d+: ")
+
+
+def _done_ranks(ctx: Context) -> dict[int, str]:
+    """rank -> the line saying it finished normally (its communicator destroyed, or its
+    agent waiting at the exit barrier after its workers exited 0)."""
+    done: dict[int, str] = {}
+    line = ctx.hints.get("comm_destroyed")
+    if line is not None and (m := _DESTROYED.search(line)) is not None:
+        done[int(m["rank"])] = line
+    barrier = ctx.hints.get("exit_barrier_error")
+    w = _WHERE.match(barrier) if barrier is not None else None
+    if barrier is not None and w is not None:
+        for p in ctx.procs:
+            if p.source == w["src"] and p.rank is not None:
+                done.setdefault(p.rank, barrier)
+    return done
+
+
+def left_early(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Some ranks finished normally while another waited in a collective (see above)."""
+    done = _done_ranks(ctx)
+    if not done:
+        return None
+    waiting: dict[int, str] = {}
+    for r, (_, line) in ctx.enqueued.items():
+        waiting.setdefault(r, line)
+    for r, line in ctx.watchdog_lines.items():
+        waiting.setdefault(r, line)
+    for r in list(done):
+        if r in waiting:  # a rank that waited itself did not leave early
+            del done[r]
+    if not done or not waiting:
+        return None
+    left, stuck = sorted(done), sorted(waiting)
+    said = (
+        f"rank{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} finished "
+        f"(communicator destroyed or exit barrier reached) while rank"
+        f"{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))} still waited in a "
+        "collective: the ranks ran different numbers of collectives (uneven batches per rank)"
+    )
+    evidence = [done[r] for r in left[:2]] + [waiting[r] for r in stuck[:2]]
+    return left, evidence, said, {"dataset": "dataset"}
+
+
+def sole_worker(local_global: dict[tuple[str, int], int], source: str) -> int | None:
+    """The global rank of the one worker torch elastic's failure summary names in a
+    source ("rank      : 1 (local_rank: 0)"), where it names exactly one: a line of that
+    source no prefix or pid ties to a rank (a worker's traceback printed before
+    init_process_group, with no "[rankN]:" yet) is that failed worker's, since its agent
+    reports one failure only.  None where the summary names none, several, or one local
+    rank as two global ranks (several agents in one file)."""
+    said = [g for (src, _), g in local_global.items() if src == source]
+    return said[0] if len(said) == 1 and said[0] >= 0 else None
