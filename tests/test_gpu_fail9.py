@@ -13,6 +13,7 @@ healthy runs stay free of errors.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,39 @@ def test_the_rank_that_left_early_is_named_with_both_facts() -> None:
     ev = " ".join(lead["evidence"])
     assert "rank 1 nranks 2" in ev and "Destroy COMPLETE" in ev
     assert "last enqueued work: 6, last completed work: 5" in ev
+
+
+def _variant(tmp_path: Path, keep: Callable[[str], str | None]) -> tuple[int, dict[str, Any]]:
+    """The uneven case's two files, each line through `keep` (None drops it)."""
+    for n in (0, 1):
+        lines = (FAIL9 / f"uneven-n{n}.log").read_text().splitlines()
+        out = [k for k in map(keep, lines) if k is not None]
+        (tmp_path / f"uneven-n{n}.log").write_text("\n".join(out) + "\n")
+    return diagnose_in(tmp_path, "uneven-n0.log", "uneven-n1.log")
+
+
+def test_without_nccl_debug_the_exit_barrier_names_the_node_that_finished(tmp_path: Path) -> None:
+    # the same capture as a run without NCCL_DEBUG prints it: no "Destroy COMPLETE", no
+    # NCCL rank for node 1; its agent's exit barrier says its workers all exited 0
+    code, doc = _variant(tmp_path, lambda t: None if "NCCL INFO" in t else t)
+    assert code == 1
+    first = doc["first_failure"]
+    assert first["finding"] == "DDP-UNEVEN-BATCH", first
+    assert "uneven-n1.log finished (their agent waited at the exit barrier)" in first["summary"]
+
+
+def test_a_subgroups_destroy_alone_is_not_a_rank_leaving(tmp_path: Path) -> None:
+    # a communicator of 1 rank destroyed (a subgroup, not the world of 2) and no exit
+    # barrier: nothing says rank 1 finished, rank 0's lost peer leads
+    def keep(t: str) -> str | None:
+        if "exit barrier" in t:
+            return None
+        return t.replace("rank 1 nranks 2 cudaDev 0 busId 60 - Destroy", "rank 0 nranks 1 cudaDev 0 busId 60 - Destroy")
+
+    code, doc = _variant(tmp_path, keep)
+    assert code == 1
+    assert doc["first_failure"]["finding"] == "BOOT-PEERCLOSED", doc["first_failure"]
+    assert "DDP-UNEVEN-BATCH" not in {f["id"] for f in doc["steps"][0]["findings"]}
 
 
 def test_unprefixed_traceback_takes_the_rank_of_the_one_failed_worker() -> None:

@@ -24,31 +24,39 @@ from ddptui.diagnosis.factcontext import Context, Hit
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
 
-_DESTROYED: Final = re.compile(r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks \d+\b.*- Destroy COMPLETE")
+_DESTROYED: Final = re.compile(r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.*- Destroy COMPLETE")
 _WHERE: Final = re.compile(r"^(?P<src>.*?):\d+: ")
 
 
-def _done_ranks(ctx: Context) -> dict[int, str]:
+def _source(line: str | None) -> str | None:
+    """The source of a "source:line: text" evidence line."""
+    w = _WHERE.match(line) if line is not None else None
+    return w["src"] if w is not None else None
+
+
+def _done(ctx: Context) -> tuple[dict[int, str], tuple[str, str] | None]:
     """rank -> the line saying it finished normally (its communicator destroyed, or its
-    agent waiting at the exit barrier after its workers exited 0)."""
+    agent at the exit barrier after its workers exited 0), and (source, line) of an exit
+    barrier whose source states no rank (no NCCL_DEBUG, no "[rankN]:" prefix)."""
     done: dict[int, str] = {}
     line = ctx.hints.get("comm_destroyed")
-    if line is not None and (m := _DESTROYED.search(line)) is not None:
-        done[int(m["rank"])] = line
+    world = max((p.world_size for p in ctx.procs if p.world_size is not None), default=None)
+    m = _DESTROYED.search(line) if line is not None else None
+    if line is not None and m is not None and int(m["n"]) == (world or int(m["n"])):
+        done[int(m["rank"])] = line  # the world's communicator, not a subgroup's
     barrier = ctx.hints.get("exit_barrier_error")
-    w = _WHERE.match(barrier) if barrier is not None else None
-    if barrier is not None and w is not None:
-        for p in ctx.procs:
-            if p.source == w["src"] and p.rank is not None:
-                done.setdefault(p.rank, barrier)
-    return done
+    src = _source(barrier)
+    if barrier is None or src is None:
+        return done, None
+    ranks = [p.rank for p in ctx.procs if p.source == src and p.rank is not None]
+    for r in ranks:
+        done.setdefault(r, barrier)
+    return done, None if ranks else (src, barrier)
 
 
 def left_early(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """Some ranks finished normally while another waited in a collective (see above)."""
-    done = _done_ranks(ctx)
-    if not done:
-        return None
+    done, node = _done(ctx)
     waiting: dict[int, str] = {}
     for r, (_, line) in ctx.enqueued.items():
         waiting.setdefault(r, line)
@@ -57,16 +65,24 @@ def left_early(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     for r in list(done):
         if r in waiting:  # a rank that waited itself did not leave early
             del done[r]
-    if not done or not waiting:
+    if node is not None and any(_source(line) in (node[0], None) for line in waiting.values()):
+        node = None  # a waiting rank of that node's own file (or of no file): not proven
+    if not waiting or not (done or node):
         return None
     left, stuck = sorted(done), sorted(waiting)
-    said = (
+    who = (
         f"rank{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} finished "
-        f"(communicator destroyed or exit barrier reached) while rank"
-        f"{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))} still waited in a "
-        "collective: the ranks ran different numbers of collectives (uneven batches per rank)"
+        "(communicator destroyed or exit barrier reached)"
+        if left
+        else f"the ranks of {node[0] if node else '?'} finished (their agent waited at the exit barrier)"
     )
-    evidence = [done[r] for r in left[:2]] + [waiting[r] for r in stuck[:2]]
+    said = (
+        f"{who} while rank{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))} still "
+        "waited in a collective: the ranks ran different numbers of collectives (uneven "
+        "batches per rank)"
+    )
+    evidence = [done[r] for r in left[:2]] + ([node[1]] if node and not left else [])
+    evidence += [waiting[r] for r in stuck[:2]]
     return left, evidence, said, {"dataset": "dataset"}
 
 
