@@ -129,11 +129,27 @@ def test_a_subgroups_destroy_alone_is_not_a_rank_leaving(tmp_path: Path) -> None
     def keep(t: str) -> str | None:
         if "exit barrier" in t:
             return None
-        return t.replace("rank 1 nranks 2 cudaDev 0 busId 60 - Destroy", "rank 0 nranks 1 cudaDev 0 busId 60 - Destroy")
+        return t.replace(
+            "rank 1 nranks 2 cudaDev 0 busId 60 - Destroy",
+            "rank 0 nranks 1 cudaDev 0 busId 60 - Destroy",
+        )
 
     code, doc = _variant(tmp_path, keep)
     assert code == 1
     assert doc["first_failure"]["finding"] == "BOOT-PEERCLOSED", doc["first_failure"]
+    assert "DDP-UNEVEN-BATCH" not in {f["id"] for f in doc["steps"][0]["findings"]}
+
+
+def test_a_rank_with_nothing_in_flight_is_not_waiting(tmp_path: Path) -> None:
+    # rank 0 as if it had completed all it enqueued ("last enqueued work: 6, last completed
+    # work: 6"): an idle rank, not one left in a collective
+    code, doc = _variant(
+        tmp_path,
+        lambda t: t.replace("completed work: 5", "completed work: 6").replace(
+            "completed NCCL work: 5", "completed NCCL work: 6"
+        ),
+    )
+    assert code == 1
     assert "DDP-UNEVEN-BATCH" not in {f["id"] for f in doc["steps"][0]["findings"]}
 
 
@@ -155,7 +171,9 @@ def test_one_nodes_view() -> None:
     ):
         code, doc = diagnose(*files)
         assert code == 1
-        assert (doc["first_failure"]["finding"], doc["first_failure"]["rank"]) == (lead, rank), files
+        assert (doc["first_failure"]["finding"], doc["first_failure"]["rank"]) == (lead, rank), (
+            files
+        )
 
 
 def test_check_on_two_ranks_passed_every_step_on_nccl() -> None:

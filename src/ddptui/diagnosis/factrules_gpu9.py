@@ -24,8 +24,15 @@ from ddptui.diagnosis.factcontext import Context, Hit
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
 
-_DESTROYED: Final = re.compile(r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.*- Destroy COMPLETE")
+_DESTROYED: Final = re.compile(
+    r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.*- Destroy COMPLETE"
+)
 _WHERE: Final = re.compile(r"^(?P<src>.*?):\d+: ")
+# torch's ProcessGroupNCCL: "last enqueued work: 6, last completed work: 5" (or "Last
+# enqueued NCCL work: 16, last completed NCCL work: 16": an idle rank, nothing in flight)
+_WORK: Final = re.compile(
+    r"[Ll]ast enqueued (?:NCCL )?work: (?P<enq>\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
+)
 
 
 def _source(line: str | None) -> str | None:
@@ -59,7 +66,9 @@ def left_early(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     done, node = _done(ctx)
     waiting: dict[int, str] = {}
     for r, (_, line) in ctx.enqueued.items():
-        waiting.setdefault(r, line)
+        w = _WORK.search(line)
+        if w is None or int(w["enq"]) > int(w["done"]):  # work in flight
+            waiting.setdefault(r, line)
     for r, line in ctx.watchdog_lines.items():
         waiting.setdefault(r, line)
     for r in list(done):
