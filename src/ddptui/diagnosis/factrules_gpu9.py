@@ -95,12 +95,19 @@ def left_early(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     return left, evidence, said, {"dataset": "dataset"}
 
 
-def sole_worker(local_global: dict[tuple[str, int], int], source: str) -> int | None:
+# torch elastic's agent's own lines (its logger names its module, its traceback its
+# classes): about the agent, not a worker
+_AGENT: Final = re.compile(r"\btorch[./]distributed[./]elastic[./]")
+
+
+def sole_worker(local_global: dict[tuple[str, int], int], source: str, text: str) -> int | None:
     """The global rank of the one worker torch elastic's failure summary names in a
     source ("rank      : 1 (local_rank: 0)"), where it names exactly one: a line of that
     source no prefix or pid ties to a rank (a worker's traceback printed before
     init_process_group, with no "[rankN]:" yet) is that failed worker's, since its agent
-    reports one failure only.  None where the summary names none, several, or one local
-    rank as two global ranks (several agents in one file)."""
+    reports one failure only.  None for the agent's own lines, and where the summary names
+    none, several, or one local rank as two global ranks (several agents in one file)."""
+    if _AGENT.search(text):
+        return None
     said = [g for (src, _), g in local_global.items() if src == source]
     return said[0] if len(said) == 1 and said[0] >= 0 else None

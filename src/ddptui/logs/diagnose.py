@@ -441,7 +441,7 @@ class Diagnoser:
         if rank is None and len(ranks) == 1:
             rank = ranks[0]  # another line of this failure named its global rank
         if rank is None and local is None:  # gpu9: the one failed worker its agent reports
-            rank = sole_worker(self.local_global, h.source)
+            rank = sole_worker(self.local_global, h.source, h.text)
         if rank is None and len(self.sources) == 1:
             rank = local  # one file: its local ranks are the only ranks there are
         said = f"{sig.title}: {h.where}"
