@@ -17,6 +17,7 @@ from typing import Final
 from ddptui.diagnosis.factmodel import UNRECOGNIZED
 from ddptui.diagnosis.factrules import load_factrules
 from ddptui.diagnosis.factrules_collective import UNNAMED_OP
+from ddptui.diagnosis.factrules_gpu9 import sole_worker
 from ddptui.diagnosis.factrules_logs23 import LAST_HINTS
 from ddptui.diagnosis.factrules_logs26 import LAST_HINTS as LAST_HINTS_26
 from ddptui.diagnosis.finding import Finding
@@ -439,6 +440,8 @@ class Diagnoser:
         rank = self._global(h.source, rank, local)
         if rank is None and len(ranks) == 1:
             rank = ranks[0]  # another line of this failure named its global rank
+        if rank is None and local is None:  # gpu9: the one failed worker its agent reports
+            rank = sole_worker(self.local_global, h.source, h.text)
         if rank is None and len(self.sources) == 1:
             rank = local  # one file: its local ranks are the only ranks there are
         said = f"{sig.title}: {h.where}"
