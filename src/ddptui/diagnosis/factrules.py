@@ -38,6 +38,7 @@ from ddptui.diagnosis.factrules_collective import not_in_collective, op_mismatch
 from ddptui.diagnosis.factrules_env import nccl_env_differs
 from ddptui.diagnosis.factrules_gpu7 import lightning_gpus, lightning_gpus_slurm
 from ddptui.diagnosis.factrules_gpu9 import left_early
+from ddptui.diagnosis.factrules_gpu10 import kept_running, sizes_differ
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     nccl_predates_gpu,
@@ -102,6 +103,7 @@ HINTS: Final = frozenset(
     | {"ib_link_mixed", "ssh_hostkey", "ssh_prompt"}  # logs28
     | {"self_requeue"}  # logs29
     | {"comm_destroyed", "exit_barrier_error"}  # gpu9
+    | {"ops_failed_alone", "teardown", "agent_stopped"}  # gpu10
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -506,6 +508,9 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "ssh_hostkey_prompt": ssh_hostkey_prompt,
     # gpu9 (real captures on a lent GPU)
     "left_early": left_early,
+    # gpu10 (real captures on a lent GPU)
+    "sizes_differ": sizes_differ,
+    "kept_running": kept_running,
 }
 
 

@@ -54,6 +54,7 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "_count=",  # c10d's store barrier: "(world_size=6, worker_count=287"
     "Plugin Path : ",
     "NET/Plugin",
+    "Some NCCL operations",  # gpu10: the watchdog's failure line (factrules.yaml hints)
     # the end of the training loop, in the frameworks' words (factrules.yaml run_ended)
     "Trainer.fit",
     "Stopping training",
