@@ -127,6 +127,13 @@ class Unknowns:
         if key not in kept and len(kept) < MAX_KEYS:
             kept[key] = FirstError(key, order, t, where, text.strip()[:300])
 
+    def retract(self, source: str, since: int) -> None:
+        """Forget the first lines of `source` kept from order `since` on (logs30: a
+        traceback that turned out to be teardown)."""
+        for kept in (self.hard, self.soft):
+            for key in [k for k, e in kept.items() if e.order >= since and parse_place(e.where).source == source]:
+                del kept[key]
+
     def firsts(self, hard: bool) -> list[FirstError]:
         return sorted((self.hard if hard else self.soft).values(), key=lambda e: e.order)
 

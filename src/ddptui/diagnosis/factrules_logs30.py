@@ -1,0 +1,77 @@
+"""Readings added in round logs30 (issue 15, blind batch V: the Slurm FAQ, NeMo, torchtitan,
+Megatron-LM, nanotron, aws-ofi-nccl, kubeflow, HPC centres' and projects' docs).
+
+LoggerExit: Python's logging.handlers.QueueListener runs a thread (`_monitor`) that reads
+the records worker processes put on a multiprocessing queue; when the processes at the
+other end have exited and the pipe closes, its `queue.get` raises EOFError and Python
+prints "Exception in thread Thread-N:" with that traceback (frames in logging/handlers.py
+`_monitor` -> `dequeue`, multiprocessing/connection.py, ending in a bare EOFError).  That is
+the logger's teardown, not the training's failure, where the lines just before the
+traceback say the work was done: a checkpoint saved, training finished (OFA-Sys/
+Chinese-CLIP's notebook: the last epoch validated, epoch_latest.pt saved, then the EOFError
+at interpreter exit).  The same traceback after a training step (a worker that vanished
+mid-run, killed without a word) stays an honest unknown.
+
+Core layer, stdlib only."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+_HEADER: Final = re.compile(r"\bTraceback \(most recent call last\)")
+_THREAD: Final = re.compile(r"^\s*Exception in thread [^:]+:\s*$")
+_FRAME: Final = re.compile(r'^\s*File "[^"]+", line \d+, in [\w<>.]+\s*$')
+# the QueueListener's reader loop (logging/handlers.py, Python 3.2+)
+_MONITOR: Final = re.compile(r'logging[/\\]handlers\.py", line \d+, in _monitor\b')
+_EOF: Final = re.compile(r"^\s*EOFError\s*$")
+# the lines a run prints when its work is done (the triggers in logs/prefilter.py)
+FINISHED: Final = re.compile(
+    r"\bSaved checkpoint\b|\bTraining (?:completed|finished)\b|\bSaving final checkpoint\b"
+)
+MAX_SOURCES: Final = 4096
+# the traceback starts on the line right after the line saying the work was done
+# (lines the prefilter skips are not seen: the line numbers say nothing came between)
+NEAR: Final = 1
+
+
+class LoggerExit:
+    """Per source: where the current traceback started, whether the line before it said the
+    work was done, and whether its frames are the QueueListener's reader thread."""
+
+    def __init__(self) -> None:
+        self._done: dict[str, int] = {}  # source -> line number of its last 'done' line
+        self._start: dict[str, tuple[int, bool]] = {}
+        self._monitor: set[str] = set()
+        self._thread: set[str] = set()  # "Exception in thread X:" just said, header next
+
+    def feed(self, source: str, order: int, lineno: int, text: str) -> None:
+        thread = _THREAD.match(text) is not None
+        if thread or _HEADER.search(text) is not None:
+            if source not in self._thread and len(self._start) < MAX_SOURCES:
+                done = self._done.get(source)
+                self._start[source] = (order, done is not None and 0 < lineno - done <= NEAR)
+            if thread and len(self._thread) < MAX_SOURCES:
+                self._thread.add(source)
+            else:
+                self._thread.discard(source)
+            self._monitor.discard(source)
+            return
+        self._thread.discard(source)
+        if _FRAME.match(text) is not None:
+            if source in self._start and _MONITOR.search(text) is not None:
+                self._monitor.add(source)
+            return
+        if _EOF.match(text) is not None:
+            return
+        if FINISHED.search(text) is not None and len(self._done) < MAX_SOURCES:
+            self._done[source] = lineno
+
+    def teardown_since(self, source: str, text: str) -> int | None:
+        """The order the logger thread's traceback started at, when `text` is its EOFError
+        after a run whose work was done; else None."""
+        if source not in self._monitor or _EOF.match(text) is None:
+            return None
+        start, done = self._start.get(source, (0, False))
+        self._monitor.discard(source)
+        return start if done else None
