@@ -12,12 +12,31 @@ Chinese-CLIP's notebook: the last epoch validated, epoch_latest.pt saved, then t
 at interpreter exit).  The same traceback after a training step (a worker that vanished
 mid-run, killed without a word) stays an honest unknown.
 
+credential_clock: Slurm's credentials (signed by munge) carry the time they were made; a
+node whose clock is off the controller's rejects them as expired.  slurmd says "Invalid job
+credential from <address>: Job credential expired", srun "Task launch for J failed on node
+N: Job credential expired", munge "Munge decode failed: Expired credential".  The Slurm FAQ
+("Why are jobs allocated nodes and then unable to initiate programs on some nodes?", and
+its clock section) and c3nl_cluster#62 (the admins synced NTP) establish the clocks as the
+cause: FABRIC-CLOCK-SKEW, whatever else the launch failure says.
+
+ib_asked_unfound: the job asked for InfiniBand by name (NCCL prints "NCCL_IB_DISABLE set by
+environment to 0"), and NCCL found no IB device (NET/IB : No device found) or could not open
+libibverbs: IB the job means to use is not visible to NCCL, and the all-reduces go over TCP
+(pytorch#111424: /dev/infiniband was not mapped into the Slurm/pyxis container).  The
+logs15 rule reads the same for NCCL_IB_HCA naming devices; an IPoIB socket, logs8's.
+
 Core layer, stdlib only."""
 
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+from ddptui.diagnosis.factcontext import Context, Hit
+
+if TYPE_CHECKING:
+    from ddptui.diagnosis.factmodel import FactRule, FactRules
 
 _HEADER: Final = re.compile(r"\bTraceback \(most recent call last\)")
 _THREAD: Final = re.compile(r"^\s*Exception in thread [^:]+:\s*$")
@@ -75,3 +94,40 @@ class LoggerExit:
         start, done = self._start.get(source, (0, False))
         self._monitor.discard(source)
         return start if done else None
+
+
+# the node the line names (srun's "failed on node N", slurmd's "from <address>")
+_NODE: Final = re.compile(r"\bfailed on node (?P<node>[^\s:]+)|\bcredential from (?P<addr>[^\s:]+):")
+
+
+def credential_clock(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Slurm or munge rejected a credential as expired: a node's clock is off."""
+    line = ctx.hints.get("credential_expired")
+    if line is None:
+        return None
+    m = _NODE.search(line)
+    node: str = (m["node"] or m["addr"] or "") if m is not None else ""
+    on = f" on {node}" if node and not node.startswith("<") else ""
+    said = (
+        f"Slurm rejected a job credential as expired{on}: that node's clock and the "
+        "controller's disagree"
+    )
+    fill = {
+        "clock": f"A Slurm/munge credential was rejected as expired{on}: the clocks of the "
+        "node and of the controller that signed it disagree",
+        "node": node if on else "every node of the job",
+    }
+    return [], [line], said, fill
+
+
+def ib_asked_unfound(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """NCCL_IB_DISABLE=0 set by the job, and NCCL found no IB device."""
+    asked = ctx.hints.get("ib_disable_zero")
+    missing = ctx.hints.get("ib_unusable")
+    if asked is None or missing is None or {"ib_hca_set", "socket_ipoib"} & set(ctx.hints):
+        return None  # (NCCL_IB_HCA set: the logs15 rule reads it; an IPoIB socket, logs8's)
+    said = (
+        "the job set NCCL_IB_DISABLE=0 (it means to use InfiniBand), yet NCCL found no IB "
+        "device it can open: its network runs over TCP sockets"
+    )
+    return [], list(dict.fromkeys([missing, asked])), said, {}

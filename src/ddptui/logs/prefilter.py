@@ -138,6 +138,9 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Saved checkpoint",
     "Saving final checkpoint",
     "Training finished",
+    # logs30: a credential rejected as expired (factrules_logs30.credential_clock)
+    "Job credential expired",
+    "Expired credential",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
