@@ -55,6 +55,15 @@ def test_ncclinvalidusage_with_a_bare_no_net_plugin_line_is_net_noplugin() -> No
     assert "NET-NOPLUGIN" not in ids and first is None
 
 
+def test_a_watchdog_timeout_pasted_without_its_ran_for_tail_is_a_timeout() -> None:
+    e = V["v2-doc-torchtitan-learnings-p2p-cuda-memcpy-hang"]
+    first, ids = _ids(list(e.lines))
+    assert first is not None and "WATCHDOG" in ids
+    # the whole line reads the same
+    first2, ids2 = _ids([e.lines[0] + " ran for 300123 milliseconds before timing out."])
+    assert (first2, "WATCHDOG" in ids2) == (first, True)
+
+
 def test_srun_ending_a_step_alone_is_never_clean() -> None:
     first, ids = _ids(list(V["v2-slurm-faq-force-terminated"].lines))
     assert first == "LOGS-UNRECOGNIZED" and "SLURM-CANCELLED" in ids
