@@ -64,11 +64,15 @@ def test_a_watchdog_timeout_pasted_without_its_ran_for_tail_is_a_timeout() -> No
     assert (first2, "WATCHDOG" in ids2) == (first, True)
 
 
-def test_srun_ending_a_step_alone_is_never_clean() -> None:
-    first, ids = _ids(list(V["v2-slurm-faq-force-terminated"].lines))
-    assert first == "LOGS-UNRECOGNIZED" and "SLURM-CANCELLED" in ids
-    first, ids = _ids(list(V["v2-slurm-faq-first-task-exited"].lines))
+def test_srun_ending_a_step_with_nothing_else_failing_leads_itself() -> None:
+    assert _got("v2-slurm-faq-force-terminated") == "SLURM-CANCELLED"
+    assert _got("v2-slurm-faq-first-task-exited") == "SLURM-TASK-EXIT"
+    # a failure line of the job's own before it: Slurm's words are its wrapper again
+    lines = ["ValueError: bad shape in batch 12", *V["v2-slurm-faq-first-task-exited"].lines]
+    first, ids = _ids(lines)
     assert first == "LOGS-UNRECOGNIZED" and "SLURM-TASK-EXIT" in ids
+    first, ids = _ids(["srun: error: gpu3: task 1: Exited with exit code 1", "Traceback (most recent call last):"])
+    assert first == "LOGS-UNRECOGNIZED"
 
 
 def test_an_expired_credential_is_the_clock() -> None:

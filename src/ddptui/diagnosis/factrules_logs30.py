@@ -20,6 +20,14 @@ N: Job credential expired", munge "Munge decode failed: Expired credential".  Th
 its clock section) and c3nl_cluster#62 (the admins synced NTP) establish the clocks as the
 cause: FABRIC-CLOCK-SKEW, whatever else the launch failure says.
 
+slurm_wrapper_alone: srun's and slurmstepd's words that a task exited or that Slurm ended the
+step (SLURM-TASK-EXIT, SLURM-CANCELLED: wrappers, factrules.yaml) give way to a line that
+says more, and with none the failure is an honest unknown quoting them.  Where the log
+holds no failure line at all besides Slurm's own ("srun: Force Terminated job", "srun:
+First task exited 30s ago", the Slurm FAQ's pastes), the unknown would quote only that
+line: Slurm's finding leads instead, with its fix (sacct's State and Reason say who ended
+the step, and which task exited first).
+
 ib_asked_unfound: the job asked for InfiniBand by name (NCCL prints "NCCL_IB_DISABLE set by
 environment to 0"), and NCCL found no IB device (NET/IB : No device found) or could not open
 libibverbs: IB the job means to use is not visible to NCCL, and the all-reduces go over TCP
@@ -34,6 +42,7 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from ddptui.diagnosis.factcontext import Context, Hit
+from ddptui.diagnosis.finding import Finding
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
@@ -131,3 +140,11 @@ def ib_asked_unfound(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | No
         "device it can open: its network runs over TCP sockets"
     )
     return [], list(dict.fromkeys([missing, asked])), said, {}
+
+
+SLURM_WRAPPERS: Final = frozenset({"SLURM-CANCELLED", "SLURM-TASK-EXIT"})
+
+
+def slurm_wrapper_alone(first: Finding, failure_lines: int) -> bool:
+    """Slurm's own wrapper leads where the log has no other failure line (hard or soft)."""
+    return first.id in SLURM_WRAPPERS and failure_lines == 0

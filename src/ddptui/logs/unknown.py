@@ -29,6 +29,7 @@ from ddptui.diagnosis.factrules_logs22 import quiet_alone
 from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
 from ddptui.diagnosis.factrules_logs25 import FAILURE, WARNING, unknown_words
 from ddptui.diagnosis.factrules_logs29 import self_requeue
+from ddptui.diagnosis.factrules_logs30 import slurm_wrapper_alone
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -192,6 +193,8 @@ def _past_wrappers(
     better = next((f for f in findings if f.severity == "error" and f.id not in wrappers), None)
     if better is not None:
         return better, hard
+    if slurm_wrapper_alone(first, len(hard) + len(d.unknown.soft)):  # logs30: nothing else
+        return first, hard
     return None, hard or _wrapper_lines(d, wrappers)
 
 
