@@ -71,6 +71,7 @@ from ddptui.diagnosis.factrules_logs23 import bench_init_one_host, whole_job_one
 from ddptui.diagnosis.factrules_logs26 import sidecar_pod, srun_step_killed
 from ddptui.diagnosis.factrules_logs27 import ras_missing
 from ddptui.diagnosis.factrules_logs28 import ib_link_mixed, ssh_hostkey_prompt
+from ddptui.diagnosis.factrules_logs30 import credential_clock, ib_asked_unfound
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -102,6 +103,7 @@ HINTS: Final = frozenset(
     | {"ras_missing", "ras_missing_who", "ras_missing_rank"}  # logs27
     | {"ib_link_mixed", "ssh_hostkey", "ssh_prompt"}  # logs28
     | {"self_requeue"}  # logs29
+    | {"credential_expired", "ib_disable_zero", "ib_hca_set"}  # logs30
     | {"comm_destroyed", "exit_barrier_error"}  # gpu9
     | {"ops_failed_alone", "teardown", "agent_stopped"}  # gpu10
 )
@@ -506,6 +508,9 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs28 (blind batch T)
     "ib_link_mixed": ib_link_mixed,
     "ssh_hostkey_prompt": ssh_hostkey_prompt,
+    # logs30 (blind batch V)
+    "credential_clock": credential_clock,
+    "ib_asked_unfound": ib_asked_unfound,
     # gpu9 (real captures on a lent GPU)
     "left_early": left_early,
     # gpu10 (real captures on a lent GPU)

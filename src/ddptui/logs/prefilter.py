@@ -135,6 +135,13 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Requeu",
     "re-queu",
     "scontrol requeue",
+    # logs30: the work was done before a logger thread's EOFError (factrules_logs30.LoggerExit)
+    "Saved checkpoint",
+    "Saving final checkpoint",
+    "Training finished",
+    # logs30: a credential rejected as expired (factrules_logs30.credential_clock)
+    "Job credential expired",
+    "Expired credential",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
