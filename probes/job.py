@@ -312,6 +312,18 @@ def main():
     hidden = ("workers", "argv")
     emit("candidates", items=[{k: v for k, v in c.items() if k not in hidden} for c in cands])
     chosen = cands[0] if cands else None
+    if chosen is not None and chosen["workers"]:
+        # gpu10: other jobs of the user whose ranks dump their flight recorders to the same
+        # files (the default prefix): a dump there may be theirs, not this job's
+        # (--match or not: every torchrun job of the user on this node)
+        mine = fr_prefix(chosen["workers"][0][1])
+        chosen["fr_shared"] = []
+        for other in find_jobs(table, uid, None):
+            if other["pid"] == chosen["pid"]:
+                continue
+            workers = workers_of(table, other["pid"])
+            if workers and fr_prefix(workers[0][1]) == mine:
+                chosen["fr_shared"].append(other["pid"])
     log_files = {}
     globs = list(PARAMS.get("log_globs") or [])
     paths = [str(p) for p in PARAMS.get("log_paths") or []]
@@ -518,12 +530,15 @@ def flight_recorder(job, workers):
             time.sleep(0.25)
         for t in triggered:
             t["dumped"] = _mtime(prefix + str(t["rank"])) >= asked
+    shared = job.get("fr_shared") or []
     if fr_enabled(env0) or triggered or any(os.path.exists(prefix + str(r)) for r in ranks):
         for rank in ranks:
-            emit("fr", triggered=triggered, **read_fr(prefix + str(rank), rank, job["started"]))
+            rec = read_fr(prefix + str(rank), rank, job["started"])
+            emit("fr", triggered=triggered, shared_with=shared, **rec)
     emit(
         "fr_config",
         enabled=fr_enabled(env0),
+        shared_with=shared,
         prefix=prefix,
         pipe=env0.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
         triggered=triggered,

@@ -267,5 +267,6 @@ def _clock(run: FabricRun, names: list[str]) -> list[Finding]:
             f"{names[worst]}'s clock is {skew:+.1f} s off the others",
             node=names[worst],
             skew=f"{skew:+.1f}",
+            clock=f"{names[worst]}'s wall clock is {skew:+.1f} s off the median of the nodes",
         )
     ]

@@ -37,6 +37,8 @@ from ddptui.diagnosis.factmodel import (
 from ddptui.diagnosis.factrules_collective import not_in_collective, op_mismatch
 from ddptui.diagnosis.factrules_env import nccl_env_differs
 from ddptui.diagnosis.factrules_gpu7 import lightning_gpus, lightning_gpus_slurm
+from ddptui.diagnosis.factrules_gpu9 import left_early
+from ddptui.diagnosis.factrules_gpu10 import kept_running, sizes_differ
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     nccl_predates_gpu,
@@ -69,6 +71,7 @@ from ddptui.diagnosis.factrules_logs23 import bench_init_one_host, whole_job_one
 from ddptui.diagnosis.factrules_logs26 import sidecar_pod, srun_step_killed
 from ddptui.diagnosis.factrules_logs27 import ras_missing
 from ddptui.diagnosis.factrules_logs28 import ib_link_mixed, ssh_hostkey_prompt
+from ddptui.diagnosis.factrules_logs30 import credential_clock, ib_asked_unfound
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -100,6 +103,9 @@ HINTS: Final = frozenset(
     | {"ras_missing", "ras_missing_who", "ras_missing_rank"}  # logs27
     | {"ib_link_mixed", "ssh_hostkey", "ssh_prompt"}  # logs28
     | {"self_requeue"}  # logs29
+    | {"credential_expired", "ib_disable_zero", "ib_hca_set"}  # logs30
+    | {"comm_destroyed", "exit_barrier_error"}  # gpu9
+    | {"ops_failed_alone", "teardown", "agent_stopped"}  # gpu10
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -502,6 +508,14 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs28 (blind batch T)
     "ib_link_mixed": ib_link_mixed,
     "ssh_hostkey_prompt": ssh_hostkey_prompt,
+    # logs30 (blind batch V)
+    "credential_clock": credential_clock,
+    "ib_asked_unfound": ib_asked_unfound,
+    # gpu9 (real captures on a lent GPU)
+    "left_early": left_early,
+    # gpu10 (real captures on a lent GPU)
+    "sizes_differ": sizes_differ,
+    "kept_running": kept_running,
 }
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ddptui.config import ClusterConfig
 from ddptui.diagnosis.envaudit import EnvFacts, audit_env
@@ -264,8 +265,13 @@ def read_fr_records(views: Sequence[NodeView]) -> tuple[list[RankDump], list[Fin
     dumps: list[RankDump] = []
     bad: list[Finding] = []
     for v in views:
+        shared = [r for r in v.fr if r.get("found") and r.get("shared_with")]
+        if shared:  # gpu10: other running jobs write the same dump files
+            bad.append(_shared_dumps(v.node, shared))
         for rec in v.fr:
             if not rec.get("found") or rec.get("stale") or "data_b64" not in rec:
+                continue
+            if rec.get("shared_with"):
                 continue
             path = str(rec.get("path"))
             try:
@@ -284,6 +290,20 @@ def read_fr_records(views: Sequence[NodeView]) -> tuple[list[RankDump], list[Fin
                     )
                 )
     return dumps, bad
+
+
+def _shared_dumps(node: str, recs: Sequence[Mapping[str, Any]]) -> Finding:
+    """JOB-FR-SHARED: the dumps at this job's path that other running jobs write too."""
+    pids = sorted({str(p) for r in recs for p in r.get("shared_with") or []})
+    paths = sorted({str(r.get("path")) for r in recs})
+    return kb_finding(
+        "JOB-FR-SHARED",
+        [node],
+        f"{node}: flight recorder dumps not read: {len(pids)} other running job(s) write the same files",
+        tuple(paths[:4]),
+        paths=", ".join(paths[:4]),
+        pids=", ".join(pids[:8]),
+    )
 
 
 def _flight(views: Sequence[NodeView]) -> list[Finding]:

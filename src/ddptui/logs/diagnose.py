@@ -17,8 +17,10 @@ from typing import Final
 from ddptui.diagnosis.factmodel import UNRECOGNIZED
 from ddptui.diagnosis.factrules import load_factrules
 from ddptui.diagnosis.factrules_collective import UNNAMED_OP
+from ddptui.diagnosis.factrules_gpu9 import sole_worker
 from ddptui.diagnosis.factrules_logs23 import LAST_HINTS
 from ddptui.diagnosis.factrules_logs26 import LAST_HINTS as LAST_HINTS_26
+from ddptui.diagnosis.factrules_logs30 import LoggerExit
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
@@ -199,6 +201,7 @@ class Diagnoser:
         # a log that stops where a job waits (off for a live job's logs: they always stop)
         self.stalls = StallWatch(load_factrules().stalls if stalls else ())
         self.aborts = AbortWindows()  # gpu8: NCCL's teardown at exit (logs/teardown.py)
+        self.logger_exit = LoggerExit()  # logs30: a QueueListener's EOFError after the work
         # gpu8: rank -> the line of an idle rank saying that rank's watchdog timed out
         self.dump_waits: dict[int, str] = {}
 
@@ -220,15 +223,13 @@ class Diagnoser:
         self.facts.feed(cand.source, where, cand.text, head.host, head.pid, rank)
         self._context(cand, where)
         self.aborts.feed(cand.source, head.pid, cand.text)
+        self.logger_exit.feed(cand.source, self.order, cand.lineno, cand.text)
         m = classify_line(cand.text, cand.sigs) if cand.sigs else None
         if m is None:
             return
         sig = m.signature
         if sig.id.startswith(UNRECOGNIZED):
-            if sig.severity != "error" and self.aborts.inside(cand.source, head.pid):
-                return  # gpu8: teardown, not a failure
-            key = _rank_key(rank, local, cand.source, True)
-            self.unknown.add(key, self.order, cand.t, where, cand.text, sig.severity == "error")
+            self._unknown_line(cand, _rank_key(rank, local, cand.source, True), where, sig.severity == "error")
             return
         if sig.id in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE"):
             self._watchdog(m.groups, rank, where, cand.text)
@@ -250,6 +251,15 @@ class Diagnoser:
         if not (sig.secondary and sig.severity == "info"):
             ev = TimelineEvent(cand.t, cand.source, cand.lineno, sig.severity, sig.title, sig.id)
             self._event(rank, local, head.pid, cand.source, ev)
+
+    def _unknown_line(self, cand: Candidate, key: str, where: str, hard: bool) -> None:
+        """A failure line no signature knows, unless it is teardown."""
+        if not hard and self.aborts.inside(cand.source, cand.head.pid):
+            return  # gpu8: teardown, not a failure
+        if (since := self.logger_exit.teardown_since(cand.source, cand.text)) is not None:
+            self.unknown.retract(cand.source, since)  # logs30: the logger's teardown
+            return
+        self.unknown.add(key, self.order, cand.t, where, cand.text, hard)
 
     def _watchdog(self, groups: dict[str, str], rank: int | None, where: str, text: str) -> None:
         """The collective a rank's watchdog timed out in, and the timeout it states."""
@@ -439,6 +449,8 @@ class Diagnoser:
         rank = self._global(h.source, rank, local)
         if rank is None and len(ranks) == 1:
             rank = ranks[0]  # another line of this failure named its global rank
+        if rank is None and local is None:  # gpu9: the one failed worker its agent reports
+            rank = sole_worker(self.local_global, h.source, h.text)
         if rank is None and len(self.sources) == 1:
             rank = local  # one file: its local ranks are the only ranks there are
         said = f"{sig.title}: {h.where}"

@@ -54,6 +54,7 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "_count=",  # c10d's store barrier: "(world_size=6, worker_count=287"
     "Plugin Path : ",
     "NET/Plugin",
+    "Some NCCL operations",  # gpu10: the watchdog's failure line (factrules.yaml hints)
     # the end of the training loop, in the frameworks' words (factrules.yaml run_ended)
     "Trainer.fit",
     "Stopping training",
@@ -134,6 +135,13 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Requeu",
     "re-queu",
     "scontrol requeue",
+    # logs30: the work was done before a logger thread's EOFError (factrules_logs30.LoggerExit)
+    "Saved checkpoint",
+    "Saving final checkpoint",
+    "Training finished",
+    # logs30: a credential rejected as expired (factrules_logs30.credential_clock)
+    "Job credential expired",
+    "Expired credential",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

@@ -29,6 +29,7 @@ from ddptui.diagnosis.factrules_logs22 import quiet_alone
 from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
 from ddptui.diagnosis.factrules_logs25 import FAILURE, WARNING, unknown_words
 from ddptui.diagnosis.factrules_logs29 import self_requeue
+from ddptui.diagnosis.factrules_logs30 import slurm_wrapper_alone
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
@@ -127,6 +128,13 @@ class Unknowns:
         if key not in kept and len(kept) < MAX_KEYS:
             kept[key] = FirstError(key, order, t, where, text.strip()[:300])
 
+    def retract(self, source: str, since: int) -> None:
+        """Forget the first lines of `source` kept from order `since` on (logs30: a
+        traceback that turned out to be teardown)."""
+        for kept in (self.hard, self.soft):
+            for key in [k for k, e in kept.items() if e.order >= since and parse_place(e.where).source == source]:
+                del kept[key]
+
     def firsts(self, hard: bool) -> list[FirstError]:
         return sorted((self.hard if hard else self.soft).values(), key=lambda e: e.order)
 
@@ -185,6 +193,8 @@ def _past_wrappers(
     better = next((f for f in findings if f.severity == "error" and f.id not in wrappers), None)
     if better is not None:
         return better, hard
+    if slurm_wrapper_alone(first, len(hard) + len(d.unknown.soft)):  # logs30: nothing else
+        return first, hard
     return None, hard or _wrapper_lines(d, wrappers)
 
 
