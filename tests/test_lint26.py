@@ -616,3 +616,55 @@ def test_lightzero_buffer_count_decides_a_block_of_collectives(tmp_path: Path) -
     # correct twin (the fix, 7841fdf): the flag all_reduced with MAX first: silent
     ok = lint_project(tmp_path / "ok", {"train.py": LZ.replace("{AGREE}", LZ_AGREE)})
     assert not severities(ok, "DDP-RANK-DIVERGENCE"), ok
+
+
+# meta-llama/llama-cookbook (then llama-recipes) @ c19c5c69aa4f2b0eb03119ef64c3aec164595ab9,
+# utils/train_utils.py:32 and 136-138 (train() hands `rank` to evaluation()'s
+# `local_rank`) and 222-237 (evaluation moves batches to local_rank).
+LLAMA = """\
+import os
+import torch
+import torch.distributed as dist
+
+
+def train(model, train_dataloader, eval_dataloader, optimizer, local_rank=None, rank=None):
+    for step, batch in enumerate(train_dataloader):
+        for key in batch.keys():
+            batch[key] = batch[key].to(local_rank)
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+    eval_loss = evaluation(model, eval_dataloader, {ARG})
+    return eval_loss
+
+
+def evaluation(model, eval_dataloader, local_rank):
+    model.eval()
+    for step, batch in enumerate(eval_dataloader):
+        for key in batch.keys():
+            batch[key] = batch[key].to(local_rank)
+        with torch.no_grad():
+            loss = model(**batch).loss
+    return loss
+
+
+def main():
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(local_rank)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4).cuda())
+    train(model, [], [], None, local_rank, rank)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_llama_recipes_global_rank_in_the_local_ranks_place(tmp_path: Path) -> None:
+    bad = lint_project(tmp_path / "bad", {"train.py": LLAMA.replace("{ARG}", "rank")})
+    assert ("train.py", 13, "error") in severities(bad, "DDP-HARDCODED-DEVICE"), bad
+    # correct twin (the fix): the local rank passed: silent
+    ok = lint_project(tmp_path / "ok", {"train.py": LLAMA.replace("{ARG}", "local_rank")})
+    assert not severities(ok, "DDP-HARDCODED-DEVICE"), ok

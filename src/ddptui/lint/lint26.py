@@ -1,7 +1,7 @@
 """Calibration and readings from blind batch S (lint26).
 
 DDP-UNEVEN-BATCH on a loop that stops at a fixed step count. GaLore's torchrun_main.py
-(jiaweizzhao/GaLore@ blind S, a correct project) streams C4 (`load_dataset(...,
+(jiaweizzhao/GaLore @ 2cc66f88, blind S, a correct project) streams C4 (`load_dataset(...,
 streaming=True)`), splits it with `split_dataset_by_node(data, rank=global_rank,
 world_size=world_size)` and loops `for batch_idx, batch in enumerate(dataloader):` with
 `if update_step > args.num_training_steps: break`, a counter every rank advances alike:
@@ -257,4 +257,46 @@ def sum_over_device_count(s: Script, f: Flow) -> Iterator[Hit]:
         )
 
 
-RULES: Final = (spawn_unseeded, sum_over_device_count)
+# --- the global rank handed to a parameter named for the local one -----------------------
+# meta-llama/llama-cookbook (then llama-recipes) @ c19c5c69 (blind S),
+# utils/train_utils.py:138: `train(..., local_rank=None, rank=None)` calls `evaluation(model,
+# train_config, eval_dataloader, rank, tokenizer)` whose parameter is `local_rank` and
+# which moves batches with `.to(local_rank)`: where both names are at hand, the global one
+# went into the local one's place (from the second node on, a GPU that does not exist).
+
+
+def _params(fn: FuncNode) -> list[str]:
+    return [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
+
+
+def rank_for_local_rank(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.distributed:
+        return
+    for c in s.calls:
+        scope = s.scope_of(c)
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if "local_rank" not in _params(scope) or "rank" not in _params(scope):
+            continue  # both names at hand in the caller: a mix-up, not a one-node design
+        for fn in s.callees(c):
+            names = _params(fn)
+            offset = 1 if names[:1] == ["self"] and isinstance(c.func, ast.Attribute) else 0
+            for i, arg in enumerate(c.args):
+                j = i + offset
+                if isinstance(arg, ast.Name) and arg.id == "rank" and j < len(names):
+                    if names[j] != "local_rank":
+                        continue
+                    yield Hit.at(
+                        "DDP-HARDCODED-DEVICE",
+                        c,
+                        (
+                            f"`{ast.unparse(c)[:70]}` passes the global rank `rank` where "
+                            f"`{fn.name}` takes `local_rank`, the GPU on this node, while the "
+                            "caller has `local_rank` at hand: from the second node on it names "
+                            "a GPU that does not exist"
+                        ),
+                        seen="the global rank `rank` passed as `local_rank`",
+                    )
+
+
+RULES: Final = (spawn_unseeded, sum_over_device_count, rank_for_local_rank)
