@@ -46,6 +46,11 @@ def test_a_message_wrapped_at_the_terminals_width_is_read_whole() -> None:
     lines = ["torch.distributed.DistStoreError: Timed out after 3601 seconds waiting for clients. ", "Traceback (most recent call last):"]
     d = diagnose_lines(lines)
     assert d.first is not None and d.first.id != "C10D-CLIENTS-JOINED"
+    # nor one whose next line is a line of its own (a failure line in lower case)
+    lines = ["ValueError: You set `devices=4` in Lightning, but the number of tasks per node ", "terminate called after throwing an instance of 'c10::Error'"]
+    for got in (diagnose_lines(lines), diagnose_candidates(from_chunks([("\n".join(lines) + "\n").encode()], "t.log"), "t.log").result()):
+        assert got.first is not None and got.first.id == "LOGS-UNRECOGNIZED"
+        assert "(2 line(s) that look like errors)" in got.first.cause  # both read
 
 
 def test_the_store_alone_among_its_clients_is_missing_ranks_not_a_slow_node() -> None:

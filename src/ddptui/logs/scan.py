@@ -147,9 +147,10 @@ def _after_cut(
     cur: _Cursor, pf: Prefilter, cut: tuple[int, str, Sequence[str]], line: str
 ) -> tuple[Candidate, bool]:
     """The candidate of a line cut at its width (logs31): joined with `line` where that
-    goes on with its message (True), else the cut line alone (False: `line` is its own)."""
+    goes on with its message and is no line of its own to read (True), else the cut line
+    alone (False: `line` is read on its own)."""
     body = parse_head(line, cur.year)[0].body
-    if _goes_on(body):
+    if _goes_on(body) and _sigs_for(pf, line) is None:
         joined = _rejoin(cut[1], body)
         return cur.candidate(cut[0], joined, _sigs_for(pf, joined) or (), cut[2]), True
     return cur.candidate(cut[0], cut[1], _sigs_for(pf, cut[1]) or (), cut[2]), False
