@@ -80,6 +80,11 @@ def test_py_spy_stacks_say_who_is_in_the_collective_and_who_waits() -> None:
     d = diagnose_lines(list(W["w2-dataloader-deadlock-eval-bigscience-176b"].lines))
     assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED" and d.first.severity == "warning"
     assert "1439102" in d.first.cause and "queue.py" in d.first.cause
+    # py-spy marks the thread holding the GIL "(active+gil)"
+    gil = [ln.replace("(active)", "(active+gil)") for ln in W["w1-dataloader-deadlock-bigscience-tr11-chronicles"].lines]
+    assert gil != list(W["w1-dataloader-deadlock-bigscience-tr11-chronicles"].lines)
+    d = diagnose_lines(gil)
+    assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED" and "(active+gil)" in d.first.cause
     # every dumped thread in the collective (no one waiting elsewhere): no finding from the dump
     lines = [ln for ln in W["w1-dataloader-deadlock-bigscience-tr11-chronicles"].lines]
     at = lines.index('Thread 688514 (idle): "MainThread"')

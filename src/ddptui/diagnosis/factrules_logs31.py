@@ -51,7 +51,9 @@ def store_alone(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
 
 
 # py-spy's `dump` format (py-spy/src/dump.rs): a header per thread, then one line per frame
-_HEADER: Final = re.compile(r'^\s*Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>idle|active|gil)\)(?:: "(?P<name>[^"]*)")?')
+_HEADER: Final = re.compile(
+    r'^\s*Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>idle|active(?:\+gil)?)\)(?:: "(?P<name>[^"]*)")?'
+)
 _FRAME: Final = re.compile(r"^\s+(?P<fn>[\w<>.]+) \((?P<file>[^()\s]+\.py):\d+\)\s*$")
 _WAIT_FILES: Final = ("threading.py", "queue.py")
 _COLLECTIVE_FILE: Final = "distributed_c10d.py"

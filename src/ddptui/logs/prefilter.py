@@ -146,6 +146,7 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # (factrules_logs31.StackDumps)
     '(idle): "',
     '(active): "',
+    '(active+gil): "',
     "(threading.py:",
     "(queue.py:",
     "distributed_c10d.py:",
