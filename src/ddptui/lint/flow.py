@@ -54,6 +54,9 @@ LAUNCHER_COLLECTIVES: Final = frozenset(
 )
 LAUNCHERS: Final = frozenset({"Accelerator", "Fabric"})
 WRAPPERS: Final = frozenset({"DistributedDataParallel", "FullyShardedDataParallel"})
+# call_sync names a sync point reached through calls as "<inner> in `f()`", once per hop
+# (innermost first): sync_hops reads the functions back from that description
+_HOP: Final = re.compile(r" in `([\w.]+)\(\)`")
 _RANK_IDS: Final = frozenset(
     {
         "gpu",
@@ -233,6 +236,12 @@ class Flow:
             if inner and not switched_off(self.s, call, func, self._func_syncs(func)):
                 return f"{inner} in `{func.name}()`"
         return None
+
+    @staticmethod
+    def sync_hops(what: str) -> list[str]:
+        """The functions a sync point described by call_sync is reached through, innermost
+        first ("`dist.barrier` in `sync()` in `step()`" -> ["sync", "step"])."""
+        return _HOP.findall(what)
 
     def _func_syncs(self, func: FuncNode) -> list[ast.Call]:
         """The sync points `func` runs itself (as function_sync counts them); a function

@@ -54,7 +54,6 @@ from ddptui.lint.script import Script
 _RANK_WORD: Final = re.compile(r"(^|_)rank$|^get_rank$|^is_main|^is_master|master", re.I)
 # a loss that is NaN or infinite on one rank: the plain case of a rank's own value
 _NONFINITE: Final = re.compile(r"isnan|isinf|isfinite|nonfinite|not_finite|\bnan\b", re.I)
-_HOP: Final = re.compile(r" in `([\w.]+)\(\)`")
 
 _flows: weakref.WeakKeyDictionary[Script, Flow] = weakref.WeakKeyDictionary()
 
@@ -169,7 +168,7 @@ def _guarded_doubt(
             f"not certain: it runs only while `{flag}` holds too, a setting the code does "
             "not show on in a distributed run"
         )
-    hops = _HOP.findall(collective)
+    hops = Flow.sync_hops(collective)
     if hops and _thin(s, hops[0].rsplit(".", 1)[-1]):
         hops = hops[1:]  # `def barrier(): if dist.is_initialized(): dist.barrier()`
     if len(hops) >= 2:

@@ -21,6 +21,7 @@ from ddptui.diagnosis.factrules_gpu9 import sole_worker
 from ddptui.diagnosis.factrules_logs23 import LAST_HINTS
 from ddptui.diagnosis.factrules_logs26 import LAST_HINTS as LAST_HINTS_26
 from ddptui.diagnosis.factrules_logs30 import LoggerExit
+from ddptui.diagnosis.factrules_logs31 import StackDumps
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
@@ -202,6 +203,7 @@ class Diagnoser:
         self.stalls = StallWatch(load_factrules().stalls if stalls else ())
         self.aborts = AbortWindows()  # gpu8: NCCL's teardown at exit (logs/teardown.py)
         self.logger_exit = LoggerExit()  # logs30: a QueueListener's EOFError after the work
+        self.stacks = StackDumps()  # logs31: py-spy's dumps (who is in a collective, who waits)
         # gpu8: rank -> the line of an idle rank saying that rank's watchdog timed out
         self.dump_waits: dict[int, str] = {}
 
@@ -224,6 +226,7 @@ class Diagnoser:
         self._context(cand, where)
         self.aborts.feed(cand.source, head.pid, cand.text)
         self.logger_exit.feed(cand.source, self.order, cand.lineno, cand.text)
+        self.stacks.feed(cand.source, cand.text)
         m = classify_line(cand.text, cand.sigs) if cand.sigs else None
         if m is None:
             return
@@ -270,6 +273,11 @@ class Diagnoser:
             self.timeout_ms = min(int(tmo), self.timeout_ms or int(tmo))
         if who is None and self.watchdog_unranked is None:
             self.watchdog_unranked = f"{where}: {text.strip()[:300]}"
+        upto = groups.get("rank_to")  # logs31: "[Rank 1-7] Watchdog caught ...", a range
+        if who is not None and upto is not None and who < int(upto) <= who + 4096:
+            for other in range(who + 1, int(upto) + 1):
+                one = {k: v for k, v in groups.items() if k != "rank_to"}
+                self._watchdog({**one, "rank": str(other)}, other, where, text)
         if who is not None and len(self.collective) < 4096:
             op = groups.get("op", UNNAMED_OP)
             seq = groups.get("seq")
@@ -420,6 +428,7 @@ class Diagnoser:
         first = findings[0] if findings and findings[0].id == root_id else None
         root_order = first_hits[root_id].order if root_id is not None else None
         root_secondary = root_id is not None and first_hits[root_id].match.signature.secondary
+        self.hints.update(self.stacks.hints())
         first, findings = conclude(
             self, first, findings, root_order, root_secondary, self.pid_rank
         )

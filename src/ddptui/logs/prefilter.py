@@ -142,6 +142,17 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # logs30: a credential rejected as expired (factrules_logs30.credential_clock)
     "Job credential expired",
     "Expired credential",
+    # logs31: py-spy's dump, its thread headers and the frames that say where a thread is
+    # (factrules_logs31.StackDumps)
+    '(idle): "',
+    '(active): "',
+    '(active+gil): "',
+    "(threading.py:",
+    "(queue.py:",
+    "distributed_c10d.py:",
+    "dataloader.py:",
+    # logs31: Megatron's fused-kernel build and its end (factrules.yaml stalls)
+    "compiling and loading fused",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

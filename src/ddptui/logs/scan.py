@@ -37,6 +37,28 @@ def joins_next(text: str) -> bool:
     return stripped.endswith(LAST_ERROR) or (
         stripped.endswith("]") and _ENFORCE_HEAD.search(stripped[-300:]) is not None
     )
+
+
+# logs31: a message a terminal or a paste cut at its width keeps the one space it was cut at
+# ("... waiting for clients. " / "1/16 clients joined."); the next line goes on in lower
+# case or with a digit (a new message starts with its exception's name, a time, a prefix).
+_GOES_ON: Final = re.compile(r"[a-z0-9`(]")
+
+
+def cut_at_width(text: str) -> bool:
+    """Whether a line ends in the single space a wrapped message was cut at."""
+    return text[-1:] == " " and text[-2:-1] not in (" ", "") and len(text) > 40
+
+
+def _goes_on(body: str) -> bool:
+    return _GOES_ON.match(body) is not None
+
+
+def _rejoin(first: str, body: str) -> str:
+    """A wrapped message's two halves as one line (the second's launcher prefix dropped)."""
+    return f"{first.rstrip()} {body.strip()}"
+
+
 _DIGITS_TO_ZERO: Final = DIGITS_TO_ZERO
 _UNSEEN: Final = object()
 CACHE_LIMIT: Final = 50_000  # verdicts kept (~8 MB); cleared when full
@@ -121,6 +143,30 @@ def _join(last_error: str, cause: str, year: int) -> str:
     return f"{last_error} {parse_head(cause, year)[0].body.strip()}"
 
 
+def _after_cut(
+    cur: _Cursor, pf: Prefilter, cut: tuple[int, str, Sequence[str]], line: str
+) -> tuple[Candidate, bool]:
+    """The candidate of a line cut at its width (logs31): joined with `line` where that
+    goes on with its message and is no line of its own to read (True), else the cut line
+    alone (False: `line` is read on its own)."""
+    body = parse_head(line, cur.year)[0].body
+    if _goes_on(body) and _sigs_for(pf, line) is None:
+        joined = _rejoin(cut[1], body)
+        return cur.candidate(cut[0], joined, _sigs_for(pf, joined) or (), cut[2]), True
+    return cur.candidate(cut[0], cut[1], _sigs_for(pf, cut[1]) or (), cut[2]), False
+
+
+def _held(
+    cur: _Cursor, pf: Prefilter, cut: tuple[int, str, Sequence[str]] | None,
+    pending: tuple[int, str] | None,
+) -> Iterator[Candidate]:
+    """The lines a feed still held when its source ended (a cut line, a bare "Last error:")."""
+    if cut is not None:
+        yield cur.candidate(cut[0], cut[1], _sigs_for(pf, cut[1]) or (), cut[2])
+    if pending is not None:
+        yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
+
+
 def _sigs_for(pf: Prefilter, text: str) -> tuple[Signature, ...] | None:
     """Signatures `text` may match, () for a context-only line, None for neither."""
     return pf.candidates(text)
@@ -133,12 +179,19 @@ def from_lines(
     pf = pf or default_prefilter()
     cur = _Cursor(source)
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
+    cut: tuple[int, str, deque[str]] | None = None  # logs31: a wrapped line's first half
     recent: deque[str] = deque(maxlen=LOOKBACK)
     lineno = 0
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r\n")
         above = recent.copy()
         recent.append(line)
+        if cut is not None:
+            cand, went_on = _after_cut(cur, pf, cut, line)
+            yield cand
+            cut = None
+            if went_on:
+                continue
         if pending is not None:
             joined = _join(pending[1], line, cur.year)
             sigs = _sigs_for(pf, joined)
@@ -149,6 +202,10 @@ def from_lines(
             pending = (lineno, line.rstrip())
             continue
         sigs = _sigs_for(pf, line)
+        if sigs is not None and cut_at_width(line):
+            above.reverse()
+            cut = (lineno, line, above)
+            continue
         if sigs is None:
             if line[:1] in _MAY_START_WITH_TIME:  # keep the time current for what follows
                 t, year = parse_time(parse_head(line, cur.year)[0].body, cur.year)
@@ -157,6 +214,8 @@ def from_lines(
             continue
         above.reverse()
         yield cur.candidate(lineno, line, sigs, above)
+    if cut is not None:
+        yield cur.candidate(cut[0], cut[1], _sigs_for(pf, cut[1]) or (), cut[2])
     if pending is not None:
         yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
     yield end_of(source, lineno, cur.last_t)
@@ -240,11 +299,18 @@ def from_blocks(
     cur = _Cursor(source)
     cache: dict[bytes, bool | None] = {}
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
+    cut: tuple[int, str, list[str]] | None = None  # logs31: a wrapped line's first half
     lineno = 0
     for before, lines in blocks:
         lineno = before
         for i, raw in enumerate(lines):
             lineno += 1
+            if cut is not None:
+                cand, went_on = _after_cut(cur, pf, cut, decode(raw, encoding).rstrip("\r"))
+                yield cand
+                cut = None
+                if went_on:
+                    continue
             if pending is not None:
                 joined = _join(pending[1], decode(raw, encoding), cur.year)
                 yield cur.candidate(pending[0], joined, _sigs_for(pf, joined) or ())
@@ -267,7 +333,9 @@ def from_blocks(
             sigs = _sigs_for(pf, text)
             if sigs is not None:
                 before_lines = [decode(b, encoding) for b in reversed(lines[max(0, i - LOOKBACK) : i])]
+                if cut_at_width(text):
+                    cut = (lineno, text, before_lines)
+                    continue
                 yield cur.candidate(lineno, text, sigs, before_lines)
-    if pending is not None:
-        yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
+    yield from _held(cur, pf, cut, pending)
     yield end_of(source, lineno, cur.last_t)
