@@ -668,3 +668,31 @@ def test_llama_recipes_global_rank_in_the_local_ranks_place(tmp_path: Path) -> N
     # correct twin (the fix): the local rank passed: silent
     ok = lint_project(tmp_path / "ok", {"train.py": LLAMA.replace("{ARG}", "local_rank")})
     assert not severities(ok, "DDP-HARDCODED-DEVICE"), ok
+
+
+def test_checkpoint_walk_stays_linear_over_a_chain_of_if_else(tmp_path: Path) -> None:
+    """ThilinaRajapakse/simpletransformers @ c0c8f27 (blind batch T): a training method
+    with a folder saved on some ranks and then dozens of `if`/`else` blocks (one per
+    setting) made the branch-aware checkpoint walk double its list of written folders at
+    each block: 21 GB and no answer after a minute. The walk must stay linear."""
+    import time
+
+    blocks = "".join(
+        f"    if args.flag{i}:\n        step{i}(model)\n    else:\n        other{i}(model)\n"
+        for i in range(60)
+    )
+    src = (
+        "import torch\nimport torch.distributed as dist\n\n\n"
+        "def train(args, model, tokenizer):\n"
+        "    dist.init_process_group('nccl')\n"
+        "    if dist.get_rank() == 0:\n        tokenizer.save_pretrained(args.out)\n"
+        f"{blocks}"
+        "    model = type(model).from_pretrained(args.out)\n"
+        "\n\nif __name__ == '__main__':\n    train(None, None, None)\n"
+    )
+    t0 = time.monotonic()
+    found = lint_project(tmp_path, {"train.py": src})
+    assert time.monotonic() - t0 < 10, "the walk went exponential"
+    # the behaviour the walk exists for still holds: a folder written on rank 0 and read
+    # back on every rank with no barrier between
+    assert severities(found, "DDP-CKPT-BARRIER"), found

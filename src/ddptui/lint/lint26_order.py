@@ -111,4 +111,6 @@ def branch(
         stack[-1] = (pending, written, before, done)
         return before, list(done)
     body, body_written, _, _ = stack.pop()
-    return pending or body, written + body_written
+    # a union, not a sum: the body's list starts as a copy of the state before the `if`,
+    # and summing would double it at each if/else (2**n on a long chain of them)
+    return pending or body, written + [w for w in body_written if w not in written]
