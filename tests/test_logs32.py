@@ -1,0 +1,54 @@
+"""Round logs32 (blind batch X: inference-serving and NVIDIA stacks' troubleshooting pages,
+published run logs): each reading on the real excerpt it came from
+(tests/fixtures/corpus/round11x.yaml), through the real log diagnosis, both feeds (lines
+held in memory, and the byte chunks a file or a node gives)."""
+
+# ruff: noqa: E501  (log lines are quoted whole)
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
+
+from score import load_corpus, score
+
+from ddptui.logs.diagnose import diagnose_candidates, diagnose_lines
+from ddptui.logs.scan import from_chunks
+
+X = {e.id: e for e in load_corpus() if e.source == "round11x.yaml"}
+
+
+def _got(eid: str) -> str | None:
+    [v] = score([X[eid]])
+    return v.got
+
+
+def _via_chunks(lines: list[str]) -> str | None:
+    """The CLI's path: the excerpt as a file's bytes, cut into small chunks."""
+    data = ("\n".join(lines) + "\n").encode()
+    chunks = [data[i : i + 7] for i in range(0, len(data), 7)]
+    d = diagnose_candidates(from_chunks(chunks, "x.log"), "x.log").result()
+    return d.first.id if d.first else None
+
+
+def _errors(lines: list[str]) -> list[str]:
+    return [f.id for f in diagnose_lines(lines).findings if f.severity == "error"]
+
+
+def test_another_jobs_slurm_lines_spliced_into_a_run_that_goes_on_are_not_its_failure() -> None:
+    eid = "x2-healthy-unimatch-voc1464-run2-interleaved-cancel"
+    lines = list(X[eid].lines)
+    assert _errors(lines) == []
+    assert _got(eid) is None and _via_chunks(lines) is None
+    # the same Slurm lines where they start their line: the run was cancelled
+    cut = lines.index("phoenix-srun: Job step aborted: Waiting up to 2 seconds for job step to finish.")
+    own = [*lines[: cut - 1], "[2022-07-31 01:59:32,811][    INFO] Iters: 284, Total loss: 0.034", "phoenix-srun: Force Terminated job 5480", *lines[cut:]]
+    assert "SLURM-CANCELLED" in _errors(own)
+    # spliced, but the file ends with them (nothing of the run after): still a failure
+    ends = lines[: cut + 5]
+    assert _errors(ends) != [] and _via_chunks(ends) is not None
+    # spliced, and a failure line of the run comes after them: still a failure
+    failing = [*lines, "RuntimeError: CUDA error: an illegal memory access was encountered"]
+    assert _errors(failing) != []
