@@ -52,3 +52,21 @@ def test_another_jobs_slurm_lines_spliced_into_a_run_that_goes_on_are_not_its_fa
     # spliced, and a failure line of the run comes after them: still a failure
     failing = [*lines, "RuntimeError: CUDA error: an illegal memory access was encountered"]
     assert _errors(failing) != []
+
+
+def test_open_mpi_without_slurms_pmi_under_srun_is_an_honest_unknown_not_clean() -> None:
+    eid = "x1-slurm-pmi-ompi-trtllm-troubleshooting"
+    lines = list(X[eid].lines)
+    d = diagnose_lines(lines)
+    assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED"
+    assert "PMI2_Init failed to initialize" in d.first.cause
+    assert _via_chunks(lines) == "LOGS-UNRECOGNIZED"
+
+
+def test_a_kubernetes_startup_probe_kill_is_read_like_a_liveness_kill() -> None:
+    eid = "x1-k8s-startup-probe-vllm-k8s-troubleshooting"
+    assert _got(eid) == "K8S-LIVENESS-KILL"
+    assert _via_chunks(list(X[eid].lines)) == "K8S-LIVENESS-KILL"
+    # the kubelet's event as `kubectl describe pod` prints it
+    d = diagnose_lines(["  Warning  Unhealthy  12s (x30 over 5m)  kubelet  Startup probe failed: Get \"http://10.0.0.5:8000/health\": dial tcp 10.0.0.5:8000: connect: connection refused"])
+    assert d.first is not None and d.first.id == "K8S-LIVENESS-KILL"
