@@ -70,3 +70,21 @@ def test_a_kubernetes_startup_probe_kill_is_read_like_a_liveness_kill() -> None:
     # the kubelet's event as `kubectl describe pod` prints it
     d = diagnose_lines(["  Warning  Unhealthy  12s (x30 over 5m)  kubelet  Startup probe failed: Get \"http://10.0.0.5:8000/health\": dial tcp 10.0.0.5:8000: connect: connection refused"])
     assert d.first is not None and d.first.id == "K8S-LIVENESS-KILL"
+
+
+def test_python_etcds_failed_machine_list_is_the_etcd_connection_not_a_bare_dns_error() -> None:
+    eid = "x1-rdzv-etcd-dns-elastic-k8s-troubleshooting"
+    assert _got(eid) == "TORCHRUN-ETCD-CONN"
+    assert _via_chunks(list(X[eid].lines)) == "TORCHRUN-ETCD-CONN"
+    # the name-resolution error alone (no etcd client line) stays what it was
+    d = diagnose_lines(["socket.gaierror: [Errno -2] Name or service not known"])
+    assert d.first is not None and d.first.id == "PING-GAI-PY"
+
+
+def test_argparses_local_rank_rejection_pasted_without_its_program_name() -> None:
+    eid = "x2-local-rank-arg-nerv-readme"
+    assert _got(eid) == "LAUNCH-LOCAL-RANK-ARG"
+    assert _via_chunks(list(X[eid].lines)) == "LAUNCH-LOCAL-RANK-ARG"
+    # another argument rejected without the program name is no --local-rank case
+    d = diagnose_lines(["error: unrecognized arguments: --epochs=3"])
+    assert d.first is None or d.first.id != "LAUNCH-LOCAL-RANK-ARG"
