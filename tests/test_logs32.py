@@ -88,3 +88,19 @@ def test_argparses_local_rank_rejection_pasted_without_its_program_name() -> Non
     # another argument rejected without the program name is no --local-rank case
     d = diagnose_lines(["error: unrecognized arguments: --epochs=3"])
     assert d.first is None or d.first.id != "LAUNCH-LOCAL-RANK-ARG"
+
+
+def test_the_first_collectives_timeout_names_no_rank_elsewhere_by_its_number_alone() -> None:
+    # ALCF's nccl-tests write-up: ranks 1 and 2 time out in SeqNum 1 (the process group's
+    # first all-reduce, which also connects NCCL's communicator); rank 0 aborted (code 134)
+    # like them.  "Ranks 1, 2 wait, so rank 0 was elsewhere" is not read there
+    eid = "x2-timeout-gdr-phb-ofi-alcf-nccl-tests"
+    lines = list(X[eid].lines)
+    d = diagnose_lines(lines)
+    assert d.first is not None and d.first.id == "WATCHDOG"
+    assert "LOGS-NOT-IN-COLLECTIVE" not in {f.id for f in d.findings}
+    assert _via_chunks(lines) == "WATCHDOG"
+    # the same timeouts at a later collective: rank 0, below them, was elsewhere
+    later = [line.replace("SeqNum=1,", "SeqNum=7,").replace("NCCL work: 1,", "NCCL work: 7,") for line in lines]
+    d = diagnose_lines(later)
+    assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE" and d.first.rank == 0
