@@ -104,3 +104,16 @@ def test_the_first_collectives_timeout_names_no_rank_elsewhere_by_its_number_alo
     later = [line.replace("SeqNum=1,", "SeqNum=7,").replace("NCCL work: 1,", "NCCL work: 7,") for line in lines]
     d = diagnose_lines(later)
     assert d.first is not None and d.first.id == "LOGS-NOT-IN-COLLECTIVE" and d.first.rank == 0
+
+
+def test_a_tracebacks_quoted_raise_source_line_is_code_and_the_exception_line_is_quoted() -> None:
+    # vLLM's troubleshooting page: ncclCommInitRank's "unhandled system error" (the lines do
+    # not say which system call: an honest unknown), quoted from its exception line
+    eid = "x1-ib-ipclock-shm-vllm-troubleshooting"
+    d = diagnose_lines(list(X[eid].lines))
+    assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED"
+    assert "RuntimeError: NCCL error: unhandled system error" in d.first.cause
+    assert "raise RuntimeError" not in d.first.cause
+    # the same message where a program prints it is still torch's NCCL error
+    d = diagnose_lines(["RuntimeError: NCCL error: unhandled system error, NCCL version 2.18.1"])
+    assert "C10D-NCCLERR" in {f.id for f in d.findings}
