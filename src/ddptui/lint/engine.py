@@ -15,6 +15,9 @@ from ddptui.lint import (
     lint20,
     lint20_ckpt,
     lint23,
+    lint26,
+    lint26_diverge,
+    lint26_wrapper,
     rules_accum,
     rules_branch_lint6,
     rules_data,
@@ -42,6 +45,7 @@ from ddptui.lint import (
 from ddptui.lint.flow import Flow
 from ddptui.lint.frameworks import framework_called, quiet_alternative
 from ddptui.lint.lint13 import demoted
+from ddptui.lint.lint26_anchor import built_here
 from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
 from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
 from ddptui.lint.script import Script
@@ -72,6 +76,9 @@ RULES: Final[tuple[Rule, ...]] = (
     *lint20.RULES,
     *lint20_ckpt.RULES,
     *lint23.RULES,
+    *lint26.RULES,
+    *lint26_diverge.RULES,
+    *lint26_wrapper.RULES,
     *rules_lint10.RULES,
     *rules_lint12.RULES,
     *rules_lint13.RULES,
@@ -137,9 +144,17 @@ def _findings(script: Script) -> list[LintFinding]:
         path = mod.path
         if (hit.id, path, hit.line) in out or _ignored(lines.get(mod.tree, []), hit):
             continue
-        if hit.node is not None and quiet_alternative(script, hit.node):
+        built = (
+            hit.id == "DDP-ALL-RANKS-IO" and hit.node is not None and built_here(script, hit.node)
+        )
+        if hit.node is not None and quiet_alternative(script, hit.node) and not built:
             continue  # a registered alternative that never runs distributed
-        if hit.id == "DDP-ALL-RANKS-IO" and hit.node and framework_called(script, hit.node):
+        if (
+            hit.id == "DDP-ALL-RANKS-IO"
+            and hit.node
+            and framework_called(script, hit.node)
+            and not built
+        ):
             continue  # a registered dataset's or model's method: the framework picks ranks
         severity, summary = demoted(script, hit)
         f = kb_finding(

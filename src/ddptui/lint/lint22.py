@@ -46,6 +46,7 @@ from typing import Final
 from ddptui.diagnosis.finding import Severity
 from ddptui.lint.flow import Flow
 from ddptui.lint.lint25 import device_doubt
+from ddptui.lint.lint26 import step_bounded
 from ddptui.lint.model import Hit
 from ddptui.lint.nonetest import none_test
 from ddptui.lint.script import Script
@@ -75,6 +76,8 @@ def calibrated(s: Script, hit: Hit) -> tuple[Severity, str] | None:
         why = _wrapper_doubt(s, hit)
     elif hit.id == "DDP-HARDCODED-DEVICE" and hit.node is not None:
         why = _fallback_device(s, hit.node) or device_doubt(s, hit.node)
+    elif hit.id == "DDP-UNEVEN-BATCH":
+        why = step_bounded(s, hit)
     else:
         why = None
     return ("warning", f"{hit.summary} ({why})") if why else None

@@ -13,12 +13,12 @@ from ddptui.lint.flow import Flow, calls_in, ident
 from ddptui.lint.lint15 import (
     dunder_used,
     none_guarded,
-    one_shot,
-    pretrained_kind,
     rank_conjoined_else,
     reloads,
 )
 from ddptui.lint.lint24 import guards_nearby
+from ddptui.lint.lint26_anchor import fallback_write, guarded_sibling, rankless_owner
+from ddptui.lint.lint26_order import Event, Frame, branch, events
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -200,66 +200,6 @@ def _roots(s: Script) -> list[list[ast.stmt]]:
     return [top, *[fn.body for fn in funcs]]
 
 
-def _in_order(stmts: list[ast.stmt], again: bool = False) -> Iterator[ast.Call]:
-    """Calls in execution order, a loop's body twice (the next iteration follows); on
-    that second pass a one-shot branch (`if cfg['checkpoint'] is not None: load(...);
-    cfg['checkpoint'] = None`) no longer runs."""
-    for st in stmts:
-        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            continue
-        if isinstance(st, ast.For | ast.AsyncFor | ast.While):
-            yield from calls_in([st.iter if isinstance(st, ast.For | ast.AsyncFor) else st.test])
-            yield from _in_order(st.body, again)
-            yield from _in_order(st.body, True)
-            yield from _in_order(st.orelse, again)
-        elif isinstance(st, ast.If):
-            yield from calls_in([st.test])
-            if not (again and one_shot(st)):
-                yield from _in_order(st.body, again)
-            yield from _in_order(st.orelse, again)
-        elif isinstance(st, ast.With | ast.AsyncWith):
-            yield from calls_in([i.context_expr for i in st.items])
-            yield from _in_order(st.body, again)
-        elif isinstance(st, ast.Try):
-            for part in (st.body, *(h.body for h in st.handlers), st.orelse, st.finalbody):
-                yield from _in_order(part, again)
-        else:
-            yield from calls_in([st])
-
-
-Event = tuple[str, ast.Call, bool]
-
-
-def _events(
-    s: Script,
-    f: Flow,
-    stmts: list[ast.stmt],
-    guarded: bool,
-    seen: frozenset[FuncNode],
-    memo: dict[tuple[FuncNode, bool], list[Event]],
-) -> list[Event]:
-    """Checkpoint saves, loads and sync points in execution order, same-file calls
-    followed (each function's events computed once)."""
-    out: list[Event] = []
-    for call in _in_order(stmts):
-        g = guarded or f.local_guard(call) is not None
-        if _torch(s, call, "save"):
-            out.append(("save", call, g))
-        elif _torch(s, call, "load"):
-            out.append(("load", call, g))
-        elif (pk := pretrained_kind(call)) is not None:
-            out.append((pk, call, g))
-        elif f.direct_sync(call):
-            out.append(("sync", call, g))
-        for fn in s.callees(call):
-            if fn in seen or len(seen) >= 8:
-                continue
-            if (fn, g) not in memo:
-                memo[(fn, g)] = _events(s, f, fn.body, g, seen | {fn}, memo)
-            out += memo[(fn, g)]
-    return out
-
-
 def _path(call: ast.Call, position: int, *names: str) -> ast.expr | None:
     for n in names:
         v = kwarg(call, n)
@@ -268,7 +208,7 @@ def _path(call: ast.Call, position: int, *names: str) -> ast.expr | None:
     return kwarg(call, "\0", position)
 
 
-def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
+def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:  # noqa: PLR0912 - one case per event
     if not f.distributed:
         return
     reported: set[int] = set()
@@ -276,7 +216,11 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:
     for root in _roots(s):
         pending: ast.Call | None = None
         written: list[ast.Call] = []  # `save_pretrained(dir)` on some ranks, not waited for
-        for kind, call, guarded in _events(s, f, root, False, frozenset(), memo):
+        stack: list[Frame] = []
+        for kind, call, guarded in events(s, f, root, False, frozenset(), memo):
+            if not isinstance(call, ast.Call):  # an if/else: the else starts from before the if
+                pending, written = branch(kind, stack, pending, written)
+                continue
             if kind == "psave" and guarded:
                 written.append(call)
             elif kind == "pload" and not guarded:
@@ -340,8 +284,8 @@ def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | No
         isinstance(c.func, ast.Attribute) and c.func.attr == "SummaryWriter"
     ):
         return "SummaryWriter", _path(c, 0, "log_dir", "logdir")
-    if qn == "wandb.init":
-        return "wandb.init", None
+    if qn in ("wandb.init", "mlflow.start_run"):
+        return qn, None
     # (with sharded models every rank must take part in save_pretrained: DDP scripts only)
     if name == "save_pretrained" and f.ddp_calls and kwarg(c, "is_main_process") is None:
         return "save_pretrained", _path(c, 0, "save_directory")
@@ -425,9 +369,11 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
         # builds into `self.x` in `__init__` (a logger class): said there, its fix is there
         # (a method of a project class in another file: said in that method, see anchor.py)
         method = owning_method(s, f, c) if s.module_of(c) is not s.entry else None
+        method = None if rankless_owner(s, method) else method  # (lint26_anchor)
         method = (
             c if method is None and (deep_worker_write(s, c) or guards_nearby(s, f, c)) else method
         )
+        method = c if fallback_write(s, c) else guarded_sibling(s, f, c) or method
         anchor = method or io_helper_call(s, f, s.entry_anchor(c))
         at = c if _class_owned(s, c) else anchor
         if at is c and anchor is not c:  # once per entry line, as when said there
