@@ -168,8 +168,9 @@ CORPUS = load_corpus()
 # Round 10 U added (24 excerpts, one collector, documentation, scored blind at 440c4f8: 6 right of 19, 1 wrong, 6 unrecognized, 6 called clean, 1 false alarm on a job's designed self-requeue; corpus 381 right of 599, 100 wrong, 88 unrecognized, 30 called clean); round logs29 (a requeue the job announced is no preemption; the scheduler's older FailedScheduling words and JobSet's follower rejection are K8S-UNSCHEDULABLE; a daemon's error:/fatal:, an uncallable admission webhook, Open MPI's btl_tcp connect failure, Kueue's missing queue are failure lines): 383 right (63.9 %), 100 wrong (16.7 %), 92 unrecognized, 24 called clean, 168 healthy silent; 17 wrong on excerpts labelled with an id.
 # Round 11 V added (39 excerpts, three collectors, the Slurm FAQ and projects' and HPC centres' docs, scored blind at 9c24401: 8 right of 28, 3 wrong, 8 unrecognized, 9 called clean, 1 false alarm on a logger thread's EOFError after the last checkpoint); at main 9c24401 with it: 391 right of 627 (62.4 %), 103 wrong (16.4 %), 100 unrecognized, 33 called clean, 178 healthy silent, 1 false alarm; round logs30 (the logger's EOFError right after the work was done is teardown; a bare 'Failed to initialize any NET plugin' is NET-NOPLUGIN; an expired Slurm/munge credential is the clock, FABRIC-CLOCK-SKEW; NCCL_IB_DISABLE=0 with no IB device is AR-IB-UNUSED; srun's 'Force Terminated' and 'First task exited' are read by SLURM-CANCELLED and SLURM-TASK-EXIT, honest unknowns alone; NVML's 'In use by another client', Megatron's checkpoint validation, a preemption stop are failure lines): 395 right (63.0 %), 103 wrong (16.4 %), 104 unrecognized, 25 called clean, 179 healthy silent, 0 false alarms; 17 wrong on excerpts labelled with an id.  Then torch's watchdog line pasted without its 'ran for N milliseconds' tail is WATCHDOG: V's torchtitan one-liner (labelled P2P-HANG, which its one line does not carry: SeqNum 3, nothing else) goes from called clean to wrong (the lone-waiter reading): 395 right, 104 wrong (16.6 %), 104 unrecognized, 24 called clean; 18 wrong on excerpts labelled with an id.  Then Slurm's own wrapper (SLURM-CANCELLED, SLURM-TASK-EXIT) leads where the log has no other failure line: 397 right (63.3 %), 104 wrong, 102 unrecognized, 24 called clean, 179 healthy silent.
 # Round 11 W added (36 excerpts, two collectors, training projects' and cloud stacks' docs and HPC centres' docs and published training logs, scored blind at fac1e10: 7 right of 25, 4 wrong, 5 unrecognized, 9 called clean, 11/11 healthy silent); at main fac1e10 with it: 404 right of 652 (62.0 %), 108 wrong (16.6 %), 107 unrecognized, 33 called clean, 190 healthy silent; 21 wrong on excerpts labelled with an id.  Round logs31 (a message wrapped at the terminal's width read whole; the store's server alone among its clients is LOGS-MISSING-RANKS; py-spy's stacks read as facts, who is in a collective and who waits; a watchdog line for a range of ranks, and abbreviated, names the absent rank; Slurm's oom_kill count at the end of its line; the unique-id wait without its key; Xid without "NVRM: ", a PCI BAR not assigned and Megatron's fused-kernel build that never ends keep a log from being clean): 409 right (62.7 %), 108 wrong (16.6 %), 109 unrecognized, 26 called clean, 190 healthy silent; 21 wrong on excerpts labelled with an id.
-RIGHT_CAUSE_FLOOR = 0.627
-WRONG_CAUSE_CEILING = 0.166
+# Round 11 X added (25 excerpts, two collectors, inference-serving and NVIDIA stacks' troubleshooting pages and published run logs, scored blind at 0fc95ea: 6 right of 15, 2 wrong, 5 unrecognized, 2 called clean, 9/10 healthy silent, 1 false alarm on another job's Slurm cancellation spliced into a run's log); at main 0fc95ea with it: 415 right of 667 (62.2 %), 110 wrong (16.5 %), 114 unrecognized, 28 called clean, 199 healthy silent, 1 false alarm; round logs32 (Slurm's lines spliced into another program's line, the run going on after them, are another job's: factrules_logs32.SplicedSlurm): 415 right, 110 wrong, 114 unrecognized, 28 called clean, 200 healthy silent, 0 false alarms; 22 wrong on excerpts labelled with an id.  Then a Kubernetes startup probe's kill is K8S-LIVENESS-KILL, Open MPI's PMI2_Init under srun a failure line: 416 right (62.4 %), 110 wrong, 115 unrecognized, 26 called clean.  Then python-etcd's 'Failed to get list of machines from' is TORCHRUN-ETCD-CONN, argparse's --local-rank rejection without its program name LAUNCH-LOCAL-RANK-ARG: 418 right (62.7 %), 109 wrong (16.3 %), 114 unrecognized, 26 called clean; 21 wrong on excerpts labelled with an id.
+RIGHT_CAUSE_FLOOR = 0.626
+WRONG_CAUSE_CEILING = 0.164
 WRONG_LABELLED_CEILING = 21
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
@@ -234,6 +235,8 @@ WRONG_LABELLED_CEILING = 21
 # Round 11 V (not tuned on) added 9; round logs30 took all 9 back (one of them now wrong: a watchdog line whose label its line does not carry).
 # Round 11 W (not tuned on) added 9; round logs31 took 7 back (the two left: a slow GPU's
 # iteration times, a DDP gradient-stride warning two healthy corpus runs print too).
+# Round 11 X (not tuned on) added 2 (Open MPI without Slurm's PMI under srun; a
+# Kubernetes startup probe's kill of vLLM); round logs32 took both back.
 CALLED_CLEAN_CEILING = 26
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
@@ -283,8 +286,9 @@ def test_corpus_is_large_real_and_covers_every_category() -> None:
         else:
             assert e.url.startswith("https://github.com/" + e.repo + "/"), e.id
         assert len(e.established_cause) > 40, e.id
-        # round 11 V: NeMo's straggler report pasted whole (71 lines), so 80 lines at most
-        assert 1 <= len(e.lines) <= 80, e.id
+        # round 11 V: NeMo's straggler report pasted whole (71 lines), so 80 lines at most;
+        # round 11 X: bigscience's time-limit log with its 64 nodes' "Killing subprocess" (87)
+        assert 1 <= len(e.lines) <= 100, e.id
 
 
 @pytest.mark.parametrize("excerpt", CORPUS, ids=[e.id for e in CORPUS])

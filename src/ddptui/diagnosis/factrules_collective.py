@@ -58,7 +58,9 @@ def not_in_collective(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | N
             names[key] = said
     key, waiting = max(groups.items(), key=lambda kv: (len(kv[1]), names[kv[0]] != UNNAMED_OP))
     op, waiting = names[key], sorted(waiting)
-    if len(waiting) >= 2 and not specific_failure(ctx):
+    # (logs32: not at the process group's first collective, which also connects NCCL's
+    # communicator: a rank below them stuck connecting looks the same, as lone_waiter says)
+    if len(waiting) >= 2 and not specific_failure(ctx) and not op.endswith("(SeqNum 1)"):
         known |= set(range(min(max(waiting), 4096)))
     # logs14: ranks that state (torch's PG status) they never enqueued that work, or did
     seq = key.rstrip(")")

@@ -22,6 +22,7 @@ from ddptui.diagnosis.factrules_logs23 import LAST_HINTS
 from ddptui.diagnosis.factrules_logs26 import LAST_HINTS as LAST_HINTS_26
 from ddptui.diagnosis.factrules_logs30 import LoggerExit
 from ddptui.diagnosis.factrules_logs31 import StackDumps
+from ddptui.diagnosis.factrules_logs32 import SplicedSlurm
 from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import signature_finding
 from ddptui.diagnosis.signatures import Match, classify_line, root_cause
@@ -204,12 +205,14 @@ class Diagnoser:
         self.aborts = AbortWindows()  # gpu8: NCCL's teardown at exit (logs/teardown.py)
         self.logger_exit = LoggerExit()  # logs30: a QueueListener's EOFError after the work
         self.stacks = StackDumps()  # logs31: py-spy's dumps (who is in a collective, who waits)
+        self.spliced = SplicedSlurm()  # logs32: another job's Slurm lines inside this run's
         # gpu8: rank -> the line of an idle rank saying that rank's watchdog timed out
         self.dump_waits: dict[int, str] = {}
 
     def feed(self, cand: Candidate) -> None:
         if cand.end:
             self.stalls.end(cand.source, cand.lineno)
+            self.spliced.end(cand.source, cand.lineno)
             return
         self.order += 1
         self.sources.add(cand.source)
@@ -231,6 +234,8 @@ class Diagnoser:
         if m is None:
             return
         sig = m.signature
+        if sig.severity != "info" or sig.id.startswith(UNRECOGNIZED):
+            self.spliced.slurm(cand.source, self.order, cand.lineno, cand.text)
         if sig.id.startswith(UNRECOGNIZED):
             self._unknown_line(cand, _rank_key(rank, local, cand.source, True), where, sig.severity == "error")
             return
@@ -399,7 +404,23 @@ class Diagnoser:
         if len(self.events) < 20_000:  # bounded; grouped per rank in result()
             self.events.append((rank, local, pid, source, ev))
 
+    def _drop_spliced(self) -> None:
+        """logs32: another job's Slurm lines spliced into this run's log, which went on
+        after them, are not this run's failure (factrules_logs32.SplicedSlurm)."""
+        for source, (since, _, _) in self.spliced.foreign.items():
+            self.unknown.retract(source, since)
+        inside = self.spliced.inside
+        for sid in list(self.per_id):
+            kept = [h for h in self.per_id[sid] if not inside(h.source, h.lineno)]
+            if kept:
+                self.per_id[sid] = kept
+            else:
+                del self.per_id[sid]
+        self.events = [e for e in self.events if not inside(e[3], e[4].lineno)]
+
     def result(self) -> LogDiagnosis:
+        if self.spliced.foreign:
+            self._drop_spliced()
         if any(t in self.per_id for t in ("WATCHDOG", "WATCHDOG-WORK", "WATCHDOG-BARE")):
             for who, (op, line) in self.watchdog_at.items():
                 self.collective.setdefault(who, op)
