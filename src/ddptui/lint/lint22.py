@@ -47,6 +47,7 @@ from ddptui.diagnosis.finding import Severity
 from ddptui.lint.flow import Flow
 from ddptui.lint.lint25 import device_doubt
 from ddptui.lint.lint26 import step_bounded
+from ddptui.lint.lint27 import doubt27
 from ddptui.lint.model import Hit
 from ddptui.lint.nonetest import none_test
 from ddptui.lint.script import Script
@@ -75,11 +76,11 @@ def calibrated(s: Script, hit: Hit) -> tuple[Severity, str] | None:
     elif hit.id == "DDP-WRAPPER-ATTR" and hit.node is not None:
         why = _wrapper_doubt(s, hit)
     elif hit.id == "DDP-HARDCODED-DEVICE" and hit.node is not None:
-        why = _fallback_device(s, hit.node) or device_doubt(s, hit.node)
+        why = _fallback_device(s, hit.node) or device_doubt(s, hit.node) or doubt27(s, hit)
     elif hit.id == "DDP-UNEVEN-BATCH":
         why = step_bounded(s, hit)
     else:
-        why = None
+        why = doubt27(s, hit)
     return ("warning", f"{hit.summary} ({why})") if why else None
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.lint27 import layer_attrs
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 
@@ -402,6 +403,8 @@ def _methods_called(
             if not isinstance(s.parents.get(parent), ast.Call):
                 return None  # a bound method handed on
             out.add(parent.attr)
+        elif isinstance(parent, ast.Attribute) and parent.attr in layer_attrs(sub):
+            return None  # a child layer read directly (`self.x.blocks[-1](q)`, TabICL)
         elif isinstance(parent, ast.Attribute) and not isinstance(s.parents.get(parent), ast.Call):
             continue  # a plain attribute (`self.x.context_length`) runs no layer
         else:
