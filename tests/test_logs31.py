@@ -91,6 +91,18 @@ def test_py_spy_stacks_say_who_is_in_the_collective_and_who_waits() -> None:
     only_collective = lines[:at] + lines[at + 18 :]
     assert all("queue.py" not in ln for ln in only_collective)
     assert diagnose_lines(only_collective).first is None
+    # the same with a helper thread of one process idling in its queue (py-spy dumps every
+    # thread; a DataLoader's pin-memory loop waits in queue.get in every healthy process):
+    # the helper's wait holds no one
+    pin = [
+        'Thread 688530 (idle): "Thread-3 (_pin_memory_loop)"',
+        "    wait (threading.py:324)",
+        "    get (queue.py:180)",
+        "    do_one_step (torch/utils/data/_utils/pin_memory.py:31)",
+        "    _pin_memory_loop (torch/utils/data/_utils/pin_memory.py:54)",
+    ]
+    assert diagnose_lines(only_collective + pin).first is None
+    assert _via_chunks(only_collective + pin) is None
 
 
 def test_a_rank_range_of_watchdogs_names_the_absent_rank() -> None:

@@ -11,8 +11,10 @@ C10D-CLIENTS-JOINED (some nodes came, the cause is on those that did not).
 
 StackDumps / stack_wait: py-spy's dump of a hung job ("Thread 688514 (idle): "MainThread""
 and its frames, innermost first, "    get (queue.py:179)").  Read as facts: which process's
-stack is inside a torch.distributed collective (a frame in distributed_c10d.py), which one
-waits elsewhere (its innermost frame a threading/queue wait: a lock, a DataLoader's queue).
+main thread is inside a torch.distributed collective (a frame in distributed_c10d.py),
+which one waits elsewhere (its innermost frame a threading/queue wait: a lock, a
+DataLoader's queue); helper threads, which idle in queues in every healthy process, are
+not read.
 Processes in a collective while another waits elsewhere: that one holds the others (the
 DataLoader deadlock of bigscience's tr11 eval); a dump whose only stack waits: the process
 was stuck there.  No thread in the corpus establishes one cause for every such wait (the
@@ -74,7 +76,12 @@ class StackDumps:
     def feed(self, source: str, text: str) -> None:
         h = _HEADER.match(text)
         if h is not None:
-            if len(self.threads) < MAX_THREADS:
+            if h["name"] not in (None, "MainThread"):
+                # a helper thread (DataLoader's pin-memory loop, a logger, a heartbeat)
+                # idles in a queue in every healthy process: only a main thread's wait
+                # says the process is held there
+                self._current.pop(source, None)
+            elif len(self.threads) < MAX_THREADS:
                 header = f"{source}: {text.strip()[:80]}"
                 self._current[source] = header
                 self.threads.append(header)
