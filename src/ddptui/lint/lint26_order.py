@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from ddptui.lint.flow import Flow, calls_in
 from ddptui.lint.lint15 import one_shot, pretrained_kind
 from ddptui.lint.project import FuncNode
-from ddptui.lint.script import Script
+from ddptui.lint.script import Script, last
+
+
+def torch_call(s: Script, call: ast.Call, name: str) -> bool:
+    """`torch.save` / `torch.load` (any torch function called `name`), not torch.distributed's."""
+    qn = s.call_name(call)
+    return last(qn) == name and qn.startswith("torch") and "distributed" not in qn
+
 
 # (kind, call, guarded); kind "if" / "else" / "end" marks the branches of an if/else
 # (the node is then the `if` statement itself)
@@ -67,8 +74,6 @@ def events(
 ) -> list[Event]:
     """Checkpoint saves, loads and sync points in execution order, same-file calls
     followed (each function's events computed once)."""
-    from ddptui.lint.rules_io import _torch  # rules_io imports this module
-
     out: list[Event] = []
     marks: dict[ast.If, int] = {}
     for call in in_order(stmts):
@@ -77,9 +82,9 @@ def events(
             out.append((("if", "else", "end")[(marks[call] - 1) % 3], call, guarded))
             continue
         g = guarded or f.local_guard(call) is not None
-        if _torch(s, call, "save"):
+        if torch_call(s, call, "save"):
             out.append(("save", call, g))
-        elif _torch(s, call, "load"):
+        elif torch_call(s, call, "load"):
             out.append(("load", call, g))
         elif (pk := pretrained_kind(call)) is not None:
             out.append((pk, call, g))

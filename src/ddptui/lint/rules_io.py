@@ -18,7 +18,7 @@ from ddptui.lint.lint15 import (
 )
 from ddptui.lint.lint24 import guards_nearby
 from ddptui.lint.lint26_anchor import fallback_write, guarded_sibling, rankless_owner
-from ddptui.lint.lint26_order import Event, Frame, branch, events
+from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -27,9 +27,7 @@ _WRITE_MODES: Final = ("w", "a", "x")
 _SHARDED_TYPES: Final = frozenset({"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"})
 
 
-def _torch(s: Script, call: ast.Call, name: str) -> bool:
-    qn = s.call_name(call)
-    return last(qn) == name and qn.startswith("torch") and "distributed" not in qn
+_torch = torch_call  # its home is lint26_order, which the checkpoint walk moved to
 
 
 def _unwrapped(s: Script, expr: ast.expr) -> bool:
