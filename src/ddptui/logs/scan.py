@@ -214,10 +214,7 @@ def from_lines(
             continue
         above.reverse()
         yield cur.candidate(lineno, line, sigs, above)
-    if cut is not None:
-        yield cur.candidate(cut[0], cut[1], _sigs_for(pf, cut[1]) or (), cut[2])
-    if pending is not None:
-        yield cur.candidate(pending[0], pending[1], _sigs_for(pf, pending[1]) or ())
+    yield from _held(cur, pf, cut, pending)
     yield end_of(source, lineno, cur.last_t)
 
 
