@@ -12,6 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "corpus"))
 
+from logchunks import first_via_chunks
 from score import load_corpus, score
 
 from ddptui.logs.diagnose import diagnose_candidates, diagnose_lines
@@ -27,10 +28,7 @@ def _got(eid: str) -> str | None:
 
 def _via_chunks(lines: list[str]) -> str | None:
     """The CLI's path: the excerpt as a file's bytes, cut into small chunks."""
-    data = ("\n".join(lines) + "\n").encode()
-    chunks = [data[i : i + 7] for i in range(0, len(data), 7)]
-    d = diagnose_candidates(from_chunks(chunks, "w.log"), "w.log").result()
-    return d.first.id if d.first else None
+    return first_via_chunks(lines, "w.log")
 
 
 def test_a_message_wrapped_at_the_terminals_width_is_read_whole() -> None:
