@@ -117,6 +117,14 @@ def hit_lines(block, pats, max_line, seen=None):
 JOINS = (b"Last error:", b"enforce fail at")  # scan.joins_next's lines hold one of these
 
 
+def cut_at_width(line):
+    """scan.cut_at_width on bytes: a line a terminal cut at its width ends in the single
+    space it was cut at; the login node joins the next line to it (logs31)."""
+    if line[-1:] == b"\r":
+        line = line[:-1]
+    return line[-1:] == b" " and line[-2:-1] not in (b" ", b"") and len(line) > 40
+
+
 def wanted(block, hits, lookback):
     """[(first line, byte start, byte end)] of the block to send: each hit with up to
     lookback lines above it, and the line after one that may join the next (merged
@@ -127,7 +135,7 @@ def wanted(block, hits, lookback):
         end = block.find(b"\n", start)
         end = len(block) if end < 0 else end
         stop = h + 1
-        if any(j in block[start:end] for j in JOINS):
+        if any(j in block[start:end] for j in JOINS) or cut_at_width(block[start:end]):
             if end < len(block):
                 nxt = block.find(b"\n", end + 1)
                 end = len(block) if nxt < 0 else nxt
@@ -148,3 +156,52 @@ def wanted(block, hits, lookback):
             stop_of = stop
     return ranges, spill
 
+
+
+def with_lines(block, ranges, lo, hi):
+    """`ranges` (wanted()'s) with the block's lines lo..hi-1 added, merged where they touch
+    (the login node reads a file's first and last lines whole: scan._Edges, logs33)."""
+    if hi <= lo:
+        return ranges
+    begin = 0
+    for _ in range(lo):
+        begin = block.find(b"\n", begin) + 1
+    end = begin
+    for _ in range(hi - lo):
+        nl = block.find(b"\n", end)
+        end = len(block) if nl < 0 else nl + 1
+    end = end - 1 if end > begin and block[end - 1 : end] == b"\n" else end
+    out = []
+    for first, b, e in sorted([*ranges, (lo, begin, end)], key=lambda r: r[1]):
+        if out and b <= out[-1][2] + 1:
+            out[-1] = (out[-1][0], out[-1][1], max(out[-1][2], e))
+        else:
+            out.append((first, b, e))
+    return out
+
+
+class HeldBack:
+    """A file's blocks held back until `span` lines follow them (the file's last `span`
+    lines may be in them), its first `span` lines added to the first blocks' ranges and
+    its last to the held ones' at the end (logs33: the login node reads both whole)."""
+
+    def __init__(self, span):
+        self.span = span
+        self.items = []  # (first line, block, lines, ranges)
+
+    def push(self, at, block, lines, ranges):
+        """The items to send now, this block held."""
+        if at < self.span:
+            ranges = with_lines(block, ranges, 0, min(lines, self.span - at))
+        self.items.append((at, block, lines, ranges))
+        out = []
+        while self.items and at + lines - (self.items[0][0] + self.items[0][2]) >= self.span:
+            out.append(self.items.pop(0))
+        return out
+
+    def finish(self, last):
+        """The held items with the file's last `span` lines (it ended at line `last`)."""
+        out = [(at, b, n, with_lines(b, r, max(0, last - self.span - at), n))
+               for at, b, n, r in self.items]
+        self.items = []
+        return out

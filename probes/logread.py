@@ -229,7 +229,14 @@ def send_filtered(path, max_bytes, known, salt, flt):
                          "digits_folded")
         }
         max_line, lookback = int(flt["max_line"]), int(flt["lookback"])
+        held = HeldBack(int(flt.get("span", 0)))  # logs33: a file's first and last lines
         lineno, spill, seen = 0, False, (set(), set(), set())
+
+        def send(items):
+            for at, block, _, ranges in items:
+                for first, begin, end in ranges:
+                    send_segment(path, at + first, block[begin:end], encoding, known, salt)
+
         for block in chunk_blocks(chunks(), int(flt["long_line"]), max_line):
             if flt.get("all"):
                 ranges, after = [(0, 0, len(block))], False
@@ -239,10 +246,11 @@ def send_filtered(path, max_bytes, known, salt, flt):
             if spill and not (ranges and ranges[0][0] == 0):
                 end = block.find(b"\n")
                 ranges.insert(0, (0, 0, len(block) if end < 0 else end))
-            for first, begin, end in ranges:
-                send_segment(path, lineno + first, block[begin:end], encoding, known, salt)
+            lines = block.count(b"\n") + 1
+            send(held.push(lineno, block, lines, ranges))
             spill = after
-            lineno += block.count(b"\n") + 1
+            lineno += lines
+        send(held.finish(lineno))
     counted["last"] = lineno  # the file's lines as the reader splits them (its end marker)
     return counted
 

@@ -51,6 +51,9 @@ class FactRules:
     run_ended: re.Pattern[str] | None = None  # a line saying the training loop ended
     hints: tuple[tuple[str, re.Pattern[str]], ...] = ()  # (name, pattern): facts.yaml hints
     stalls: tuple[Stall, ...] = ()
+    # logs33: failure words in any program's line, read on each source's first and last
+    # lines only (logs/scan.py) and only when nothing else was found
+    plain: tuple[re.Pattern[str], ...] = ()
 
     def iface_class(self, iface: str, addr: str) -> str | None:
         """The first class (in file order) the interface belongs to."""

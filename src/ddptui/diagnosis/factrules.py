@@ -187,10 +187,13 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
     names = {c.name for c in classes}
     rules = tuple(_rule(e, i, names, known) for i, e in enumerate(doc["rules"] or []))
     fl = doc["failure_lines"]
-    if not isinstance(fl, dict) or set(fl) - {"benign"} != {"hard", "soft"}:
-        raise FactRuleError("failure_lines: expected 'hard:', 'soft:' (and 'benign:') lists")
+    if not isinstance(fl, dict) or set(fl) - {"benign", "plain"} != {"hard", "soft"}:
+        raise FactRuleError(
+            "failure_lines: expected 'hard:', 'soft:' (and 'plain:', 'benign:') lists"
+        )
     hard = tuple(_compile("failure_lines.hard", p) for p in fl["hard"] or [])
     soft = tuple(_compile("failure_lines.soft", p) for p in fl["soft"] or [])
+    plain = tuple(_compile("failure_lines.plain", p) for p in fl.get("plain") or [])
     benign = [_compile("failure_lines.benign", p).pattern for p in fl.get("benign") or []]
     not_clean = _list("not_clean", doc, "not_clean")
     wrappers = _list("wrappers", doc, "wrappers")
@@ -213,6 +216,7 @@ def parse_factrules(text: str, known_ids: Iterable[str] | None = None) -> FactRu
         re.compile("|".join(f"(?:{e})" for e in ended)) if ended else None,
         hints,
         _stalls(doc.get("stalls") or []),
+        plain,
     )
 
 

@@ -213,6 +213,7 @@ class Diagnoser:
         if cand.end:
             self.stalls.end(cand.source, cand.lineno)
             self.spliced.end(cand.source, cand.lineno)
+            self.unknown.read_edges(cand.source, cand.edges, self.order, cand.t)  # logs33
             return
         self.order += 1
         self.sources.add(cand.source)

@@ -80,14 +80,50 @@ class Candidate:
     sigs: tuple[Signature, ...]  # the signatures it may match (empty: context only)
     where: str | None = None  # "train.py:88 in step": the user's frame of the traceback above
     end: bool = False  # no line: its source ended at `lineno` (the last line's number)
+    # logs33, on the end marker: (line number, text) of the source's first and last SPAN
+    # lines, read for failure words only when nothing else was found (logs/unknown.py)
+    edges: tuple[tuple[int, str], ...] = ()
 
 
 _END_HEAD: Final = LineHead(None, None, None, None, "")
 
 
-def end_of(source: str, lineno: int, t: float | None) -> Candidate:
-    """The marker a feed yields after its last line: where its source ended."""
-    return Candidate(source, lineno, "", _END_HEAD, t, (), None, True)
+def end_of(
+    source: str, lineno: int, t: float | None, edges: Iterable[tuple[int, str]] = ()
+) -> Candidate:
+    """The marker a feed yields after its last line: where its source ended, with the
+    source's first and last lines (`_Edges`)."""
+    return Candidate(source, lineno, "", _END_HEAD, t, (), None, True, tuple(edges))
+
+
+SPAN: Final = 100  # logs33: lines kept from each end of a source (a pasted log is whole)
+
+
+class _Edges:
+    """A source's first and last SPAN lines as a feed passes them (bounded: a 1 GB log
+    keeps 2 x SPAN lines, its tail taken per block, not per line)."""
+
+    def __init__(self) -> None:
+        self.head: list[tuple[int, bytes | str]] = []
+        self.tail: deque[tuple[int, bytes | str]] = deque(maxlen=SPAN)
+
+    def block(self, before: int, lines: Sequence[bytes]) -> None:
+        if len(self.head) < SPAN:
+            self.head.extend((before + 1 + i, raw) for i, raw in enumerate(lines[: SPAN - len(self.head)]))
+        start = max(0, len(lines) - SPAN)
+        self.tail.extend((before + 1 + i, lines[i]) for i in range(start, len(lines)))
+
+    def line(self, lineno: int, text: str) -> None:
+        if len(self.head) < SPAN:
+            self.head.append((lineno, text))
+        self.tail.append((lineno, text))
+
+    def lines(self, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+        seen = 0
+        for lineno, raw in [*self.head, *self.tail]:
+            if lineno > seen:
+                seen = lineno
+                yield lineno, (raw if isinstance(raw, str) else decode(raw, encoding)).rstrip("\r")
 
 
 def _this_year() -> int:
@@ -181,9 +217,11 @@ def from_lines(
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
     cut: tuple[int, str, deque[str]] | None = None  # logs31: a wrapped line's first half
     recent: deque[str] = deque(maxlen=LOOKBACK)
+    edges = _Edges()
     lineno = 0
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r\n")
+        edges.line(lineno, line)
         above = recent.copy()
         recent.append(line)
         if cut is not None:
@@ -215,7 +253,7 @@ def from_lines(
         above.reverse()
         yield cur.candidate(lineno, line, sigs, above)
     yield from _held(cur, pf, cut, pending)
-    yield end_of(source, lineno, cur.last_t)
+    yield end_of(source, lineno, cur.last_t, edges.lines())
 
 
 def node_filter(pf: Prefilter | None = None) -> dict[str, object]:
@@ -231,6 +269,7 @@ def node_filter(pf: Prefilter | None = None) -> dict[str, object]:
         "max_line": MAX_LINE,
         "long_line": LONG_LINE,
         "lookback": LOOKBACK,
+        "span": SPAN,  # logs33: a file's first and last lines are read for failure words
         "sniff": SNIFF,
         "chunk": CHUNK,
     }
@@ -297,9 +336,11 @@ def from_blocks(
     cache: dict[bytes, bool | None] = {}
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
     cut: tuple[int, str, list[str]] | None = None  # logs31: a wrapped line's first half
+    edges = _Edges()
     lineno = 0
     for before, lines in blocks:
         lineno = before
+        edges.block(before, lines)
         for i, raw in enumerate(lines):
             lineno += 1
             if cut is not None:
@@ -335,4 +376,4 @@ def from_blocks(
                     continue
                 yield cur.candidate(lineno, text, sigs, before_lines)
     yield from _held(cur, pf, cut, pending)
-    yield end_of(source, lineno, cur.last_t)
+    yield end_of(source, lineno, cur.last_t, edges.lines(encoding))

@@ -27,7 +27,7 @@ from ddptui.diagnosis.factrules import (
 from ddptui.diagnosis.factrules_gpu7 import taken_down
 from ddptui.diagnosis.factrules_logs22 import quiet_alone
 from ddptui.diagnosis.factrules_logs23 import ib_open_in_use
-from ddptui.diagnosis.factrules_logs25 import FAILURE, WARNING, unknown_words
+from ddptui.diagnosis.factrules_logs25 import FAILURE, PLAIN, WARNING, unknown_words
 from ddptui.diagnosis.factrules_logs29 import self_requeue
 from ddptui.diagnosis.factrules_logs30 import slurm_wrapper_alone
 from ddptui.diagnosis.finding import Finding
@@ -97,6 +97,12 @@ class Diagnoser(Protocol):
     def rdns(self) -> Sequence[tuple[str, str]]: ...
 
 MAX_KEYS: Final = 1024
+_HEADING: Final = {
+    (True, False): "Unrecognized failure",
+    (False, False): "Unrecognized warnings",
+    (False, True): "Lines that read like a failure",  # logs33
+}
+MAX_PLAIN: Final = 2000  # logs33: longer lines (a tensor dump, a config) are not read for words
 # logs9: a rank's own Python exception (its last traceback line) that no signature knows: it
 # outranks a consequence line (a secondary signature) even when that line came first (a
 # frame of the traceback, a launcher's report printed earlier)
@@ -120,6 +126,7 @@ class Unknowns:
     def __init__(self) -> None:
         self.hard: dict[str, FirstError] = {}
         self.soft: dict[str, FirstError] = {}
+        self.plain: dict[str, FirstError] = {}  # logs33: failure words, read last
         self.count = 0
 
     def add(self, key: str, order: int, t: float | None, where: str, text: str, hard: bool) -> None:
@@ -128,10 +135,27 @@ class Unknowns:
         if key not in kept and len(kept) < MAX_KEYS:
             kept[key] = FirstError(key, order, t, where, text.strip()[:300])
 
+    def read_edges(
+        self, source: str, edges: Sequence[tuple[int, str]], order: int, t: float | None
+    ) -> None:
+        """The first line among a source's first and last lines (logs/scan.py `_Edges`)
+        that says a failure in plain words (factrules.yaml failure_lines.plain), kept for
+        a log in which nothing else is found (logs33)."""
+        rules = load_factrules()
+        if not rules.plain or source in self.plain or len(self.plain) >= MAX_KEYS:
+            return
+        for lineno, text in edges:
+            if len(text) > MAX_PLAIN or (rules.benign is not None and rules.benign.search(text)):
+                continue
+            if any(rx.search(text) for rx in rules.plain):
+                where = f"{source}:{lineno}"
+                self.plain[source] = FirstError(source, order, t, where, text.strip()[:300])
+                return
+
     def retract(self, source: str, since: int) -> None:
         """Forget the first lines of `source` kept from order `since` on (logs30: a
         traceback that turned out to be teardown)."""
-        for kept in (self.hard, self.soft):
+        for kept in (self.hard, self.soft, self.plain):
             for key in [k for k, e in kept.items() if e.order >= since and parse_place(e.where).source == source]:
                 del kept[key]
 
@@ -146,7 +170,7 @@ def _at(t: float | None) -> str:
     return " at " + datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
+def unrecognized(errors: list[FirstError], count: int, hard: bool, plain: bool = False) -> Finding:
     first = errors[0]
     shown = "; ".join(f"{e.key}: {e.text[:160]!r} ({e.where})" for e in errors[:SHOWN])
     if len(errors) > SHOWN:
@@ -155,12 +179,12 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool) -> Finding:
     return kb_finding(
         UNRECOGNIZED,
         sources,
-        f"{'Unrecognized failure' if hard else 'Unrecognized warnings'}: {first.where}, "
+        f"{_HEADING[(hard, plain)]}: {first.where}, "
         f"{first.key} first{_at(first.t)}",
         tuple(f"{e.where}: {e.text}" for e in errors[:SHOWN]),
         severity="error" if hard else "warning",
         rank=int(m[1]) if (m := _GLOBAL_KEY.match(first.key)) is not None else None,  # gpu8
-        facts=unknown_words(FAILURE if hard else WARNING, count),  # logs25
+        facts=unknown_words(PLAIN if plain else FAILURE if hard else WARNING, count),  # logs25
         first_lines=shown,
         first=f"{first.key}{_at(first.t)} ({first.where})",
     )
@@ -268,6 +292,19 @@ def _consequence_since(
     return d.per_id[first.id][0].order
 
 
+def _plain_words(unknown: Unknowns, rest: list[Finding]) -> tuple[Finding | None, list[Finding]]:
+    """A log nothing leads: when only infos were found and a line they do not quote says a
+    failure in plain words, that line leads (logs33: never a ✔ for it)."""
+    if any(f.severity != "info" for f in rest):
+        return None, rest
+    quoted = {parse_evidence(e).place for f in rest for e in f.evidence}
+    said = sorted((e for e in unknown.plain.values() if e.where not in quoted), key=lambda e: e.order)
+    if not said:
+        return None, rest
+    lead = unrecognized(said, len(said), False, plain=True)
+    return lead, [lead, *rest]
+
+
 def conclude(
     d: Diagnoser,
     first: Finding | None,
@@ -354,5 +391,5 @@ def conclude(
     extra = [x for x in (unknown, *facts) if x is not None]
     rest = [f for f in [*extra, *findings] if f is not lead]
     if lead is None:
-        return None, rest
+        return _plain_words(d.unknown, rest)
     return lead, [lead, *rest]
