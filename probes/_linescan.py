@@ -157,7 +157,6 @@ def wanted(block, hits, lookback):
     return ranges, spill
 
 
-
 def with_lines(block, ranges, lo, hi):
     """`ranges` (wanted()'s) with the block's lines lo..hi-1 added, merged where they touch
     (the login node reads a file's first and last lines whole: scan._Edges, logs33)."""
