@@ -234,3 +234,78 @@ def test_rank_seed_said_where_the_seed_is_handed_on(tmp_path: Path) -> None:
     ).replace("import setup_mettagrid_environment", "import seed_everything")
     at_entry = lint_project(tmp_path / "entry", {**files, "train.py": direct})
     assert severities(at_entry, "DDP-RANK-SEED") == [("train.py", 9, "info")], at_entry
+
+
+# p0p4k/vits2_pytorch @ cf513a71e07aed48448e582eaecfaef2a2b8d6b6, train_ms.py:124-168: the
+# duration discriminator has its own optimizer and is never wrapped, unlike net_g and
+# net_d; hotfix b19b775 wraps it after net_d.
+VITS2 = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from models import DurationDiscriminator, MultiPeriodDiscriminator, SynthesizerTrn
+
+
+def run(rank, n_gpus, hps):
+  dist.init_process_group(backend='nccl', init_method='env://', world_size=n_gpus, rank=rank)
+  torch.cuda.set_device(rank)
+  if hps.model.use_duration_discriminator == True:
+    net_dur_disc = DurationDiscriminator(
+      hps.model.hidden_channels,
+      ).cuda(rank)
+  else:
+    net_dur_disc = None
+
+  net_g = SynthesizerTrn(hps.segment_size).cuda(rank)
+  net_d = MultiPeriodDiscriminator(hps.model.use_spectral_norm).cuda(rank)
+  optim_g = torch.optim.AdamW(net_g.parameters(), hps.train.learning_rate)
+  optim_d = torch.optim.AdamW(net_d.parameters(), hps.train.learning_rate)
+  if net_dur_disc is not None:
+    optim_dur_disc = torch.optim.AdamW(
+      net_dur_disc.parameters(),
+      hps.train.learning_rate)
+  else:
+    optim_dur_disc = None
+
+  net_g = DDP(net_g, device_ids=[rank], find_unused_parameters=True)
+  net_d = DDP(net_d, device_ids=[rank], find_unused_parameters=True){FIX}
+  train_and_evaluate([net_g, net_d, net_dur_disc], [optim_g, optim_d, optim_dur_disc])
+
+
+def train_and_evaluate(nets, optims):
+  net_g, net_d, net_dur_disc = nets
+  optim_g, optim_d, optim_dur_disc = optims
+  loss = net_g(1) + net_d(1) + net_dur_disc(1)
+  loss.backward()
+"""
+VITS2_MODELS = """\
+import torch.nn as nn
+
+
+class DurationDiscriminator(nn.Module):
+  pass
+
+
+class MultiPeriodDiscriminator(nn.Module):
+  pass
+
+
+class SynthesizerTrn(nn.Module):
+  pass
+"""
+VITS2_FIX = """
+  if net_dur_disc is not None:
+    net_dur_disc = DDP(net_dur_disc, device_ids=[rank], find_unused_parameters=True)"""
+
+
+def test_trained_model_left_out_of_ddp_beside_wrapped_ones(tmp_path: Path) -> None:
+    bad = lint_project(
+        tmp_path / "bad", {"models.py": VITS2_MODELS, "train.py": VITS2.replace("{FIX}", "")}
+    )
+    assert severities(bad, "DDP-NOT-APPLIED") == [("train.py", 29, "error")], bad
+    assert any("`net_dur_disc` trains with its own optimizer" in f.summary for f in bad)
+    # twin: the hotfix wraps it after net_d
+    ok = lint_project(
+        tmp_path / "ok", {"models.py": VITS2_MODELS, "train.py": VITS2.replace("{FIX}", VITS2_FIX)}
+    )
+    assert severities(ok, "DDP-NOT-APPLIED") == [], ok
