@@ -331,14 +331,14 @@ def set_epoch(s: Script, f: Flow) -> Iterator[Hit]:
     ]
     # the epoch loop calls into code not followed (a trainer from a registry): a loop
     # over epochs by its name
-    epoch_loops += [
-        n
-        for n in s.nodes
-        if (isinstance(n, ast.For) and _EPOCH.search(ast.unparse(n.target) + ast.unparse(n.iter)))
-        or (isinstance(n, ast.While) and _EPOCH.search(ast.unparse(n.test)))
-    ]
+    epoch_loops += [n for n in s.nodes if isinstance(n, ast.For | ast.While) and _epoch_named(n)]
     # `while True: for batch in loader: yield batch`: each pass over the loader is an epoch
     epoch_loops += _reiterated(s)
+    # a loop its author names the epoch loop comes first: a loop that merely holds loader
+    # loops can be an evaluation pass (per layer, per split) in another module
+    # (Jingkang50/OpenOOD 3de61c4: the pipeline's `for epoch_idx in ...` calls a trainer
+    # from a registry; a postprocessor's `for layer_index ...` holds loader loops)
+    epoch_loops.sort(key=lambda n: not _epoch_named(n))
     for loop in epoch_loops[:1]:
         where = (
             f"line {samplers[0].lineno}"
@@ -355,6 +355,13 @@ def set_epoch(s: Script, f: Flow) -> Iterator[Hit]:
             sampler=_assigned_name(s, samplers[0]) or "sampler",
             epoch=ast.unparse(loop.target) if isinstance(loop, ast.For) else "epoch",
         )
+
+
+def _epoch_named(loop: ast.AST) -> bool:
+    """A loop its author names the epoch loop: `for epoch in ...`, `while epoch < n`."""
+    if isinstance(loop, ast.For):
+        return bool(_EPOCH.search(ast.unparse(loop.target) + ast.unparse(loop.iter)))
+    return isinstance(loop, ast.While) and bool(_EPOCH.search(ast.unparse(loop.test)))
 
 
 def _reiterated(s: Script) -> list[ast.For]:

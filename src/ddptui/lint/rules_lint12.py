@@ -63,7 +63,7 @@ def _arms_sync_by_hand(s: Script, node: ast.AST) -> bool:
 _TRAINERS: Final = frozenset(
     {"prepare", "DistributedOptimizer", "initialize", "fully_shard", "Trainer", "launch"}
 )
-_OPTIMIZER: Final = re.compile(r"(SGD|Adam\w*|RMSprop|Adagrad|Lamb|LAMB|Optimizer)$")
+OPTIMIZER: Final = re.compile(r"(SGD|Adam\w*|RMSprop|Adagrad|Lamb|LAMB|Optimizer)$")
 
 
 def imported_never_wrapped(s: Script, f: Flow) -> Iterator[Hit]:
@@ -84,7 +84,7 @@ def imported_never_wrapped(s: Script, f: Flow) -> Iterator[Hit]:
     models = [
         a.func.value
         for c in s.calls
-        if _OPTIMIZER.search(last(s.call_name(c)))
+        if OPTIMIZER.search(last(s.call_name(c)))
         for a in ast.walk(c)
         if isinstance(a, ast.Call)
         and isinstance(a.func, ast.Attribute)
@@ -134,7 +134,9 @@ def load_without_map_location(s: Script, f: Flow) -> Iterator[Hit]:
         if path is None or f.is_rank_expr(path) or f.guarded(c):
             continue
         gpu_arm = cuda_arm_unmapped(s, c)
-        if not (gpu_arm or _checkpoint_dict(s, c) or returned_checkpoint(s, c)):
+        if not (
+            gpu_arm or _checkpoint_dict(s, c) or returned_checkpoint(s, c) or _optimizer_state(s, c)
+        ):
             continue
         if _mapped_in_other_arm(s, c) and not gpu_arm:
             continue
@@ -169,6 +171,27 @@ def _mapped_in_other_arm(s: Script, load: ast.Call) -> bool:
                 return True
         child = a
     return False
+
+
+_OPTIMIZER_NAME: Final = re.compile(r"optim", re.I)
+
+
+def _optimizer_state(s: Script, load: ast.Call) -> bool:
+    """`optimizer.load_state_dict(torch.load(path))`: an optimizer's state (momenta) is
+    only ever saved from training, as the GPU held it, unlike a file of weights that may
+    have been saved from the CPU (cszn/KAIR 41b782c models/model_base.py `load_optimizer`;
+    the fix maps it to the current device)."""
+    parent = s.parents.get(load)
+    if not (
+        isinstance(parent, ast.Call)
+        and isinstance(parent.func, ast.Attribute)
+        and parent.func.attr == "load_state_dict"
+    ):
+        return False
+    owner = parent.func.value
+    return bool(_OPTIMIZER_NAME.search(ast.unparse(owner))) or any(
+        isinstance(o, ast.Call) and OPTIMIZER.search(last(s.call_name(o))) for o in s.origins(owner)
+    )
 
 
 def _checkpoint_dict(s: Script, load: ast.Call) -> bool:

@@ -157,6 +157,11 @@ def rank_seed_helpers(s: Script, f: Flow) -> Iterator[Hit]:
     at = last_entry_anchor(s, seeds[0])
     if at is not seeds[0] and f.is_rank_expr(at):
         return  # the entry hands the helper a per-rank seed (`DpLoaderSet(..., seed=seed + rank)`)
+    if at is not seeds[0] and isinstance(at, ast.Call) and not _takes_seed(s, at):
+        # `setup_environment(cfg)` takes no seed: the rank belongs where the seed value
+        # is passed, inside it (Metta-AI/metta 1565d67 metta/util/runtime_configuration.py:
+        # `seed_everything(cfg.seed, ...)`; the fix offsets the seed there by the rank)
+        at = seeds[0]
     yield Hit.at(
         "DDP-RANK-SEED",
         at,
@@ -165,6 +170,23 @@ def rank_seed_helpers(s: Script, f: Flow) -> Iterator[Hit]:
             "numbers (noise, masks, crops): every GPU draws the same ones"
         ),
         seed=ast.unparse(seeds[0].args[0]) if seeds[0].args else "seed",
+    )
+
+
+def _takes_seed(s: Script, call: ast.Call) -> bool:
+    """The call passes a seed on (`seed=...`, an argument named like one: `args.seed`), or
+    could: the function or class it calls has a parameter named like one (deepmd-kit's
+    `DpLoaderSet(..., seed=None)`, where the fix passes `seed=seed + rank`)."""
+    if any(k.arg is not None and _SEED_NAME.search(k.arg) for k in call.keywords):
+        return True
+    for fn in s.callees(call):
+        a = fn.args
+        if any(_SEED_NAME.search(p.arg) for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]):
+            return True
+    return any(
+        isinstance(n, ast.Name | ast.Attribute) and _SEED_NAME.search(ast.unparse(n))
+        for a in [*call.args, *(k.value for k in call.keywords)]
+        for n in ast.walk(a)
     )
 
 
