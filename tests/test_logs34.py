@@ -43,6 +43,7 @@ def test_the_flight_recorders_analysis_names_the_rank_that_never_joined() -> Non
         d = excerpt(eid)
         assert lead(d) == "LOGS-NOT-IN-COLLECTIVE", eid
         assert d.first is not None and "rank 1 never showed up" in d.first.cause
+        assert "nccl:all_reduce (sequence number" in d.first.cause
         assert first_via_chunks(_lines(eid), "fr.txt") == "LOGS-NOT-IN-COLLECTIVE"
     # the header alone (no "missing ranks" line) names nobody: not read
     head = _lines("y3-fr-tutorial-missing-rank")[:2]

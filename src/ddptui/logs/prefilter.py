@@ -107,7 +107,7 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # logs34: the flight recorder's analysis (factrules_logs34.fr_not_joined)
     "Not all ranks joining",
     "missing ranks: {",
-    "collective: ",
+    "collective: nccl:",  # its operation (another backend's reads "a collective": a common word)
     # logs17: a process stating its host-memory use (factrules_logs17.sigkill_host_memory)
     "CPU memory usage: ",
     "CPU Virtual Memory: ",
