@@ -73,6 +73,7 @@ from ddptui.diagnosis.factrules_logs27 import ras_missing
 from ddptui.diagnosis.factrules_logs28 import ib_link_mixed, ssh_hostkey_prompt
 from ddptui.diagnosis.factrules_logs30 import credential_clock, ib_asked_unfound
 from ddptui.diagnosis.factrules_logs31 import stack_wait, store_alone
+from ddptui.diagnosis.factrules_logs34 import fr_not_joined
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -106,6 +107,7 @@ HINTS: Final = frozenset(
     | {"self_requeue"}  # logs29
     | {"credential_expired", "ib_disable_zero", "ib_hca_set"}  # logs30
     | {"store_alone"}  # logs31
+    | {"fr_not_joined", "fr_missing", "fr_collective"}  # logs34
     | {"comm_destroyed", "exit_barrier_error"}  # gpu9
     | {"ops_failed_alone", "teardown", "agent_stopped"}  # gpu10
 )
@@ -520,6 +522,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # logs31 (blind batch W)
     "store_alone": store_alone,
     "stack_wait": stack_wait,
+    # logs34 (blind batch Y)
+    "fr_not_joined": fr_not_joined,
     # gpu9 (real captures on a lent GPU)
     "left_early": left_early,
     # gpu10 (real captures on a lent GPU)

@@ -104,6 +104,10 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # logs16: c10d's store could not name a client (its reverse lookup failed); the times
     # these come at (factrules_logs16.rdns_slow)
     "socket cannot be retrieved",
+    # logs34: the flight recorder's analysis (factrules_logs34.fr_not_joined)
+    "Not all ranks joining",
+    "missing ranks: {",
+    "collective: nccl:",  # its operation (another backend's reads "a collective": a common word)
     # logs17: a process stating its host-memory use (factrules_logs17.sigkill_host_memory)
     "CPU memory usage: ",
     "CPU Virtual Memory: ",
