@@ -59,6 +59,8 @@ def test_plain_words_lead_when_nothing_else_is_found(line: str) -> None:
         "  rdzv_configs     : {'rank': 1, 'timeout': 900}",
         "UserWarning: could not find the metadata file latest_checkpointed_iteration.txt",
         "[rank3]: Last error:",
+        # a node health check's verdict (azurehpc-health-checks, blind batch Z)
+        "SUCCESS:  nhc:  Health check passed:  check_gpu_xid:  GPU XID error check passed.",
     ],
 )
 def test_healthy_noise_with_failure_words_stays_clean(line: str) -> None:
