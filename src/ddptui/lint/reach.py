@@ -307,6 +307,10 @@ def built_classes(self: Script, call: ast.Call) -> list[ast.ClassDef]:
     cls = self.class_named(call.func)
     if cls is not None:
         return [cls]
+    if isinstance(call.func, ast.Subscript) and isinstance(call.func.value, ast.Name):
+        # `recorders[config.recorder.name](config)`: a class picked from a registry dict
+        # (Jingkang50/OpenOOD 3de61c4 openood/recorders/utils.py get_recorder)
+        return _registry_classes(self, call.func.value)
     if not isinstance(call.func, ast.Name):
         return []
     out: list[ast.ClassDef] = []

@@ -508,12 +508,14 @@ def wrapper_attr(s: Script, f: Flow) -> Iterator[Hit]:
 
 def _checks_wrapper(s: Script, node: ast.AST) -> bool:
     """Under a test that tells the wrapper from the model (`hasattr(m, "module")`,
-    `isinstance(m, DDP)`, `if distributed`)."""
+    `isinstance(m, DDP)`, `type(m) is dict` (Jingkang50/OpenOOD 3de61c4: a dict of
+    wrappers or one wrapper), `if distributed`)."""
     for a in s.ancestors(node):
         if isinstance(a, ast.If | ast.IfExp):
             text = test_text(a.test, node)
             if any(
-                w in text for w in ("module", "isinstance", "hasattr", "Parallel", "distributed")
+                w in text
+                for w in ("module", "isinstance", "hasattr", "type(", "Parallel", "distributed")
             ) or _wrapper_test_helper(s, a.test):
                 return True
         if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
