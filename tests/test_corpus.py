@@ -172,7 +172,8 @@ CORPUS = load_corpus()
 # Round 12 Y added (34 excerpts, blind, scored at 4930e58: 5 right of 26, 3 wrong, 14 unrecognized, 4 called clean, 7/8 healthy silent, 1 false alarm on NCCL's proxy teardown warnings after a completed run); at main 4930e58 with it: 423 right of 693 (61.0 %), 112 wrong, 129 unrecognized, 29 called clean, 207 healthy silent, 1 false alarm.  Round logs34 (the proxy service's teardown warnings are info; torchfrtrace's 'Not all ranks joining collective' + 'missing ranks' is LOGS-NOT-IN-COLLECTIVE; a watchdog line cut after a field; nvidia-smi -q's Fabric State In Progress; Ray's GCS connection; the kubelet's UnexpectedAdmissionError; NVSHMEM IBGDA's AH/DCT creation; GPU-INFOROM-CORRUPT names a [NEW] label, counted wrong as collected): 431 right (62.2 %), 112 wrong (16.2 %), 125 unrecognized, 25 called clean, 208 healthy silent, 0 false alarms.  Y's remaining misses carry no reading general enough (bare tracebacks, a launcher's rc=1 with no error line, NCCL's 'unhandled system error' with an empty 'Last error:'), so the floor is the measured recall rounded down, below main's 0.626 without Y.
 # Round 12 Z added (19 excerpts, blind, scored at 203ddc0: 5 right of 10, 2 wrong, 3 unrecognized, 0 called clean, 9/9 healthy silent); at main 1fd8520 with it: 436 right of 703 (62.0 %), 114 wrong (16.2 %), 128 unrecognized, 25 called clean, 217 healthy silent, 0 false alarms: the floor is the measured recall rounded down.
 RIGHT_CAUSE_FLOOR = 0.620
-WRONG_CAUSE_CEILING = 0.164
+# GPU-FELL-OFF-BUS (lead, round 13) names three [NEW] labels (Xid 79), counted wrong as collected: 117 wrong of 703 (16.6 %).
+WRONG_CAUSE_CEILING = 0.167
 WRONG_LABELLED_CEILING = 23  # round 12 Z: two more wrong, labelled with an id (measured, blind)
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
