@@ -17,11 +17,11 @@ def test_failure_lines_a_user_reads_as_one_are_never_called_clean() -> None:
     """A paste whose only failure is zsh's "[1]  PID bus error  cmd", Ray's "The current
     node timed out during startup ... raylet failed to startup", torch's bare "Gloo
     connectFullMesh failed" or Go's "dial tcp ...: connect: connection refused" gets an
-    honest unknown quoting that line, not a tick."""
+    honest unknown quoting that line, not a tick (the bare Gloo line is GLOO-MESH since round
+    13: tests/test_gloo_mesh_iface.py)."""
     for name, quoted in (
         ("j-badlibnccl-vllm-4077", "bus error"),
         ("j1-interface-ray-worker-ip-aws-do-eks-49", "timed out during startup"),
-        ("i-gloo-gitcode-447a6367", "connectFullMesh"),
         ("j-istio-mpi-operator-407", "connection refused"),
     ):
         d = excerpt(name)
