@@ -115,6 +115,10 @@ def hit_lines(block, pats, max_line, seen=None):
 
 
 JOINS = (b"Last error:", b"enforce fail at")  # scan.joins_next's lines hold one of these
+# logs35: an NCCL WARN a paste wrapped may go on for up to WARN_WRAP lines that hold no
+# trigger (ddptui.logs.warnwrap: the login node decides which continue it)
+WARN = b" NCCL WARN "
+WARN_WRAP = 3
 
 
 def cut_at_width(line):
@@ -127,21 +131,23 @@ def cut_at_width(line):
 
 def wanted(block, hits, lookback):
     """[(first line, byte start, byte end)] of the block to send: each hit with up to
-    lookback lines above it, and the line after one that may join the next (merged
-    where they touch); and whether the next block's first line is wanted too (a
-    joining line ends this block)."""
-    ranges, spill, stop_of = [], False, -1
+    lookback lines above it, and the lines after one that may join the next (one; an NCCL
+    WARN's WARN_WRAP) (merged where they touch); and how many of the next block's first
+    lines are wanted too (a joining line ends this block)."""
+    ranges, spill, stop_of = [], 0, -1
     for h, start in hits:
         end = block.find(b"\n", start)
         end = len(block) if end < 0 else end
         stop = h + 1
-        if any(j in block[start:end] for j in JOINS) or cut_at_width(block[start:end]):
-            if end < len(block):
-                nxt = block.find(b"\n", end + 1)
-                end = len(block) if nxt < 0 else nxt
-                stop = h + 2
-            else:
-                spill = True
+        line = block[start:end]
+        follow = WARN_WRAP if WARN in line else 1 if any(j in line for j in JOINS) or cut_at_width(line) else 0
+        for i in range(follow):
+            if end >= len(block):
+                spill = max(spill, follow - i)  # the next block's first lines
+                break
+            nxt = block.find(b"\n", end + 1)
+            end = len(block) if nxt < 0 else nxt
+            stop += 1
         first, begin = h, start
         while first > 0 and first > h - lookback:
             if ranges and first <= stop_of:

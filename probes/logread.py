@@ -230,7 +230,7 @@ def send_filtered(path, max_bytes, known, salt, flt):
         }
         max_line, lookback = int(flt["max_line"]), int(flt["lookback"])
         held = HeldBack(int(flt.get("span", 0)))  # logs33: a file's first and last lines
-        lineno, spill, seen = 0, False, (set(), set(), set())
+        lineno, spill, seen = 0, 0, (set(), set(), set())
 
         def send(items):
             for at, block, _, ranges in items:
@@ -239,13 +239,12 @@ def send_filtered(path, max_bytes, known, salt, flt):
 
         for block in chunk_blocks(chunks(), int(flt["long_line"]), max_line):
             if flt.get("all"):
-                ranges, after = [(0, 0, len(block))], False
+                ranges, after = [(0, 0, len(block))], 0
             else:
                 hits = hit_lines(block, pats, max_line, seen)
                 ranges, after = wanted(block, hits, lookback)
-            if spill and not (ranges and ranges[0][0] == 0):
-                end = block.find(b"\n")
-                ranges.insert(0, (0, 0, len(block) if end < 0 else end))
+            if spill:  # the lines a joining line at the last block's end wants
+                ranges = with_lines(block, ranges, 0, spill)
             lines = block.count(b"\n") + 1
             send(held.push(lineno, block, lines, ranges))
             spill = after

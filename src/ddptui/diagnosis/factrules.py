@@ -74,6 +74,7 @@ from ddptui.diagnosis.factrules_logs28 import ib_link_mixed, ssh_hostkey_prompt
 from ddptui.diagnosis.factrules_logs30 import credential_clock, ib_asked_unfound
 from ddptui.diagnosis.factrules_logs31 import stack_wait, store_alone
 from ddptui.diagnosis.factrules_logs34 import fr_not_joined
+from ddptui.diagnosis.factrules_logs35 import noroute_on_subnet
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -108,6 +109,7 @@ HINTS: Final = frozenset(
     | {"credential_expired", "ib_disable_zero", "ib_hca_set"}  # logs30
     | {"store_alone"}  # logs31
     | {"fr_not_joined", "fr_missing", "fr_collective"}  # logs34
+    | {"noroute_peer"}  # logs35
     | {"comm_destroyed", "exit_barrier_error"}  # gpu9
     | {"ops_failed_alone", "teardown", "agent_stopped"}  # gpu10
 )
@@ -524,6 +526,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "stack_wait": stack_wait,
     # logs34 (blind batch Y)
     "fr_not_joined": fr_not_joined,
+    # logs35 (blind batch Z)
+    "noroute_on_subnet": noroute_on_subnet,
     # gpu9 (real captures on a lent GPU)
     "left_early": left_early,
     # gpu10 (real captures on a lent GPU)

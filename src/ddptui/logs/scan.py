@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Final
 
-from ddptui.diagnosis.signatures import MAX_LINE, Signature
+from ddptui.diagnosis.signatures import MAX_LINE, Signature, classify_line
 from ddptui.logs.lineinfo import LineHead, parse_head, parse_time, traceback_where
 from ddptui.logs.prefilter import DIGITS_TO_ZERO, Prefilter, default_prefilter
 from ddptui.logs.reader import CHUNK, SNIFF
+from ddptui.logs.warnwrap import WARN_WRAP, continues, warn_cut
 
 LAST_ERROR: Final = "Last error:"
 # A gloo enforce that a terminal or a paste wrapped after its "[enforce fail at F:L]".
@@ -179,22 +180,52 @@ def _join(last_error: str, cause: str, year: int) -> str:
     return f"{last_error} {parse_head(cause, year)[0].body.strip()}"
 
 
+# A line held for what may continue it: (line number, text so far, the lines above it,
+# how many more lines an NCCL WARN may still take (logs35; 0: a line cut at its width))
+Cut = tuple[int, str, Sequence[str], int]
+
+
+def _cut(lineno: int, text: str, sigs: tuple[Signature, ...], above: Sequence[str]) -> Cut | None:
+    """`text` held for its continuation: a line cut at its width (logs31), or an NCCL
+    WARN no signature reads (logs35, logs/warnwrap.py); None: read it as it stands."""
+    if cut_at_width(text):
+        return (lineno, text, above, 0)
+    if warn_cut(text, sigs):
+        return (lineno, text, above, WARN_WRAP)
+    return None
+
+
 def _after_cut(
-    cur: _Cursor, pf: Prefilter, cut: tuple[int, str, Sequence[str]], line: str
-) -> tuple[Candidate, bool]:
-    """The candidate of a line cut at its width (logs31): joined with `line` where that
-    goes on with its message and is no line of its own to read (True), else the cut line
-    alone (False: `line` is read on its own)."""
+    cur: _Cursor, pf: Prefilter, cut: Cut, line: str
+) -> tuple[tuple[Candidate, ...], bool, Cut | None]:
+    """The candidate of a held line (`_cut`) joined with `line` where that goes on with
+    its message and is no line of its own to read (True), else the held line alone
+    (False: `line` is read on its own); a WARN still unread after the join is held
+    again for the next line (no candidate yet: ())."""
     body = parse_head(line, cur.year)[0].body
-    if _goes_on(body) and _sigs_for(pf, line) is None:
-        joined = _rejoin(cut[1], body)
-        return cur.candidate(cut[0], joined, _sigs_for(pf, joined) or (), cut[2]), True
-    return cur.candidate(cut[0], cut[1], _sigs_for(pf, cut[1]) or (), cut[2]), False
+    lineno, text, above, more = cut
+    if more:
+        if continues(body, _sigs_for(pf, line)):
+            joined = _rejoin(text, body)
+            sigs = _sigs_for(pf, joined) or ()
+            if more > 1 and warn_cut(joined, sigs):
+                return (), True, (lineno, joined, above, more - 1)
+            return (cur.candidate(lineno, joined, sigs, above),), True, None
+    elif _goes_on(body) and _unmatched(_sigs_for(pf, line), line):
+        joined = _rejoin(text, body)
+        return (cur.candidate(lineno, joined, _sigs_for(pf, joined) or (), above),), True, None
+    return (cur.candidate(lineno, text, _sigs_for(pf, text) or (), above),), False, None
+
+
+def _unmatched(sigs: tuple[Signature, ...] | None, line: str) -> bool:
+    """No signature reads `line` on its own, nor is it a line of facts (a context
+    trigger's: ()).  logs35: whether its words hold a trigger of the prefilter's choice,
+    which shifts as signatures are added, does not decide."""
+    return sigs is None or (bool(sigs) and classify_line(line, sigs) is None)
 
 
 def _held(
-    cur: _Cursor, pf: Prefilter, cut: tuple[int, str, Sequence[str]] | None,
-    pending: tuple[int, str] | None,
+    cur: _Cursor, pf: Prefilter, cut: Cut | None, pending: tuple[int, str] | None
 ) -> Iterator[Candidate]:
     """The lines a feed still held when its source ended (a cut line, a bare "Last error:")."""
     if cut is not None:
@@ -215,7 +246,7 @@ def from_lines(
     pf = pf or default_prefilter()
     cur = _Cursor(source)
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
-    cut: tuple[int, str, deque[str]] | None = None  # logs31: a wrapped line's first half
+    cut: Cut | None = None  # logs31, logs35: a wrapped line's first part
     recent: deque[str] = deque(maxlen=LOOKBACK)
     edges = _Edges()
     lineno = 0
@@ -225,9 +256,8 @@ def from_lines(
         above = recent.copy()
         recent.append(line)
         if cut is not None:
-            cand, went_on = _after_cut(cur, pf, cut, line)
-            yield cand
-            cut = None
+            cands, went_on, cut = _after_cut(cur, pf, cut, line)
+            yield from cands
             if went_on:
                 continue
         if pending is not None:
@@ -240,9 +270,9 @@ def from_lines(
             pending = (lineno, line.rstrip())
             continue
         sigs = _sigs_for(pf, line)
-        if sigs is not None and cut_at_width(line):
+        if sigs is not None and (held := _cut(lineno, line, sigs, above)) is not None:
             above.reverse()
-            cut = (lineno, line, above)
+            cut = held
             continue
         if sigs is None:
             if line[:1] in _MAY_START_WITH_TIME:  # keep the time current for what follows
@@ -335,7 +365,7 @@ def from_blocks(
     cur = _Cursor(source)
     cache: dict[bytes, bool | None] = {}
     pending: tuple[int, str] | None = None  # a bare "Last error:" waiting for its cause
-    cut: tuple[int, str, list[str]] | None = None  # logs31: a wrapped line's first half
+    cut: Cut | None = None  # logs31, logs35: a wrapped line's first part
     edges = _Edges()
     lineno = 0
     for before, lines in blocks:
@@ -344,9 +374,8 @@ def from_blocks(
         for i, raw in enumerate(lines):
             lineno += 1
             if cut is not None:
-                cand, went_on = _after_cut(cur, pf, cut, decode(raw, encoding).rstrip("\r"))
-                yield cand
-                cut = None
+                cands, went_on, cut = _after_cut(cur, pf, cut, decode(raw, encoding).rstrip("\r"))
+                yield from cands
                 if went_on:
                     continue
             if pending is not None:
@@ -371,8 +400,8 @@ def from_blocks(
             sigs = _sigs_for(pf, text)
             if sigs is not None:
                 before_lines = [decode(b, encoding) for b in reversed(lines[max(0, i - LOOKBACK) : i])]
-                if cut_at_width(text):
-                    cut = (lineno, text, before_lines)
+                if (held := _cut(lineno, text, sigs, before_lines)) is not None:
+                    cut = held
                     continue
                 yield cur.candidate(lineno, text, sigs, before_lines)
     yield from _held(cur, pf, cut, pending)
