@@ -285,3 +285,56 @@ def test_an_attribute_read_on_the_wrapper_handed_down_still_said(tmp_path: Path)
     handed = WT_ENGINE.replace("utils.inference(model_without_ddp,", "utils.inference(model,")
     bad = _wt(tmp_path / "bad", engine=handed)
     assert severities(bad, "DDP-WRAPPER-ATTR") == [("utils.py", 2, "warning")], bad
+
+
+# facebookresearch/vissl @ 8e0476b12674089ecea5b85c246a2df19f9402e4, vissl/utils/misc.py:
+# 140-153 (set_seeds seeds from the node id) and vissl/engines/train.py:23-79 (every
+# training process of a machine calls it with the same node_id); PR #299 passes the
+# process's dist_rank.
+VISSL_MISC = """\
+import logging
+import random
+
+import numpy as np
+import torch
+
+
+def set_seeds(cfg, node_id=0):
+    node_seed = cfg.SEED_VALUE
+    if cfg.DISTRIBUTED.NUM_NODES > 1:
+        node_seed = node_seed * 2 * node_id
+    logging.info(f"MACHINE SEED: {node_seed}")
+    random.seed(node_seed)
+    np.random.seed(node_seed)
+    torch.manual_seed(node_seed)
+    if cfg["MACHINE"]["DEVICE"] == "gpu" and torch.cuda.is_available():
+        torch.cuda.manual_seed_all(node_seed)
+"""
+VISSL_TRAIN = """\
+import torch
+import torch.distributed as dist
+
+from misc import set_seeds
+
+
+def train_main(cfg, dist_run_id, local_rank=0, node_id=0):
+    dist_rank = cfg.DISTRIBUTED.NUM_PROC_PER_NODE * node_id + local_rank
+    dist.init_process_group("nccl", init_method=dist_run_id, rank=dist_rank)
+    torch.cuda.set_device(local_rank)
+    set_seeds(cfg, node_id)
+"""
+
+
+def test_seed_from_the_node_id(tmp_path: Path) -> None:
+    bad = lint_project(tmp_path / "bad", {"misc.py": VISSL_MISC, "train.py": VISSL_TRAIN})
+    # (the helper's call, train.py:11, is said by the seeding-helper reading of rules_seed)
+    assert ("misc.py", 15, "info") in severities(bad, "DDP-RANK-SEED"), bad
+    # twin: PR #299 seeds each process from its rank
+    fixed = VISSL_MISC.replace("node_id=0", "dist_rank=0").replace(
+        "node_seed * 2 * node_id", "node_seed * 2 * dist_rank"
+    )
+    ok = lint_project(
+        tmp_path / "ok",
+        {"misc.py": fixed, "train.py": VISSL_TRAIN.replace("(cfg, node_id)", "(cfg, dist_rank)")},
+    )
+    assert severities(ok, "DDP-RANK-SEED") == [], ok

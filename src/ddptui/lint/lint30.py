@@ -8,7 +8,9 @@ backpropagates the loss it returns. PR #1856 runs `self._model(ray_bundle)`)."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
+from typing import Final
 
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.model import Hit
@@ -236,4 +238,53 @@ def others_load_saved_state(s: Script, f: Flow) -> Iterator[Hit]:
         )
 
 
-RULES = (holder_property_bypass, others_load_saved_state)
+# --- a seed from the node's id: every process of a node draws the same stream ----------
+# facebookresearch/vissl 8e0476b vissl/utils/misc.py:140-153: `set_seeds(cfg, node_id)`
+# seeds python, numpy and torch with `cfg.SEED_VALUE * 2 * node_id`, called alike by
+# every training process of a machine (vissl/engines/train.py:79); PR #299 seeds from
+# the process's `dist_rank`.
+_NODE_ID: Final = re.compile(r"^(node_id|node_rank|node_idx|machine_rank|machine_id|group_rank)$")
+_SEED_CALLS: Final = frozenset(
+    {"torch.manual_seed", "torch.cuda.manual_seed_all", "random.seed", "numpy.random.seed"}
+)
+
+
+def _seed_names(s: Script, arg: ast.expr) -> set[str]:
+    """The names and attributes a seed value is computed from, one assignment back."""
+    exprs = [arg]
+    scope = s.scope_of(arg)
+    for n in ast.walk(arg):
+        if isinstance(n, ast.Name):
+            exprs += s.assigned(scope, n.id)
+    return {i for e in exprs for n in ast.walk(e) if (i := ident(n)) is not None}  # type: ignore[arg-type]
+
+
+def node_seed(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.distributed:
+        return
+    said: set[ast.AST] = set()
+    # torch's seed first: the one that draws dropout masks and the sampler's shuffle
+    for c in sorted(s.calls, key=lambda c: s.call_name(c) != "torch.manual_seed"):
+        if s.call_name(c) not in _SEED_CALLS or not c.args:
+            continue
+        scope = s.scope_of(c)
+        if scope in said:
+            continue
+        names = _seed_names(s, c.args[0])
+        if not any(_NODE_ID.match(n) for n in names) or any(
+            "rank" in n.lower() and not _NODE_ID.match(n) for n in names
+        ):
+            continue
+        said.add(scope)
+        yield Hit.at(
+            "DDP-RANK-SEED",
+            c,
+            (
+                f"`{ast.unparse(c)[:60]}` seeds from the node's id: every process of a node "
+                "draws the same random stream; seed from the process's rank"
+            ),
+            seed=ast.unparse(c.args[0]),
+        )
+
+
+RULES = (holder_property_bypass, others_load_saved_state, node_seed)
