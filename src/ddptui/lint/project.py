@@ -327,7 +327,9 @@ class Project:
                 base = base.parent
             bases = [base]
         else:
-            bases = list(dict.fromkeys([here, self.root, self.root / "src", *self._extra]))
+            bases = list(
+                dict.fromkeys([here, self.root, self.root / "src", *self._extra, *_home(here, parts)])
+            )
         for base in bases:
             if not parts and level:
                 cand = [base / "__init__.py"]
@@ -347,6 +349,17 @@ class Project:
         except ValueError:
             return False
         return not (set(rel.parts) & _SKIP_PARTS)
+
+
+def _home(here: Path, parts: list[str]) -> list[Path]:
+    """`from segm.utils import distributed` in `OnlineRetraining/segm/train.py`: the script
+    sits in the package it imports by name, installed from the package's parent folder
+    (`pip install -e .`; hustvl/WeakTr 5bdceb8), so the import resolves from there."""
+    return [
+        anc.parent
+        for anc in [here, *here.parents][:6]
+        if parts and anc.name == parts[0] and (anc / "__init__.py").is_file()
+    ][:1]
 
 
 def _display(path: str) -> str:

@@ -281,6 +281,15 @@ def static_or_class(fn: FuncNode) -> bool:
     )
 
 
+def cast_value(qualname: str, call: ast.Call) -> list[ast.expr]:
+    """`typing.cast(Model, DDP(model))` is its second argument at run time: typed code
+    casts the wrapper back to the model's type to quiet the checker (nerfstudio's
+    pipeline holds `self._model = typing.cast(Model, DDP(self._model, ...))`)."""
+    if qualname in ("typing.cast", "typing_extensions.cast") and len(call.args) == 2:
+        return [call.args[1]]
+    return []
+
+
 def setattr_stores(calls: list[ast.Call], call: ast.Call) -> list[ast.expr]:
     """For `getattr(self, "net" + name)`: the values `setattr(self, "net" + name, v)` calls
     store under the same key expression (joligen's networks are wrapped in DDP that way)."""

@@ -14,6 +14,7 @@ from ddptui.lint.callers import dead_for_callers
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint19 import other_owner, set_on_value
 from ddptui.lint.model import Hit
+from ddptui.lint.reach import cast_value
 from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper, test_text
 from ddptui.lint.script import Pick, Script
 
@@ -150,6 +151,12 @@ def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:  # 
         return f.is_ddp_value(expr)
     scope = s.scope_of(expr)
     values = [v for v in s.assigned(scope, expr.id) if v.lineno < expr.lineno]
+    # `m = model` then `if hasattr(model, "module"): m = model.module`: `m` is the model
+    # itself whenever `model` is the wrapper (hustvl/WeakTr 5bdceb8 segm/engine.py:86)
+    unwrapped = {
+        ast.unparse(v.value) for v in values if isinstance(v, ast.Attribute) and v.attr == "module"
+    }
+    values = [v for v in values if ast.unparse(v) not in unwrapped]
     if not values and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
         if s.assigned(scope, expr.id):
             return False
@@ -208,10 +215,17 @@ def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
             if attr not in held:
                 values = [v for v, _ in s.self_attr_values(n.value, attr)]
                 # `self._model = self._setup_model(...)`, whose `return model` is the
-                # wrapper (a project helper's return value, followed)
+                # wrapper (a project helper's return value, followed), or a
+                # `typing.cast(Model, DDP(...))`
                 held[attr] = any(
                     isinstance(v, ast.Call)
-                    and (v in f.ddp_calls or (bool(s.callees(v)) and f.is_ddp_value(v)))
+                    and (
+                        v in f.ddp_calls
+                        or (
+                            bool(s.callees(v) or cast_value(s.call_name(v), v))
+                            and f.is_ddp_value(v)
+                        )
+                    )
                     for v in values
                 )
                 held[attr] = held[attr] and not _class_tells_wrapper(cls, f"self.{attr}")

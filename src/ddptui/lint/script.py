@@ -380,6 +380,7 @@ class Script:
             if isinstance(f, ast.Attribute) and f.attr in SELF_RETURNING:
                 return [expr, *self.origins(f.value, depth + 1, params=params)]
             stored = R.setattr_stores(self.calls, expr)  # getattr(self, k) <- setattr(self, k, v)
+            stored += R.cast_value(self.call_name(expr), expr)
             out = [expr, *(o for v in stored for o in self.origins(v, depth + 1, params=params))]
             for func in self.callees(expr):
                 for ret in ast.walk(func):
