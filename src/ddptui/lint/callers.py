@@ -13,7 +13,7 @@ from typing import Final
 from ddptui.lint.flow import calls_in, own_nodes
 from ddptui.lint.nonetest import none_test
 from ddptui.lint.project import FuncNode
-from ddptui.lint.script import Script
+from ddptui.lint.script import Script, self_attr
 
 _MAX_DEPTH: Final = 3
 
@@ -85,12 +85,6 @@ def moved_with_owner(s: Script, c: ast.Call, moved: Callable[[ast.Call], bool]) 
 _CONTAINERS: Final = ("ModuleList", "ModuleDict", "Sequential")
 
 
-def _self_attr(e: ast.expr) -> str | None:
-    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
-        return e.attr
-    return None
-
-
 def _held_by_self(s: Script, c: ast.Call) -> bool:
     """The value of `c` becomes a submodule of `self`: assigned to `self.x`, or put in a
     torch module container that `self.x` holds (denoiser's MultiResolutionSTFTLoss keeps
@@ -102,7 +96,7 @@ def _held_by_self(s: Script, c: ast.Call) -> bool:
         if isinstance(parent, ast.Call):
             fn = parent.func
             name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
-            held = _self_attr(fn.value) if isinstance(fn, ast.Attribute) else None
+            held = self_attr(fn.value) if isinstance(fn, ast.Attribute) else None
             if name in ("append", "extend", "insert", "add_module") and held is not None:
                 return _holds_container(s, c, held)
             if name in ("add_module", "register_module") and isinstance(fn, ast.Attribute):
@@ -112,10 +106,10 @@ def _held_by_self(s: Script, c: ast.Call) -> bool:
             boxed = True
         node, parent = parent, s.parents.get(parent)
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
-        attr = _self_attr(parent.targets[0])
+        attr = self_attr(parent.targets[0])
         return attr is not None and (node is c or boxed)
     if isinstance(parent, ast.AugAssign) and node is not c:
-        attr = _self_attr(parent.target)
+        attr = self_attr(parent.target)
         return attr is not None and _holds_container(s, c, attr)
     return False
 
@@ -125,7 +119,7 @@ def _holds_container(s: Script, c: ast.Call, attr: str) -> bool:
     cls = s.class_of(c)
     return cls is not None and any(
         isinstance(n, ast.Assign)
-        and any(_self_attr(t) == attr for t in n.targets)
+        and any(self_attr(t) == attr for t in n.targets)
         and isinstance(n.value, ast.Call)
         and (
             n.value.func.attr

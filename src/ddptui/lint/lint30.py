@@ -17,20 +17,9 @@ from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.reach import cast_value
 from ddptui.lint.rules_frameworks import _bypass, _feeds_backward, _without_grad
-from ddptui.lint.script import Script, const, kwarg
+from ddptui.lint.script import Script, const, kwarg, self_attr
 
 _DEPTH = 3
-
-
-def _self_attr(expr: ast.expr) -> str | None:
-    """`self.<attr>` -> attr."""
-    if (
-        isinstance(expr, ast.Attribute)
-        and isinstance(expr.value, ast.Name)
-        and expr.value.id == "self"
-    ):
-        return expr.attr
-    return None
 
 
 def _module_of(s: Script, expr: ast.expr, held: ast.expr | None = None) -> ast.expr | None:
@@ -70,7 +59,7 @@ def _unwrapped_attr(s: Script, value: ast.expr, depth: int = 0) -> str | None:
     project helper given `self._model` that returns its parameter's `.module`."""
     inner = _module_of(s, value)
     if inner is not None:
-        return _self_attr(inner)
+        return self_attr(inner)
     if not isinstance(value, ast.Call) or depth > _DEPTH:
         return None
     for fn in s.callees(value):
@@ -78,7 +67,7 @@ def _unwrapped_attr(s: Script, value: ast.expr, depth: int = 0) -> str | None:
         if params[:1] in (["self"], ["cls"]):
             params = params[1:]
         for i, arg in enumerate(value.args[: len(params)]):
-            attr = _self_attr(arg)
+            attr = self_attr(arg)
             if attr is not None and _returns_module_of(s, fn, params[i]):
                 return attr
     return None
@@ -137,7 +126,7 @@ def _named_sites(s: Script, fn: FuncNode, cls: ast.ClassDef) -> list[ast.Call]:
         for c in s.calls
         if isinstance(c.func, ast.Attribute)
         and c.func.attr == fn.name
-        and _self_attr(c.func) is None
+        and self_attr(c.func) is None
         and not s.callees(c)
     ]
 
@@ -164,7 +153,7 @@ def holder_property_bypass(s: Script, f: Flow) -> Iterator[Hit]:
     for call in s.calls:
         fn = call.func
         recv = fn.value if isinstance(fn, ast.Attribute) and fn.attr == "forward" else fn
-        prop = _self_attr(recv)
+        prop = self_attr(recv)
         cls = s.class_of(call)
         if prop is None or cls is None:
             continue

@@ -13,15 +13,9 @@ from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_lint6 import _flag_given
 from ddptui.lint.rules_project import _layer
-from ddptui.lint.script import Script
+from ddptui.lint.script import Script, self_attr
 
 _MAX_DEPTH = 2
-
-
-def _self_attr(n: ast.AST) -> str | None:
-    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
-        return n.attr
-    return None
 
 
 def _layers(s: Script, cls: ast.ClassDef) -> dict[str, ast.Assign]:
@@ -32,7 +26,7 @@ def _layers(s: Script, cls: ast.ClassDef) -> dict[str, ast.Assign]:
             if (
                 isinstance(st, ast.Assign)
                 and len(st.targets) == 1
-                and (name := _self_attr(st.targets[0]))
+                and (name := self_attr(st.targets[0]))
                 and _layer(s, st.value)
             ):
                 out[name] = st
@@ -46,7 +40,7 @@ def _uses(stmts: list[ast.stmt]) -> set[str]:
         for n in ast.walk(st)
         if isinstance(n, ast.Attribute)
         and isinstance(n.ctx, ast.Load)
-        and (a := _self_attr(n)) is not None
+        and (a := self_attr(n)) is not None
     }
 
 
@@ -78,9 +72,9 @@ def _reached_elsewhere(s: Script, cls: ast.ClassDef, layer: str) -> bool:
         for n in m.nodes:
             if not isinstance(n, ast.Attribute):
                 continue
-            if n.attr == layer and n not in own and _self_attr(n) is None:
+            if n.attr == layer and n not in own and self_attr(n) is None:
                 return True
-            if n in own and _self_attr(n.value) == layer:
+            if n in own and self_attr(n.value) == layer:
                 return True
     return False
 
@@ -97,7 +91,7 @@ def _skipped(s: Script, cls: ast.ClassDef) -> tuple[str, ast.If] | None:
             if id(node) in inner:
                 continue  # an `elif`: judged with its chain
             names = [n for n in ast.walk(node.test) if isinstance(n, ast.Name)]
-            settings = {a for n in ast.walk(node.test) if (a := _self_attr(n)) is not None}
+            settings = {a for n in ast.walk(node.test) if (a := self_attr(n)) is not None}
             if (
                 not settings
                 or "training" in settings
@@ -126,7 +120,7 @@ def _owned(s: Script, cls: ast.ClassDef, depth: int = 0) -> Iterator[tuple[ast.C
             if (
                 isinstance(st, ast.Assign)
                 and len(st.targets) == 1
-                and (name := _self_attr(st.targets[0]))
+                and (name := self_attr(st.targets[0]))
                 and isinstance(st.value, ast.Call)
                 and (sub := s.class_named(st.value.func)) is not None
                 and sub is not cls

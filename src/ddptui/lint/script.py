@@ -567,6 +567,13 @@ class Pick(ast.Subscript):
         self.index = index
 
 
+def self_attr(node: ast.AST) -> str | None:
+    """`self.<attr>` -> attr; anything else -> None."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr
+    return None
+
+
 def kwarg(call: ast.Call, name: str, position: int | None = None) -> ast.expr | None:
     for kw in call.keywords:
         if kw.arg == name:
