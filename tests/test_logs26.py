@@ -81,9 +81,11 @@ def test_their_neighbours_keep_their_own_reading() -> None:
     assert "TORCHRUN-RDZV-ENDPOINT" not in ids(d)
 
 
+# (r1-nccl1-multinode-nccl-33 left this list in logs36: NCCL 1's WARN format is read as
+# LOGS-NCCL1, tests/test_logs36.py)
 @pytest.mark.parametrize(
     "name",
-    ["r1-te-ub-init-TransformerEngine-994", "r1-pcie-atomics-rccl-rocm-6520", "r1-nccl1-multinode-nccl-33"],
+    ["r1-te-ub-init-TransformerEngine-994", "r1-pcie-atomics-rccl-rocm-6520"],
 )
 def test_a_failure_format_no_signature_knows_is_an_honest_unknown(name: str) -> None:
     assert lead(excerpt(name)) == "LOGS-UNRECOGNIZED"

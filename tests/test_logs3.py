@@ -153,11 +153,17 @@ def test_a_step_that_finished_or_a_log_that_went_on_is_no_stall() -> None:
     # a progress bar that moved on in the same line (tqdm's carriage returns) did not stall
     moved = "Processed prompts:   0%|          | 0/16 [00:00<?, ?it/s]\rProcessed prompts: 100%|##########| 16/16 [00:02<00:00, 7.1it/s]"
     assert diagnose_lines([moved]).first is None
-    # no healthy excerpt of the corpus stops in a wait
+    # no healthy excerpt of the corpus stops in a wait (round 13 AA's two healthy logs with
+    # NCCL warnings a run recovered from, a net plugin's connect retries and the return
+    # traces of a socket abort at teardown, keep logs33's soft warning: "only N lines that
+    # look like warnings ...; nothing in it says a program stopped", never a stall)
+    soft = {"aa1-fastsocket-warn-retries-healthy", "aa4-hcdd-lab06-2node-allreduce-socket-teardown-warns-ok"}
     for e in CORPUS.values():
         if e.category == "healthy":
             d = diagnose_lines(list(e.lines), e.id)
-            assert all(f.id not in ("LOGS-UNRECOGNIZED", "P2P-IOMMU") for f in d.findings), e.id
+            assert all(f.id != "P2P-IOMMU" and "stops in" not in f.cause for f in d.findings), e.id
+            unknown = [f for f in d.findings if f.id == "LOGS-UNRECOGNIZED"]
+            assert not unknown or (e.id in soft and [f.severity for f in unknown] == ["warning"]), e.id
 
 
 def test_a_running_jobs_log_is_not_a_stall() -> None:

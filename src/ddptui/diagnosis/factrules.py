@@ -75,6 +75,7 @@ from ddptui.diagnosis.factrules_logs30 import credential_clock, ib_asked_unfound
 from ddptui.diagnosis.factrules_logs31 import stack_wait, store_alone
 from ddptui.diagnosis.factrules_logs34 import fr_not_joined
 from ddptui.diagnosis.factrules_logs35 import noroute_on_subnet
+from ddptui.diagnosis.factrules_logs36 import nccl1_in_use
 from ddptui.diagnosis.factrules_p2p import first_collective_hang
 from ddptui.diagnosis.finding import Finding, Severity
 from ddptui.diagnosis.kb import kb_finding
@@ -110,6 +111,7 @@ HINTS: Final = frozenset(
     | {"store_alone"}  # logs31
     | {"fr_not_joined", "fr_missing", "fr_collective"}  # logs34
     | {"noroute_peer"}  # logs35
+    | {"nccl1"}  # logs36
     | {"comm_destroyed", "exit_barrier_error"}  # gpu9
     | {"ops_failed_alone", "teardown", "agent_stopped"}  # gpu10
 )
@@ -528,6 +530,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "fr_not_joined": fr_not_joined,
     # logs35 (blind batch Z)
     "noroute_on_subnet": noroute_on_subnet,
+    # logs36 (the corpus's misses)
+    "nccl1_in_use": nccl1_in_use,
     # gpu9 (real captures on a lent GPU)
     "left_early": left_early,
     # gpu10 (real captures on a lent GPU)

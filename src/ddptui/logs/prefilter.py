@@ -157,6 +157,10 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "dataloader.py:",
     # logs31: Megatron's fused-kernel build and its end (factrules.yaml stalls)
     "compiling and loading fused",
+    # logs36: NCCL 1.x's words (factrules.yaml hints.nccl1): nccl-tests' header, its WARN
+    # macro's bare "WARN src/core.cu:225" (its version line passes on "NCCL version")
+    "Tests compiled with NCCL",
+    "WARN src/",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,
