@@ -238,3 +238,61 @@ def test_find_unused_flipped_in_a_step_that_freezes_parameters(tmp_path: Path) -
     assert "find_unused_parameters = True" not in fixed
     ok = lint_project(tmp_path / "ok", {**files, "basicvsr.py": fixed})
     assert [x for x in severities(ok, "DDP-FIND-UNUSED") if x[0] == "basicvsr.py"] == [], ok
+
+
+# POSTECH-CVLab/PyTorch-StudioGAN @ a2144aad0fea7e9c519b84662318926b2ed89a9b,
+# src/utils/ckpt.py:29-30, 186-193 (two checkpoint loaders without map_location, each run
+# by every DDP worker; commit 17e2ce2 maps both) and src/loader.py:37, 82 (the worker).
+SG_CKPT = """\
+from os.path import join
+
+import torch
+
+
+def load_ckpt(model, optimizer, ckpt_path, load_model=False, load_opt=False):
+    ckpt = torch.load(ckpt_path)
+    if load_model:
+        model.load_state_dict(ckpt["state_dict"], strict=False)
+    if load_opt:
+        optimizer.load_state_dict(ckpt["optimizer"])
+
+
+def load_GAN_train_test_model(model, mode, optimizer, RUN):
+    ckpt_path = join(RUN.ckpt_dir, "model=C-{mode}-best-weights.pth".format(mode=mode))
+    ckpt = torch.load(ckpt_path)
+
+    model.load_state_dict(ckpt["state_dict"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    epoch_trained = ckpt["epoch"]
+    return epoch_trained
+"""
+SG_WORKER = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ckpt
+
+
+def load_worker(local_rank, cfgs, gpus_per_node):
+    dist.init_process_group("nccl", rank=local_rank, world_size=gpus_per_node)
+    torch.cuda.set_device(local_rank)
+    model = torch.nn.Linear(4, 4).cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    ckpt.load_ckpt(model, optimizer, cfgs.ckpt_path, load_model=True, load_opt=True)
+    ckpt.load_GAN_train_test_model(model, "train", optimizer, cfgs.RUN)
+    model = DDP(model, device_ids=[local_rank])
+"""
+
+
+def test_each_unmapped_checkpoint_loader_is_said(tmp_path: Path) -> None:
+    files = {"train.py": SG_WORKER, "ckpt.py": SG_CKPT}
+    bad = lint_project(tmp_path / "bad", files)
+    lines = [(n, line) for n, line, _ in severities(bad, "DDP-LOAD-MAP-LOCATION")]
+    assert lines == [("ckpt.py", 7), ("ckpt.py", 16)], bad
+    # twin: commit 17e2ce2 maps both loads
+    fixed = SG_CKPT.replace(
+        "torch.load(ckpt_path)", "torch.load(ckpt_path, map_location=lambda storage, loc: storage)"
+    )
+    ok = lint_project(tmp_path / "ok", {**files, "ckpt.py": fixed})
+    assert severities(ok, "DDP-LOAD-MAP-LOCATION") == [], ok
