@@ -77,7 +77,9 @@ def _kind_of_name(s: Script, qn: str, expr: ast.expr, depth: int) -> Kind | None
 
 _DIST_WORDS: Final = re.compile(
     r"^(local_|global_|world_|node_)?rank$|distributed|^ddp|_ddp$|world_size|get_rank"
-    r"|init_process_group|all_reduce|all_gather|barrier|is_main_process|is_master",
+    r"|init_process_group|all_reduce|all_gather|barrier|is_main_process|is_master"
+    # DDP's own flag, set by a class that knows it runs wrapped (mmediting's BasicVSR)
+    r"|^find_unused_parameters$",
     re.I,
 )
 

@@ -317,7 +317,9 @@ def forward_bypass(s: Script, f: Flow) -> Iterator[Hit]:
 def _wrapper_runs_beside(s: Script, f: Flow, call: ast.Call) -> bool:
     """The same step also runs a DDP forward (`vt = model(t, x)` for the main loss, then
     `model.module.potential(x)` for an extra term): the reducer was prepared for this
-    backward and the extra gradients are summed in before the hooks fire."""
+    backward and the extra gradients are summed in before the hooks fire. A name that
+    holds `model.module if isinstance(model, DDP) else model` is the unwrapped module
+    under DDP (minimind's RL trainers): its call is no wrapper forward."""
     scope = s.scope_of(call)
     scopes = [scope]
     if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -325,7 +327,7 @@ def _wrapper_runs_beside(s: Script, f: Flow, call: ast.Call) -> bool:
     return any(
         isinstance(n, ast.Call)
         and (
-            f.is_ddp_value(n.func)
+            (f.is_ddp_value(n.func) and not _unwrapping_name(s, n.func))
             or (
                 isinstance(n.func, ast.Attribute)
                 and n.func.attr == "forward"
@@ -335,6 +337,18 @@ def _wrapper_runs_beside(s: Script, f: Flow, call: ast.Call) -> bool:
         )
         for sc in scopes
         for n in own_nodes(sc)
+    )
+
+
+def _unwrapping_name(s: Script, expr: ast.expr) -> bool:
+    """A name only ever given `m.module if isinstance(m, DDP) else m` (or `m.module`)."""
+    if not isinstance(expr, ast.Name):
+        return False
+    values = s.assigned(s.scope_of(expr), expr.id)
+    return bool(values) and all(
+        any(isinstance(b, ast.Attribute) and b.attr == "module" for b in branches)
+        for v in values
+        for branches in [[v.body, v.orelse] if isinstance(v, ast.IfExp) else [v]]
     )
 
 

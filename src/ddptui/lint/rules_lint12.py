@@ -122,11 +122,13 @@ def imported_never_wrapped(s: Script, f: Flow) -> Iterator[Hit]:
 def load_without_map_location(s: Script, f: Flow) -> Iterator[Hit]:
     """`torch.load(path)` run by every process of a distributed job: tensors saved from
     a GPU come back on that GPU (cuda:0), whatever `set_device` said, so every rank puts
-    a copy on GPU 0 (yangxy/GPEN 47f01e1)."""
+    a copy on GPU 0 (yangxy/GPEN 47f01e1). Said once per function: each loader the run
+    reaches is a place to fix (PyTorch-StudioGAN's ckpt.py loads in three)."""
     if not f.distributed:
         return
+    said: set[ast.AST] = set()
     for c in s.calls:
-        if s.call_name(c) != "torch.load" or len(c.args) > 1:
+        if s.call_name(c) != "torch.load" or len(c.args) > 1 or s.scope_of(c) in said:
             continue
         if kwarg(c, "map_location") is not None or any(k.arg is None for k in c.keywords):
             continue
@@ -149,7 +151,7 @@ def load_without_map_location(s: Script, f: Flow) -> Iterator[Hit]:
             ),
             path=ast.unparse(path),
         )
-        return
+        said.add(s.scope_of(c))
 
 
 def _mapped_in_other_arm(s: Script, load: ast.Call) -> bool:
