@@ -94,3 +94,26 @@ def test_an_abort_inside_a_real_failure_leaves_the_failure_leading() -> None:
     timeout = "[rank0]:[E722 08:55:15.721744728 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=19, OpType=ALLREDUCE, NumelIn=268435456, NumelOut=268435456, Timeout(ms)=60000) ran for 60001 milliseconds before timing out."
     d = diagnose_lines([timeout, *called])
     assert d.first is not None and d.first.severity == "error" and d.first.id != "LOGS-UNRECOGNIZED"
+
+
+JOBSET = "aa4-hcdd-lab10-jobset-failfast-rank-pod-deleted"
+
+
+def test_jobsets_default_failure_handling_alone_leads() -> None:
+    # hypercomputer-internode-deepdive lab 10: rank 3's pod force-deleted; JobSet's status and
+    # event "jobset failed due to one or more job failures (first failed job: ...-worker-3)"
+    # (kubernetes-sigs/jobset FailedJobsMessage: no failure policy defined), restarts 0: the
+    # default policy took the whole gang down
+    d = excerpt(JOBSET)
+    assert lead(d) == "K8S-JOB-FAILED"
+    assert d.first is not None and "spec.failurePolicy.maxRestarts" in d.first.fix
+    assert first_via_chunks(_lines(JOBSET), "jobset.txt") == "K8S-JOB-FAILED"
+    # twin: the rank's own failure beside it leads (the JobSet line only says where)
+    d = diagnose_lines([*_lines(JOBSET), "      Reason:       OOMKilled"])
+    assert lead(d) == "K8S-OOMKILLED"
+    # twin: the training operator's condition alone stays an honest unknown (logs6)
+    d = diagnose_lines(["PyTorchJob default/train is failed because 1 Worker replica(s) failed."])
+    assert lead(d) == "LOGS-UNRECOGNIZED"
+    # twin: JobSet failing after the restarts it was allowed is not its default handling
+    maxed = [line.replace("one or more job failures", "reaching max number of restarts") for line in _lines(JOBSET)]
+    assert lead(diagnose_lines(maxed)) != "K8S-JOB-FAILED"
