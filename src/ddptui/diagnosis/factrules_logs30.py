@@ -143,8 +143,17 @@ def ib_asked_unfound(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | No
 
 
 SLURM_WRAPPERS: Final = frozenset({"SLURM-CANCELLED", "SLURM-TASK-EXIT"})
+# logs37: JobSet's condition for its default failure handling (kubernetes-sigs/jobset
+# pkg/constants FailedJobsMessage, "when no failure policy is defined"): the line names the
+# policy that took the whole gang down, a cause of its own where nothing else is logged
+JOBSET_DEFAULT_FAILED: Final = "jobset failed due to one or more job failures"
 
 
 def slurm_wrapper_alone(first: Finding, failure_lines: int) -> bool:
-    """Slurm's own wrapper leads where the log has no other failure line (hard or soft)."""
-    return first.id in SLURM_WRAPPERS and failure_lines == 0
+    """Slurm's own wrapper leads where the log has no other failure line (hard or soft);
+    so does JobSet's default failure handling (logs37)."""
+    if failure_lines:
+        return False
+    if first.id == "K8S-JOB-FAILED":
+        return any(JOBSET_DEFAULT_FAILED in e for e in first.evidence)
+    return first.id in SLURM_WRAPPERS

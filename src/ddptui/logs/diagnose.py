@@ -34,6 +34,7 @@ from ddptui.logs.lineinfo import (
     ELASTIC_SUMMARY_RANK,
     NCCL_INIT_RANK,
 )
+from ddptui.logs.recovered import RetryWarnings
 from ddptui.logs.scan import Candidate, from_lines
 from ddptui.logs.stalls import StallWatch
 from ddptui.logs.teardown import AbortWindows
@@ -203,6 +204,7 @@ class Diagnoser:
         # a log that stops where a job waits (off for a live job's logs: they always stop)
         self.stalls = StallWatch(load_factrules().stalls if stalls else ())
         self.aborts = AbortWindows()  # gpu8: NCCL's teardown at exit (logs/teardown.py)
+        self.retries = RetryWarnings()  # logs37: retry warnings a thread got past
         self.logger_exit = LoggerExit()  # logs30: a QueueListener's EOFError after the work
         self.stacks = StackDumps()  # logs31: py-spy's dumps (who is in a collective, who waits)
         self.spliced = SplicedSlurm()  # logs32: another job's Slurm lines inside this run's
@@ -229,6 +231,7 @@ class Diagnoser:
         self.facts.feed(cand.source, where, cand.text, head.host, head.pid, rank)
         self._context(cand, where)
         self.aborts.feed(cand.source, head.pid, cand.text)
+        self.retries.feed(cand.source, cand.text)
         self.logger_exit.feed(cand.source, self.order, cand.lineno, cand.text)
         self.stacks.feed(cand.source, cand.text)
         m = classify_line(cand.text, cand.sigs) if cand.sigs else None
@@ -263,11 +266,13 @@ class Diagnoser:
 
     def _unknown_line(self, cand: Candidate, key: str, where: str, hard: bool) -> None:
         """A failure line no signature knows, unless it is teardown."""
-        if not hard and self.aborts.inside(cand.source, cand.head.pid):
+        if not hard and self.aborts.inside(cand.source, cand.head.pid, cand.text):
             return  # gpu8: teardown, not a failure
         if (since := self.logger_exit.teardown_since(cand.source, cand.text)) is not None:
             self.unknown.retract(cand.source, since)  # logs30: the logger's teardown
             return
+        if not hard and self.retries.hold(cand.source, (key, self.order, cand.t, where, cand.text)):
+            return  # logs37: kept until its thread says whether it connected
         self.unknown.add(key, self.order, cand.t, where, cand.text, hard)
 
     def _watchdog(self, groups: dict[str, str], rank: int | None, where: str, text: str) -> None:
@@ -451,6 +456,8 @@ class Diagnoser:
         root_order = first_hits[root_id].order if root_id is not None else None
         root_secondary = root_id is not None and first_hits[root_id].match.signature.secondary
         self.hints.update(self.stacks.hints())
+        for held in self.retries.unrecovered():
+            self.unknown.add(*held, hard=False)
         first, findings = conclude(
             self, first, findings, root_order, root_secondary, self.pid_rank
         )

@@ -161,6 +161,10 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     # macro's bare "WARN src/core.cu:225" (its version line passes on "NCCL version")
     "Tests compiled with NCCL",
     "WARN src/",
+    # logs37: a thread that got past its retry warnings, and the thread NCCL's abort
+    # reached (logs/recovered.py, logs/teardown.py)
+    "Connected after ",
+    "ProgressOpt: abort called",
 )
 MIN_NEEDLE: Final = 4
 # Typical healthy output: a trigger found there would cost a classification per line,

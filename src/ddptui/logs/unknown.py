@@ -132,8 +132,8 @@ class Unknowns:
     def add(self, key: str, order: int, t: float | None, where: str, text: str, hard: bool) -> None:
         self.count += 1
         kept = self.hard if hard else self.soft
-        if key not in kept and len(kept) < MAX_KEYS:
-            kept[key] = FirstError(key, order, t, where, text.strip()[:300])
+        if (key in kept and order < kept[key].order) or (key not in kept and len(kept) < MAX_KEYS):
+            kept[key] = FirstError(key, order, t, where, text.strip()[:300])  # the earliest
 
     def read_edges(
         self, source: str, edges: Sequence[tuple[int, str]], order: int, t: float | None
