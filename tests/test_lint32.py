@@ -296,3 +296,47 @@ def test_best_model_read_back_without_a_barrier_by_a_trainer_picked_by_name(
     assert fixed != RB_TRAINER
     ok = lint_project(tmp_path / "ok", {**files, "pkg/trainer/trainer.py": fixed})
     assert severities(ok, "DDP-CKPT-BARRIER") == [], ok
+
+
+# yeyupiaoling/MASR @ eeb915450089312d309977a80bfcfe83794bd724, masr/trainer.py:199-205
+# and 336-339: `local_rank = dist.get_rank()` (the global rank under a local name, which
+# DDP-HARDCODED-DEVICE reports) gates the saves: rank 0 alone writes them, so the
+# local-rank reading of DDP-ALL-RANKS-IO ("local rank 0 of every node") must not speak.
+MASR_GATE = """\
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def train(save_path):
+    nranks = torch.cuda.device_count()
+    local_rank = 0
+    if nranks > 1:
+        dist.init_process_group(backend='nccl')
+        local_rank = dist.get_rank()
+    model = nn.Linear(8, 8).cuda()
+    if nranks > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    for epoch in range(3):
+        if local_rank == 0:
+            torch.save(model.module.state_dict(), save_path)
+
+
+if __name__ == '__main__':
+    train('model.pt')
+"""
+
+
+def test_a_global_rank_under_a_local_name_gates_one_writer(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "global", {"train.py": MASR_GATE})
+    assert not [f for f in found if "rank on this node" in f.summary], found
+    # twin: the local rank from the launcher's environment does pick one writer per node
+    local = MASR_GATE.replace(
+        "local_rank = dist.get_rank()", "local_rank = int(os.environ['LOCAL_RANK'])"
+    ).replace("import torch\n", "import os\n\nimport torch\n", 1)
+    hits = [
+        f
+        for f in lint_project(tmp_path / "local", {"train.py": local})
+        if "rank on this node" in f.summary
+    ]
+    assert [(h.id, h.line) for h in hits] == [("DDP-ALL-RANKS-IO", 18)], hits
