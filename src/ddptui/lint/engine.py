@@ -22,6 +22,8 @@ from ddptui.lint import (
     lint29,
     lint30,
     lint31,
+    lint32,
+    lint32_ckpt,
     rules_accum,
     rules_branch_lint6,
     rules_data,
@@ -87,6 +89,8 @@ RULES: Final[tuple[Rule, ...]] = (
     *lint29.RULES,
     *lint30.RULES,
     *lint31.RULES,
+    *lint32.RULES,
+    *lint32_ckpt.RULES,
     *rules_lint10.RULES,
     *rules_lint12.RULES,
     *rules_lint13.RULES,
@@ -125,6 +129,7 @@ RULE_IDS: Final = (
     "DDP-FORWARD-BYPASS",
     "DDP-NOT-APPLIED",
     "DDP-LOAD-MAP-LOCATION",
+    "DDP-LOAD-INTO-WRAPPER",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")

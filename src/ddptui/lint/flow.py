@@ -361,7 +361,14 @@ class Flow:
         if isinstance(expr, ast.Constant):
             return expr.value in _RANK_ENV and self._in_environ(expr)
         if isinstance(expr, ast.Subscript):
-            return self.rank_valued(expr.slice, depth) and "environ" in ast.unparse(expr.value)
+            # `os.environ["RANK"]`; `config["local_rank"]`: a config dict's rank entry
+            # (RUCAIBox/RecBole's trainer tests `self.config["local_rank"] != 0`)
+            key = expr.slice
+            return (
+                isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and is_rank_name(key.value)
+            ) or (self.rank_valued(key, depth) and "environ" in ast.unparse(expr.value))
         if isinstance(expr, ast.BinOp):
             return self.rank_valued(expr.left, depth) or self.rank_valued(expr.right, depth)
         if isinstance(expr, ast.UnaryOp):
@@ -523,7 +530,9 @@ class Flow:
         self._guard_busy.add(func)
         try:
             sites = self.s.call_sites(func)
-            return bool(sites) and all(self.guarded(c) for c in sites) and not self._both_arms(sites)
+            return (
+                bool(sites) and all(self.guarded(c) for c in sites) and not self._both_arms(sites)
+            )
         finally:
             self._guard_busy.discard(func)
 

@@ -245,9 +245,31 @@ class Project:
             elif isinstance(node, ast.ClassDef):
                 mod.classes.setdefault(node.name, node)
         mod.loaded = [
-            p for p in loaded_modules(self.root, mod.nodes, self.parents) if p != mod.key
+            p
+            for p in [*loaded_modules(self.root, mod.nodes, self.parents), *self._named(mod, here)]
+            if p != mod.key
         ]
         return mod
+
+    def _named(self, mod: Module, here: Path) -> list[str]:
+        """`importlib.import_module("recbole.trainer")`: a project module named whole by a
+        literal is imported as an import statement would (RUCAIBox/RecBole's
+        `get_trainer` picks its trainer class from it by name)."""
+        out: list[str] = []
+        for n in mod.nodes:
+            if (
+                isinstance(n, ast.Call)
+                and (
+                    n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+                )
+                == "import_module"
+                and len(n.args) == 1
+                and isinstance(n.args[0], ast.Constant)
+                and isinstance(n.args[0].value, str)
+                and (target := self._find(n.args[0].value, here, 0)) is not None
+            ):
+                out.append(key(target))
+        return out
 
     def _path_dirs(self, nodes: list[ast.AST], here: Path) -> list[Path]:
         """The file's own sys.path folders, then the entry's: sys.path is the process's, so
@@ -328,7 +350,9 @@ class Project:
             bases = [base]
         else:
             bases = list(
-                dict.fromkeys([here, self.root, self.root / "src", *self._extra, *_home(here, parts)])
+                dict.fromkeys(
+                    [here, self.root, self.root / "src", *self._extra, *_home(here, parts)]
+                )
             )
         for base in bases:
             if not parts and level:

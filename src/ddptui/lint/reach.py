@@ -59,6 +59,15 @@ def reached(self: Script) -> list[ast.AST]:
     # a module a run-time loader imports by name (dynamic.py): the class it returns is
     # picked by name too (ParlAI's load_agent_module: `getattr(module, class_name)`)
     loaded = {p for m in self.modules for p in m.loaded}
+    # a package loaded by name hands out what its __init__ star-imports (RecBole's
+    # recbole/trainer/__init__.py: `from recbole.trainer.trainer import *`)
+    loaded |= {
+        str(Path(p).resolve())
+        for m in self.modules
+        if m.key in loaded
+        for name, (p, _) in m.local.items()
+        if name.startswith("*")
+    }
     for m in self.modules[1:]:
         by_name = m.key in loaded
         for st in m.tree.body:
@@ -175,7 +184,9 @@ def partial_target(self: Script, call: ast.Call, name: str) -> tuple[FuncNode, .
     for v in self.assigned(self.scope_of(call), name, module_too=True):
         if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name):
             inits = [
-                m for cls in _registry_classes(self, v.value) for m in self._methods(cls, "__init__")
+                m
+                for cls in _registry_classes(self, v.value)
+                for m in self._methods(cls, "__init__")
             ]
             if inits:
                 return tuple(dict.fromkeys(inits))

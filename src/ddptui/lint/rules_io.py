@@ -19,6 +19,7 @@ from ddptui.lint.lint15 import (
 from ddptui.lint.lint24 import guards_nearby
 from ddptui.lint.lint26_anchor import fallback_write, guarded_sibling, rankless_owner
 from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
+from ddptui.lint.lint32 import plain_reload
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last
@@ -89,18 +90,19 @@ def _filled_in(s: Script, name: ast.Name) -> list[ast.expr]:
 def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.ddp_calls:
         return
-    for c in s.calls:  # loading back into the wrapper is consistent: nothing to say
-        if (
-            isinstance(c.func, ast.Attribute)
-            and c.func.attr == "load_state_dict"
-            and f.is_ddp_value(c.func.value)
-            and not _unwrapped(s, c.func.value)
-            and not _before_wrapping(s, f, c)
-            and not _prefix_juggling(s, c)
-        ):
-            return
+    # loading back into the wrapper is consistent: nothing to say, unless a plain model
+    # elsewhere reads the same file (lint32.plain_reload)
+    consistent = any(
+        isinstance(c.func, ast.Attribute)
+        and c.func.attr == "load_state_dict"
+        and f.is_ddp_value(c.func.value)
+        and not _unwrapped(s, c.func.value)
+        and not _before_wrapping(s, f, c)
+        and not _prefix_juggling(s, c)
+        for c in s.calls
+    )
     for c in s.calls:
-        if not _torch(s, c, "save") or not c.args:
+        if not _torch(s, c, "save") or not c.args or (consistent and not plain_reload(s, f, c)):
             continue
         for recv in _state_dict_receivers(s, c.args[0]):
             if (

@@ -43,14 +43,16 @@ def is_local(s: Script, expr: ast.AST, depth: int = 0) -> bool:  # noqa: PLR0911
     if depth > 3:
         return False
     if isinstance(expr, ast.Name | ast.Attribute):
+        values = (
+            s.assigned(s.scope_of(expr), expr.id, module_too=True)
+            if isinstance(expr, ast.Name)
+            else []
+        )
+        if any(_global_rank_call(s, v) for v in values):
+            return False  # `local_rank = dist.get_rank()` (yeyupiaoling/MASR eeb9154)
         if _LOCAL_NAME.search(ident(expr) or ""):
             return True
-        if isinstance(expr, ast.Name):
-            return any(
-                is_local(s, v, depth + 1)
-                for v in s.assigned(s.scope_of(expr), expr.id, module_too=True)
-            )
-        return False
+        return any(is_local(s, v, depth + 1) for v in values)
     if isinstance(expr, ast.Call):
         name = last(s.call_name(expr))
         if name in ("get_local_rank", "get_node_local_rank"):
@@ -63,6 +65,11 @@ def is_local(s: Script, expr: ast.AST, depth: int = 0) -> bool:  # noqa: PLR0911
     if isinstance(expr, ast.Constant):
         return expr.value in _LOCAL_ENV
     return False
+
+
+def _global_rank_call(s: Script, value: ast.expr) -> bool:
+    """`dist.get_rank()`: the global rank, whatever the name it is given."""
+    return isinstance(value, ast.Call) and last(s.call_name(value)) == "get_rank"
 
 
 def _zero_side(expr: ast.expr) -> bool:
