@@ -184,12 +184,32 @@ def _paired(
 ) -> bool:
     """The same collective under another rank test in the same function: each rank
     reaches it once, at a different place (`if local_rank not in [-1, 0]: barrier()`
-    ... `if local_rank == 0: barrier()`, the "main process first" pattern)."""
+    ... `if local_rank == 0: barrier()`, the "main process first" pattern), or in the
+    other half of the same context manager (`__enter__` waits on the ranks that are not
+    the main one, `__exit__` on the main one: avalanche's main-process-first section)."""
     scope = s.scope_of(call)
     return any(
-        other is not call and w == what and g is not guard and s.scope_of(other) is scope
+        other is not call
+        and w == what
+        and g is not guard
+        and (s.scope_of(other) is scope or _cm_halves(s, scope, s.scope_of(other)))
         for other, g, w in found
     )
+
+
+_CM_HALVES: Final = ({"__enter__", "__exit__"}, {"__aenter__", "__aexit__"})
+
+
+def _cm_halves(s: Script, a: ast.AST | None, b: ast.AST | None) -> bool:
+    """`a` and `b` are the entering and leaving methods of one context-manager class."""
+    if not isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef) or not isinstance(
+        b, ast.FunctionDef | ast.AsyncFunctionDef
+    ):
+        return False
+    if {a.name, b.name} not in _CM_HALVES:
+        return False
+    cls = s.class_of(a)
+    return cls is not None and cls is s.class_of(b)
 
 
 def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
