@@ -20,7 +20,7 @@ from typing import Final
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.nonetest import none_test
-from ddptui.lint.script import Script, kwarg, last
+from ddptui.lint.script import Script, kwarg, last, other_branch_takes_module
 
 # a checkpoint's file name as a literal: `'model.pt'`, `"best.pth"` (an f-string's
 # pieces are not whole names, so they never tie two paths together)
@@ -138,31 +138,11 @@ def _saves(s: Script, f: Flow) -> tuple[set[str], set[str], bool]:
             if _plain_weights(s, recv):
                 plain |= names
                 plain.add("")  # the project's convention: plain weights
-            elif f.is_ddp_value(recv) and not _sibling_module(s, recv):
+            elif f.is_ddp_value(recv) and not other_branch_takes_module(s, recv):
                 wrapped |= names
                 any_wrapped = True
     return plain, wrapped, any_wrapped
 
-
-def _sibling_module(s: Script, node: ast.AST) -> bool:
-    """In one branch of an `if`/`else` (or `a if c else b`) whose other branch takes
-    `.module`: the isinstance(DDP) split that loads or saves each kind correctly."""
-    child = node
-    for a in s.ancestors(node):
-        if isinstance(a, ast.IfExp | ast.If):
-            body = [a.body] if isinstance(a, ast.IfExp) else a.body
-            other = a.orelse if any(child is b for b in body) else a.body
-            others = other if isinstance(other, list) else [other]
-            if any(
-                isinstance(n, ast.Attribute) and n.attr == "module"
-                for o in others
-                for n in ast.walk(o)
-            ):
-                return True
-        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
-            return False
-        child = a
-    return False
 
 
 def _wrapped_before(s: Script, f: Flow, node: ast.Call, depth: int = 0) -> bool:
@@ -193,7 +173,7 @@ def unwrapped_into_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             and c.args
             and f.is_ddp_value(c.func.value)
             and not _module_of(s, c.func.value)
-            and not _sibling_module(s, c)
+            and not other_branch_takes_module(s, c)
             and not any(
                 isinstance(n, ast.Constant) and isinstance(n.value, str) and "module" in n.value
                 for n in ast.walk(s.scope_of(c))

@@ -22,7 +22,7 @@ from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
 from ddptui.lint.lint32 import plain_reload
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script, const, kwarg, last, other_branch_takes_module
 
 _WRITE_MODES: Final = ("w", "a", "x")
 _SHARDED_TYPES: Final = frozenset({"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"})
@@ -108,7 +108,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             if (
                 f.is_ddp_value(recv)
                 and not _unwrapped(s, recv)
-                and (not _other_branch(s, recv) or rank_conjoined_else(s, f, recv))
+                and (not other_branch_takes_module(s, recv) or rank_conjoined_else(s, f, recv))
             ):
                 # said at the `.state_dict()` call, where `.module` belongs (the save
                 # may be lines below, through a dict or a name), unless a helper's
@@ -161,26 +161,6 @@ def _prefix_juggling(s: Script, load: ast.Call) -> bool:
         for n in ast.walk(s.scope_of(load))
     )
 
-
-def _other_branch(s: Script, node: ast.AST) -> bool:
-    """On the plain branch of `m.module.state_dict() if ddp else m.state_dict()` (or of
-    an `if`/`else` of statements): the other branch takes `.module`."""
-    child = node
-    for a in s.ancestors(node):
-        if isinstance(a, ast.IfExp | ast.If):
-            body = [a.body] if isinstance(a, ast.IfExp) else a.body
-            other = a.orelse if any(child is b for b in body) else a.body
-            others = other if isinstance(other, list) else [other]
-            if any(
-                isinstance(n, ast.Attribute) and n.attr == "module"
-                for o in others
-                for n in ast.walk(o)
-            ):
-                return True
-        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
-            return False
-        child = a
-    return False
 
 
 def _before_wrapping(s: Script, f: Flow, call: ast.Call) -> bool:

@@ -567,6 +567,27 @@ class Pick(ast.Subscript):
         self.index = index
 
 
+def other_branch_takes_module(s: Script, node: ast.AST) -> bool:
+    """On the plain branch of `m.module.state_dict() if ddp else m.state_dict()` (or of
+    an `if`/`else` of statements): the other branch takes `.module`."""
+    child = node
+    for a in s.ancestors(node):
+        if isinstance(a, ast.IfExp | ast.If):
+            body = [a.body] if isinstance(a, ast.IfExp) else a.body
+            other = a.orelse if any(child is b for b in body) else a.body
+            others = other if isinstance(other, list) else [other]
+            if any(
+                isinstance(n, ast.Attribute) and n.attr == "module"
+                for o in others
+                for n in ast.walk(o)
+            ):
+                return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+        child = a
+    return False
+
+
 def self_attr(node: ast.AST) -> str | None:
     """`self.<attr>` -> attr; anything else -> None."""
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
