@@ -106,4 +106,106 @@ def lightning_hook_io(s: Script, f: Flow) -> Iterator[Hit]:
                 return
 
 
-RULES = (lightning_hook_io,)
+# a step hook Lightning runs on every rank in lockstep (the DDP wrapper's forward and
+# backward, `self.log(..., sync_dist=True)`)
+_STEPS: Final = frozenset({"training_step", "validation_step", "test_step"})
+# what a LightningModule reads or uses only when it runs on several processes
+_RANK_AWARE: Final = frozenset(
+    {"global_rank", "local_rank", "is_global_zero", "rank_zero_only", "world_size"}
+)
+
+
+def _multi_process(s: Script, cls: ast.ClassDef) -> bool:
+    """The module is meant for several processes: a DDP strategy, or the module tests
+    its rank itself (`self.global_rank == 0`, `@rank_zero_only`)."""
+    return _ddp_strategy(s) or any(
+        (isinstance(n, ast.Attribute) and n.attr in _RANK_AWARE)
+        or (isinstance(n, ast.Name) and n.id in _RANK_AWARE)
+        for n in ast.walk(cls)
+    )
+
+
+def _manual(cls: ast.ClassDef) -> bool:
+    """`self.automatic_optimization = False`: the module steps itself, and skipping a
+    step by returning None is its own business."""
+    return any(
+        isinstance(n, ast.Assign)
+        and any(ast.unparse(t) == "self.automatic_optimization" for t in n.targets)
+        for n in ast.walk(cls)
+    )
+
+
+def _skips(hook: ast.FunctionDef) -> list[tuple[ast.If, ast.Return]]:
+    """`if <a value the step computed>: return None` in the hook's own body."""
+    local = {
+        t.id
+        for n in ast.walk(hook)
+        if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for t in ast.walk(n.targets[0] if isinstance(n, ast.Assign) else n.target)
+        if isinstance(t, ast.Name)
+    }
+    out: list[tuple[ast.If, ast.Return]] = []
+    for n in ast.walk(hook):
+        if not isinstance(n, ast.If) or not n.body:
+            continue
+        ret = n.body[-1]
+        if not isinstance(ret, ast.Return) or (
+            ret.value is not None
+            and not (isinstance(ret.value, ast.Constant) and ret.value.value is None)
+        ):
+            continue
+        if any(isinstance(m, ast.Name) and m.id in local for m in ast.walk(n.test)):
+            out.append((n, ret))
+    return out
+
+
+def lightning_step_divergence(s: Script, f: Flow) -> Iterator[Hit]:
+    """A LightningModule's step that some ranks skip. Lightning runs `training_step`
+    and `validation_step` on every rank in lockstep:
+
+    - `@rank_zero_only` on a step hook: only rank 0 runs the forward and the logging
+      (GaTech-RL2/EgoVerse d12af61 pl_model.py, fixed in f9ff33f "removed rank
+      conditions");
+    - `training_step` returning None on a value this rank computed (a non-finite loss,
+      a loss spike over its own running mean): this rank skips backward while the others
+      wait in the gradient all-reduce; Lightning documents returning None as unsupported
+      under multi-GPU (EgoVerse 3f60440, fixed in 00889b7 by all-reducing the skip flag).
+    """
+    for cls in (n for n in s.nodes if isinstance(n, ast.ClassDef)):
+        if not _lightning_module(cls) or not _multi_process(s, cls):
+            continue
+        for hook in cls.body:
+            if not isinstance(hook, ast.FunctionDef) or hook.name not in _STEPS:
+                continue
+            if _rank_zero_only(hook):
+                yield Hit.at(
+                    "DDP-RANK-DIVERGENCE",
+                    hook,
+                    (
+                        f"`{hook.name}()` is `@rank_zero_only`: Lightning calls it on every "
+                        "rank in step, but only rank 0 runs its forward and logging"
+                    ),
+                    severity="warning",
+                    condition="rank == 0",
+                    collective=f"the DDP forward and logging of `{hook.name}()`",
+                )
+                continue
+            if hook.name != "training_step" or _manual(cls):
+                continue
+            for test, _ in _skips(hook):
+                yield Hit.at(
+                    "DDP-RANK-DIVERGENCE",
+                    test,
+                    (
+                        f"`training_step()` returns None when `{ast.unparse(test.test)}`, "
+                        "a value of this rank's batch: this rank skips backward while the "
+                        "others wait in the gradient all-reduce (decide together: "
+                        "all-reduce the flag, or return `loss * 0`)"
+                    ),
+                    severity="warning",
+                    condition=f"not ({ast.unparse(test.test)})",
+                    collective="the gradient all-reduce of backward",
+                )
+
+
+RULES = (lightning_hook_io, lightning_step_divergence)
