@@ -17,7 +17,7 @@ from ddptui.diagnosis.finding import Finding
 from ddptui.job import lastknown
 from ddptui.job.model import NodeView, node_from_records
 from ddptui.job.sharedfiles import ReadPlan, merge_views, survey_reads
-from ddptui.job.side import ambiguity, side_findings
+from ddptui.job.side import ambiguity, overruled, side_findings
 from ddptui.job.verdict import JobVerdict, judge
 from ddptui.transport import make_transports
 from ddptui.transport.base import ConnectFailure, NodeTarget, Transport
@@ -139,6 +139,7 @@ async def look_at_job(
             "ambiguous", unclear.summary, (unclear,), (), verdict.ranks, None, (), (), ()
         )
     findings = side_findings(views, verdict, config, options.match, targets)
+    verdict, findings = overruled(verdict, findings)
     notes: list[str] = [*reads.problems, *reads.notes]
     if options.trigger_dump:
         notes += [

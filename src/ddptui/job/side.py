@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ddptui.config import ClusterConfig
@@ -67,6 +68,29 @@ def side_findings(
     first, rest = out[:1], out[1:]
     rest.sort(key=lambda f: _ORDER.get(f.severity, 3))
     return tuple(first + rest)
+
+
+# What the job's own communicators say now (the flight recorder's dumps of this job, NCCL
+# RAS's answer): a collective that timed out, ranks that part ways, a communicator in error
+_STUCK_BY: frozenset[str] = frozenset({"JOB-FR-DIVERGED", "JOB-FR-TIMEOUT", "JOB-RAS-PROBLEM"})
+
+
+def overruled(verdict: JobVerdict, findings: tuple[Finding, ...]) -> tuple[JobVerdict, tuple[Finding, ...]]:
+    """gpu11: ranks alive and busy are no proof of progress when the job's communicators say
+    otherwise. NCCL's proxy and watchdog threads spin at 100 % CPU in a collective that can
+    never complete (rank 0 in a barrier while rank 1 all-reduces: NCCL's "message truncated",
+    both ranks alive, output quiet), so the process readings call it healthy, while the
+    flight recorder shows the ranks parting ways and RAS a communicator in error. Then the
+    job is hung: the headline says what the communicators say, and JOB-HEALTHY goes."""
+    if verdict.state not in ("healthy", "waiting"):
+        return verdict, findings
+    said = next((f for f in findings if f.id in _STUCK_BY and f.severity == "error"), None)
+    if said is None:
+        return verdict, findings
+    headline = f"hung: the ranks are alive and busy, but {said.summary}"
+    rest = tuple(f for f in findings if f.id not in ("JOB-HEALTHY", "JOB-WAITING"))
+    first = (said, *(f for f in rest if f is not said))
+    return replace(verdict, state="hung", headline=headline, findings=(said,)), first
 
 
 def chosen_keys(views: Sequence[NodeView]) -> dict[str, str]:

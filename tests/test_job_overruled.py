@@ -1,0 +1,107 @@
+"""`ddptui job` must not call a job healthy because its ranks are alive and busy when the
+job's own communicators say it is stuck.
+
+Seen on the lent H200 (tests/fixtures/gpu-h200/fail11/barrier0*): rank 0 alone called
+dist.barrier() while rank 1 all-reduced. NCCL said "message truncated", both ranks stayed
+alive at 100-250 % CPU (NCCL's threads spin) with quiet output, and without py-spy the look
+said "HEALTHY: 2 ranks running of 2, 2 progressed", above JOB-FR-DIVERGED ("ranks part
+ways at collective #4: rank 0 all_reduce_barrier [[1]], rank 1 all_reduce [[1048576]]").
+
+Real processes on this machine, as in test_job_frshared.py: a launcher named torchrun (a
+stand-in starting two workers with torchrun's environment) whose workers spin on the CPU,
+and the real job probe through the local transport; the dumps are that run's real torch
+2.11 flight-recorder dumps, copied where the workers' TORCH_FR_DUMP_TEMP_FILE names them,
+after the job started (an older one is stale)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+FR = Path(__file__).parent / "fixtures" / "gpu-h200" / "fail11" / "fr"
+LAUNCHER = """\
+import os, subprocess, sys
+prefix = sys.argv[3]
+kids = []
+for rank in (0, 1):
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", GROUP_RANK="0",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT="29998", TORCHELASTIC_RUN_ID="overruled",
+               TORCH_FR_DUMP_TEMP_FILE=prefix)
+    kids.append(subprocess.Popen([sys.executable, "-c", "while True: pass"], env=env))
+for k in kids:
+    k.wait()
+"""
+
+
+def _start(work: Path) -> subprocess.Popen[bytes]:
+    launcher = work / "bin" / "torchrun"
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    launcher.write_text(LAUNCHER)
+    proc = subprocess.Popen(
+        [sys.executable, str(launcher), "--tag", "overruled", str(work / "fr" / "barrier0-")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # both workers are up
+        kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        if kids.exists() and len(kids.read_text().split()) == 2:
+            return proc
+        time.sleep(0.1)
+    os.killpg(proc.pid, 9)
+    raise AssertionError("the job did not start")
+
+
+def _look(work: Path) -> tuple[dict[str, Any], str]:
+    config = work / "one.yaml"
+    config.write_text(
+        "name: one-host\nmaster: {addr: 127.0.0.1, port: 29998}\n"
+        "nodes: [{host: local, name: vm}]\npython: " + sys.executable + "\n"
+    )
+    out = work / f"job-{time.monotonic_ns()}.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "ddptui", "job", str(config), "--match", "tag overruled",
+         "--no-stacks", "--window", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "XDG_STATE_HOME": str(work / "state")},
+        check=False,
+    )
+    return json.loads(out.read_text()), run.stdout
+
+
+def _ids(report: dict[str, Any]) -> list[str]:
+    return [f["id"] for f in report["steps"][0]["findings"]]
+
+
+def test_busy_ranks_whose_flight_recorder_parts_ways_are_hung_not_healthy(tmp_path: Path) -> None:
+    proc = _start(tmp_path)
+    try:
+        # twin: no dump yet, the busy ranks look healthy (nothing says otherwise)
+        report, shown = _look(tmp_path)
+        assert "JOB-HEALTHY" in _ids(report), _ids(report)
+        assert "HEALTHY" in shown
+
+        time.sleep(1.1)  # the dumps newer than the job's start (clock ticks)
+        (tmp_path / "fr").mkdir()
+        for rank in (0, 1):
+            shutil.copyfile(FR / f"barrier0-{rank}", tmp_path / "fr" / f"barrier0-{rank}")
+        report, shown = _look(tmp_path)
+        ids = _ids(report)
+        assert ids[0] == "JOB-FR-DIVERGED", ids
+        assert "JOB-HEALTHY" not in ids, ids
+        assert "HUNG" in shown and "HEALTHY" not in shown, shown
+        assert "hung: the ranks are alive and busy, but flight recorder: ranks part ways at collective #4" in shown
+        first = report["steps"][0]["findings"][0]
+        assert "all_reduce_barrier" in " ".join(first["evidence"]), first
+    finally:  # only what this test started: the launcher's own session
+        os.killpg(proc.pid, 9)
+        proc.wait(10)
