@@ -42,6 +42,9 @@ class Proc:
     transports: frozenset[str] = frozenset()  # NCCL's channel transports (NET/IB, P2P, SHM)
     nccl_env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # "set by environment"
     init_complete: bool = False  # NCCL said "Init COMPLETE" for it
+    comms: frozenset[str] = frozenset()  # gpu11: the NCCL commIds it started or completed
+    # gpu11: commId -> (nranks, "where: line") of a communicator it started, never completed
+    comm_pending: Mapping[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,9 @@ class Context:
     # logs16: c10d's "The hostname of the client socket cannot be retrieved" lines, in
     # order: (source, "where: text")
     rdns: tuple[tuple[str, str], ...] = ()
+    # gpu11: rank -> the first line of an error finding about that rank that quotes its own
+    # Python exception ("[rank1]: RuntimeError: ..."): that rank did not finish normally
+    raised: Mapping[int, str] = dataclasses.field(default_factory=dict)
 
     @property
     def hosts(self) -> list[str]:

@@ -39,6 +39,7 @@ from ddptui.diagnosis.factrules_env import nccl_env_differs
 from ddptui.diagnosis.factrules_gpu7 import lightning_gpus, lightning_gpus_slurm
 from ddptui.diagnosis.factrules_gpu9 import left_early
 from ddptui.diagnosis.factrules_gpu10 import kept_running, sizes_differ
+from ddptui.diagnosis.factrules_gpu11 import comm_not_joined
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     nccl_predates_gpu,
@@ -537,6 +538,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     # gpu10 (real captures on a lent GPU)
     "sizes_differ": sizes_differ,
     "kept_running": kept_running,
+    # gpu11 (real captures on a lent GPU)
+    "comm_not_joined": comm_not_joined,
 }
 
 

@@ -72,8 +72,9 @@ def left_early(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     for r, line in ctx.watchdog_lines.items():
         waiting.setdefault(r, line)
     for r in list(done):
-        if r in waiting:  # a rank that waited itself did not leave early
-            del done[r]
+        if r in waiting or r in ctx.raised:  # a rank that waited itself, or raised its own
+            del done[r]  # exception (gpu11: a collective after destroy_process_group), did
+            # not leave early the normal way
     if node is not None and any(_source(line) in (node[0], None) for line in waiting.values()):
         node = None  # a waiting rank of that node's own file (or of no file): not proven
     if not waiting or not (done or node):

@@ -128,6 +128,9 @@ class ProcFacts:
     oob_if: str | None = None
     oob_ip: str | None = None
     comm_ranks: dict[str, int] = field(default_factory=dict)  # commId (or "?") -> rank
+    # gpu11: commId -> (nranks, the line) of a communicator it started and never completed
+    comm_pending: dict[str, tuple[int, str]] = field(default_factory=dict)
+    comm_ids: set[str] = field(default_factory=set)  # gpu11: every commId it started or completed
     transports: set[str] = field(default_factory=set)  # NET/IB, NET/Socket, P2P, SHM
     nccl_env: dict[str, str] = field(default_factory=dict)
     launcher: dict[str, str] = field(default_factory=dict)  # master_addr, master_port, ...
@@ -420,6 +423,12 @@ def _init(p: ProcFacts, m: re.Match[str], said: str) -> None:
     elif nranks == p.world_size and p.rank is None:
         p.rank = int(m["rank"])
     p.comm_ranks[m["commId"] or m["comm"]] = int(m["rank"])
+    if m["commId"]:
+        p.comm_ids.add(m["commId"])
+    if m["commId"] and m["what"] == "START":
+        p.comm_pending.setdefault(m["commId"], (nranks, said))
+    elif m["commId"]:
+        p.comm_pending.pop(m["commId"], None)
     p.evidence.setdefault("init", said)
     p.init_complete = p.init_complete or m["what"] == "COMPLETE"
 

@@ -243,6 +243,20 @@ def _rank_ident(rank: int | None, host: str | None) -> str:
     return f"rank {rank} (process {n}{where})" if n else f"rank {rank}{where}"
 
 
+def _raised(findings: list[Finding]) -> dict[int, str]:
+    """rank -> the first quoted line of an error finding about it that is that rank's own
+    Python exception (gpu11: a rank that destroyed its process group and then raised did
+    not finish normally)."""
+    out: dict[int, str] = {}
+    for f in findings:
+        if f.severity != "error" or f.rank is None or f.rank in out:
+            continue
+        said = next((e for e in f.evidence if OWN_EXCEPTION.search(parse_evidence(e).text)), None)
+        if said is not None:
+            out[f.rank] = said
+    return out
+
+
 def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ...]:
     out = []
     for p in d.facts.processes(pid_rank):
@@ -256,6 +270,8 @@ def _procs(d: Diagnoser, pid_rank: dict[tuple[str, int], int]) -> tuple[Proc, ..
                 frozenset(p.transports),
                 dict(p.nccl_env),
                 p.init_complete,
+                frozenset(p.comm_ids),
+                dict(p.comm_pending),
             )
         )
     return tuple(out)
@@ -366,6 +382,7 @@ def conclude(
         world_of_one=tuple(d.facts.world_of_one),
         launch_n=d.facts.launch_n,
         rdns=tuple(d.rdns),
+        raised=_raised(findings),
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:

@@ -1,0 +1,155 @@
+"""Real failures from one lent H200 (tests/fixtures/gpu-h200/fail11/, run11.sh): DDP with a
+parameter the forward never uses, one block run twice under reentrant checkpointing, rank 0
+alone in a barrier, rank 0 alone creating a process group, a DataLoader and NCCL in a 1 MB
+/dev/shm, a collective after destroy_process_group, init_process_group twice, a script run
+without torchrun, and healthy runs with torch's INFO chatter; bfloat16 against float32 in
+one all_reduce completed silently on both ranks (nothing to read, no case). One file per
+"node" (two torchrun agents on the one GPU, each its own NCCL_HOSTID; barrier0 one agent of
+two ranks), the exit code last.
+
+Each case's files are diagnosed together, as a user would paste them: the first cause and
+the rank it names; the healthy runs stay free of findings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from capturecases import Case, assert_case, diagnose_in
+
+FAIL11 = Path(__file__).parent / "fixtures" / "gpu-h200" / "fail11"
+
+CASES: dict[str, Case] = {
+    # DDP(find_unused_parameters=False) and a Linear the forward never uses: both ranks
+    # raise the reducer's "Expected to have finished reduction in the prior iteration"
+    "unused": (("unused-n0.log", "unused-n1.log"), "DDP-UNUSED-PARAMS", None, ()),
+    # one block run twice under checkpoint(use_reentrant=True), find_unused_parameters=True
+    "twice": (("twice-n0.log", "twice-n1.log"), "DDP-MARKED-TWICE", None, ()),
+    # rank 0 alone calls new_group([0, 1]) and its all_reduce: rank 0 builds a communicator
+    # rank 1 never starts, rank 1 times out in the default group's ALLREDUCE
+    "newgroup": (
+        ("newgroup-n0.log", "newgroup-n1.log"),
+        "NCCL-COMM-NOT-JOINED",
+        None,
+        ("WATCHDOG", "LOGS-NOT-IN-COLLECTIVE"),
+    ),
+    # rank 1's DataLoader workers in a 1 MB /dev/shm: "unable to allocate shared memory(shm)"
+    # (EAGAIN) re-raised as "Caught RuntimeError in DataLoader worker process 0."
+    "shmbus": (("shmbus-n0.log", "shmbus-n1.log"), "SHM-SIZE", None, ()),
+    # NCCL itself in a 1 MB /dev/shm: "failed to extend /dev/shm/nccl-* to 34210180 bytes"
+    "nccl-smallshm": (("nccl-smallshm-n0.log", "nccl-smallshm-n1.log"), "SHM-SIZE", None, ()),
+    # rank 1 destroys its process group at step 3, then all_reduces: its own ValueError
+    # ("Default process group has not been initialized"), not uneven batches
+    "nopg": (
+        ("nopg-n0.log", "nopg-n1.log"),
+        "C10D-NOT-INITIALIZED",
+        1,
+        ("BOOT-PEERCLOSED",),
+    ),
+    # rank 1 calls init_process_group a second time at step 3
+    "twiceinit": (("twiceinit-n0.log", "twiceinit-n1.log"), "C10D-INIT-TWICE", 1, ()),
+    # rank 0 alone calls barrier() at step 3 while rank 1 all_reduces 1M floats: NCCL's
+    # socket transport says "message truncated : receiving 524288 bytes instead of 65536"
+    "barrier0": (("barrier0.log",), "NET-SOCKET-TRUNC", 0, ("WATCHDOG",)),
+    # python3 f11_case.py without torchrun: env:// finds no RANK
+    "noenv": (("noenv.log",), "ENV-MISSING", None, ()),
+}
+HEALTHY = {
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL TORCH_CPP_LOG_LEVEL=INFO NCCL_DEBUG=INFO: c10d's INFO
+    # lines (watchdog and heartbeat settings, DDP's logging data), six healthy DDP steps
+    "healthy-detail": ("healthy-detail-n0.log", "healthy-detail-n1.log"),
+    # rank 1 all_reduces bfloat16, rank 0 float32 (same element count): both completed and
+    # exited 0; no line says anything (NCCL checks no types across ranks)
+    "dtype": ("dtype-n0.log", "dtype-n1.log"),
+}
+
+
+def diagnose(*files: str) -> tuple[int, dict[str, Any]]:
+    return diagnose_in(FAIL11, *files)
+
+
+def ids(doc: dict[str, Any]) -> dict[str, str]:
+    return {f["id"]: f["severity"] for f in doc["steps"][0]["findings"]}
+
+
+def test_every_capture_is_a_case() -> None:
+    logs = {p.name for p in FAIL11.glob("*.log")} - {"run.log"}
+    named = {f for files, *_ in CASES.values() for f in files}
+    named |= {f for files in HEALTHY.values() for f in files}
+    assert logs == named
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_failure_gets_its_cause(case: str) -> None:
+    assert_case(FAIL11, CASES[case])
+
+
+@pytest.mark.parametrize("case", sorted(HEALTHY))
+def test_healthy_runs_have_no_finding_worth_a_warning(case: str) -> None:
+    code, doc = diagnose(*HEALTHY[case])
+    assert code == 0
+    assert doc["first_failure"] is None
+    found = {i: s for i, s in ids(doc).items() if s != "info"}
+    assert found == {}, found
+
+
+def _variant(
+    tmp_path: Path, files: tuple[str, ...], keep: Callable[[str], str | None]
+) -> tuple[int, dict[str, Any]]:
+    """The files, each line through `keep` (None drops it)."""
+    for name in files:
+        lines = (FAIL11 / name).read_text().splitlines()
+        out = [k for k in map(keep, lines) if k is not None]
+        (tmp_path / name).write_text("\n".join(out) + "\n")
+    return diagnose_in(tmp_path, *files)
+
+
+def test_the_communicator_and_the_waiting_rank_are_named() -> None:
+    _, doc = diagnose("newgroup-n0.log", "newgroup-n1.log")
+    first = doc["first_failure"]
+    assert "rank 0 was building an NCCL communicator (commId 0xe4199fdf77d97df1, 2 ranks)" in first["summary"]
+    assert "rank 1 never started" in first["summary"] and "ALLREDUCE (SeqNum 4)" in first["summary"]
+
+
+def test_a_communicator_both_ranks_started_is_no_group_on_some_ranks(tmp_path: Path) -> None:
+    # twin: rank 1's log also starts that communicator (both ranks created the group and
+    # hang in it for another reason): not this rule's
+    files = ("newgroup-n0.log", "newgroup-n1.log")
+    start = next(t for t in (FAIL11 / files[0]).read_text().splitlines() if "0xe4199fdf77d97df1" in t)
+
+    def keep(t: str) -> str | None:
+        if "Watchdog caught collective operation timeout" in t and "[rank1]" in t:
+            return start.replace("rank 0 nranks", "rank 1 nranks") + "\n" + t
+        return t
+
+    _, doc = _variant(tmp_path, files, keep)
+    assert "NCCL-COMM-NOT-JOINED" not in ids(doc)
+
+
+def test_one_ranks_log_alone_names_no_group(tmp_path: Path) -> None:
+    # rank 0's file alone: the other rank's lines are not there to say it never started it
+    _, doc = diagnose("newgroup-n0.log")
+    assert "NCCL-COMM-NOT-JOINED" not in ids(doc)
+
+
+def test_a_rank_that_raised_after_destroying_its_group_did_not_finish_early() -> None:
+    _, doc = diagnose("nopg-n0.log", "nopg-n1.log")
+    assert "DDP-UNEVEN-BATCH" not in ids(doc), ids(doc)
+    assert doc["first_failure"]["finding"] == "C10D-NOT-INITIALIZED"
+    # its knowledge says both ways to have no process group
+    from ddptui.diagnosis.kb import load_kb
+
+    assert "after destroy_process_group" in load_kb()["C10D-NOT-INITIALIZED"].title
+
+
+def test_the_dataloader_wrapper_line_is_not_the_failure_to_read() -> None:
+    # "RuntimeError: Caught RuntimeError in DataLoader worker process 0." re-raises the
+    # worker's own error, printed after it: that line is the one shown, the wrapper is not
+    _, doc = diagnose("shmbus-n1.log")
+    first = doc["first_failure"]
+    assert first["finding"] == "SHM-SIZE"
+    quoted = " ".join(f for fs in doc["steps"][0]["findings"] for f in fs["evidence"])
+    assert "Caught RuntimeError in DataLoader worker process 0" not in quoted
+    assert "unable to allocate shared memory(shm)" in quoted
