@@ -55,6 +55,21 @@ CASES: dict[str, Case] = {
     "barrier0": (("barrier0.log",), "NET-SOCKET-TRUNC", 0, ("WATCHDOG",)),
     # python3 f11_case.py without torchrun: env:// finds no RANK
     "noenv": (("noenv.log",), "ENV-MISSING", None, ()),
+    # run11b.sh: DDP(static_graph=True) and the forward uses another Linear from step 2 on
+    "static": (("static-n0.log", "static-n1.log"), "DDP-STATIC-GRAPH-CHANGED", None, ()),
+    # run11b.sh: both ranks dist.send() to each other first; NCCL 2.28.9 fails the lazily
+    # built point-to-point connection: "ncclSocketInit: connecting to address  with family
+    # 1 is neither AF_INET(2) nor AF_INET6(10)" (its knowledge names unpaired sends)
+    "sendsend": (("sendsend-n0.log", "sendsend-n1.log"), "BOOT-NOIF-2.27", None, ()),
+    # run11b.sh: the master port held by another server (python -m http.server): the
+    # rendezvous store's EADDRINUSE on node 0; node 1's agent talks to that server and
+    # hangs until `timeout` (its file holds only the exit code)
+    "portbusy": (("portbusy-n0.log", "portbusy-n1.log"), "PORT-INUSE", None, ()),
+    # run11b.sh: RANK=0 WORLD_SIZE=2 by hand, rank 1 never started: the store's server
+    # "Timed out after 31 seconds waiting for clients. 1/2 clients joined."
+    "alone": (("alone.log",), "LOGS-MISSING-RANKS", None, ("C10D-CLIENTS-JOINED",)),
+    # run11b.sh: barrier0 again (the file `ddptui job` read, with and without py-spy)
+    "barrier0b": (("barrier0b.log",), "NET-SOCKET-TRUNC", 0, ("WATCHDOG",)),
 }
 HEALTHY = {
     # TORCH_DISTRIBUTED_DEBUG=DETAIL TORCH_CPP_LOG_LEVEL=INFO NCCL_DEBUG=INFO: c10d's INFO
@@ -75,7 +90,7 @@ def ids(doc: dict[str, Any]) -> dict[str, str]:
 
 
 def test_every_capture_is_a_case() -> None:
-    logs = {p.name for p in FAIL11.glob("*.log")} - {"run.log"}
+    logs = {p.name for p in FAIL11.glob("*.log")} - {"run.log", "run-b.log"}
     named = {f for files, *_ in CASES.values() for f in files}
     named |= {f for files in HEALTHY.values() for f in files}
     assert logs == named
@@ -142,6 +157,18 @@ def test_a_rank_that_raised_after_destroying_its_group_did_not_finish_early() ->
     from ddptui.diagnosis.kb import load_kb
 
     assert "after destroy_process_group" in load_kb()["C10D-NOT-INITIALIZED"].title
+
+
+def test_unpaired_sends_are_named_in_the_garbage_address_knowledge() -> None:
+    _, doc = diagnose("sendsend-n0.log", "sendsend-n1.log")
+    first = doc["steps"][0]["findings"][0]
+    assert "both send() to each other" in first["cause"] and "batch_isend_irecv" in first["fix"]
+
+
+def test_one_missing_rank_is_said_as_one() -> None:
+    _, doc = diagnose("alone.log")
+    first = doc["steps"][0]["findings"][0]
+    assert "but rank(s) 1 never print" in first["cause"], first["cause"]
 
 
 def test_the_dataloader_wrapper_line_is_not_the_failure_to_read() -> None:

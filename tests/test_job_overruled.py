@@ -105,3 +105,29 @@ def test_busy_ranks_whose_flight_recorder_parts_ways_are_hung_not_healthy(tmp_pa
     finally:  # only what this test started: the launcher's own session
         os.killpg(proc.pid, 9)
         proc.wait(10)
+
+
+def test_stacks_at_one_collective_give_way_to_a_flight_recorder_that_parts_ways() -> None:
+    # the same job looked at with py-spy on the H200 (fail11/barrier0b-job-stacks.json):
+    # rank 0 in barrier() at f11_case.py:104, rank 1 at synchronize() after its all_reduce
+    # (line 115); the stacks rule read "every rank waits in `barrier`" (a sync point joins
+    # the others' collective: NCCL is asynchronous), the flight recorder says otherwise
+    from ddptui.diagnosis.finding import Finding
+    from ddptui.job.side import overruled
+    from ddptui.job.verdict import JobVerdict
+
+    doc = json.loads((FR.parent / "barrier0b-job-stacks.json").read_text())
+    found = tuple(Finding.from_dict(f) for f in doc["steps"][0]["findings"])
+    assert found[0].id == "JOB-HUNG-COLLECTIVE"  # as the H200 run (before this rule) said
+    verdict = JobVerdict("hung", found[0].summary, found[:1], (), (), 2, (), (), (0, 1))
+    v, ordered = overruled(verdict, found)
+    assert v.state == "hung" and ordered[0].id == "JOB-FR-DIVERGED"
+    assert v.headline == (
+        "hung: flight recorder: ranks part ways at collective #4 (pg 0) (rank 0: "
+        'all_reduce_barrier [[1]] ["Float"]; rank 1: all_reduce [[1048576]] ["Float"])'
+    )
+    assert "JOB-HUNG-COLLECTIVE" not in [f.id for f in ordered]
+    assert {f.id for f in ordered} >= {"JOB-RAS-PROBLEM", "NET-SOCKET-TRUNC"}
+    # twin: without the flight recorder's word the stacks' verdict stands
+    rest = tuple(f for f in found if f.id != "JOB-FR-DIVERGED")
+    assert overruled(verdict, rest) == (verdict, rest)

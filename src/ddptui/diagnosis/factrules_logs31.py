@@ -48,7 +48,8 @@ def store_alone(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         f"the master's store waited for {total} clients and only its own process joined: "
         "no other rank of the job ever started"
     )
-    fill = {"world": str(total), "missing": f"1 to {total - 1} (all but the master's own)"}
+    missing = "1" if total == 2 else f"1 to {total - 1} (all but the master's own)"
+    fill = {"world": str(total), "missing": missing}
     return [], [line], said, fill
 
 

@@ -81,7 +81,19 @@ def overruled(verdict: JobVerdict, findings: tuple[Finding, ...]) -> tuple[JobVe
     never complete (rank 0 in a barrier while rank 1 all-reduces: NCCL's "message truncated",
     both ranks alive, output quiet), so the process readings call it healthy, while the
     flight recorder shows the ranks parting ways and RAS a communicator in error. Then the
-    job is hung: the headline says what the communicators say, and JOB-HEALTHY goes."""
+    job is hung: the headline says what the communicators say, and JOB-HEALTHY goes. Where
+    the stacks read "every rank waits in one collective" and the flight recorder shows the
+    ranks calling different ones, the flight recorder leads."""
+    if verdict.state == "hung" and verdict.findings and verdict.findings[0].id == "JOB-HUNG-COLLECTIVE":
+        # the stacks put a rank at a sync point with the others' collective (NCCL is
+        # asynchronous), while the flight recorder shows which collective each rank called:
+        # rank 0 in barrier(), rank 1 at synchronize() after its all_reduce (gpu11)
+        div = next((f for f in findings if f.id == "JOB-FR-DIVERGED"), None)
+        if div is None:
+            return verdict, findings
+        rest = tuple(f for f in findings if f.id != "JOB-HUNG-COLLECTIVE" and f is not div)
+        said = f"hung: {div.summary}" + (f" ({'; '.join(div.evidence[:2])})" if div.evidence else "")
+        return replace(verdict, headline=said, findings=(div,)), (div, *rest)
     if verdict.state not in ("healthy", "waiting"):
         return verdict, findings
     said = next((f for f in findings if f.id in _STUCK_BY and f.severity == "error"), None)
