@@ -17,7 +17,7 @@ from typing import Final
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
-from ddptui.lint.rules_io import _writer
+from ddptui.lint.rules_io import file_writer
 from ddptui.lint.script import Script, kwarg, last
 
 # Lightning's hooks of a LightningModule that run on every rank and write nothing of
@@ -72,7 +72,7 @@ def _writes(
     for c in s.function_calls(func):
         if f.local_guard(c) is not None:
             continue
-        found = _writer(s, f, c)
+        found = file_writer(s, f, c)
         if found is not None:
             yield (*chain, func), c, found[0]
             continue

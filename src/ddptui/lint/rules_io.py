@@ -244,7 +244,7 @@ def _where(s: Script, node: ast.AST, here: ast.AST) -> str:
     return f"line {line}" if s.path_of(node) == s.path_of(here) else f"{s.path_of(node)}:{line}"
 
 
-def _writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # noqa: PLR0911, PLR0912 - one case per writer
+def file_writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | None:  # noqa: PLR0911, PLR0912 - one case per writer
     """(what, path) for a call that writes a file or starts a logger."""
     qn = s.call_name(c)
     name = last(qn)
@@ -331,7 +331,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
     seen: dict[tuple[str, str], list[int]] = {}  # one finding per file and writer
     owned: set[ast.AST] = set()
     for c in s.calls:
-        found = _writer(s, f, c)
+        found = file_writer(s, f, c)
         if found is None or not _referenced(s, c):
             continue
         what, path = found
@@ -448,7 +448,7 @@ def main_only_writer(s: Script, f: Flow) -> Iterator[Hit]:
             and isinstance(a.value, ast.IfExp)
             and const(a.value.orelse) is None
             and isinstance(a.value.body, ast.Call)
-            and _writer(s, f, a.value.body) is not None
+            and file_writer(s, f, a.value.body) is not None
             and f.local_guard(a.value) is None
         ):
             continue
@@ -497,7 +497,8 @@ def conjoined_else_io(s: Script, f: Flow) -> Iterator[Hit]:
         writes = [
             (w, c)
             for c in calls_in(n.orelse)
-            if (w := _writer(s, f, c)) is not None and not f.is_rank_expr(w[1] or ast.Constant(0))
+            if (w := file_writer(s, f, c)) is not None
+            and not f.is_rank_expr(w[1] or ast.Constant(0))
         ]
         if writes:
             (what, path), c = writes[0]

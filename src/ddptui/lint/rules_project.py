@@ -206,6 +206,22 @@ def global_rank_device(s: Script, f: Flow) -> Iterator[Hit]:
                 seen=f"{what} with a GPU number from CUDA_VISIBLE_DEVICES",
             )
             continue
+        source = _misnamed_source(s, value)
+        if source is not None:
+            if source in seen:
+                continue
+            seen.add(source)
+            yield Hit.at(
+                "DDP-HARDCODED-DEVICE",
+                source,
+                (
+                    f"`{ast.unparse(value)}` is given the global rank `{ast.unparse(source)}` "
+                    f"and then used as the GPU index ({what}): on the second node it names a "
+                    "GPU that does not exist"
+                ),
+                seen=f"{what} with the global rank `{ast.unparse(value)}`",
+            )
+            continue
         # `Model(\n ...\n).cuda(rank)`: the line of the rank handed over, what changes
         where = value if isinstance(at, ast.Call) and value.lineno != at.lineno else at
         yield Hit.at(
@@ -217,6 +233,24 @@ def global_rank_device(s: Script, f: Flow) -> Iterator[Hit]:
             ),
             seen=f"{what} with the global rank `{ast.unparse(value)}`",
         )
+
+
+def _misnamed_source(s: Script, value: ast.expr) -> ast.expr | None:
+    """`local_rank = dist.get_rank()` in the function that then calls
+    `set_device(local_rank)`, `.cuda(local_rank)`, `device_ids=[local_rank]` (MASR's
+    trainer): the uses are right for a local rank, the assignment is what is wrong, and
+    the fix (`int(os.environ["LOCAL_RANK"])`) goes on that one line. Only for a name
+    that says it is the local rank, given the global rank once in the same function
+    (besides constants): a name like `rank` is right and its uses are what change."""
+    if not isinstance(value, ast.Name) or "local" not in value.id.lower():
+        return None
+    sources = [o for o in s.origins(value) if o is not value and not isinstance(o, ast.Constant)]
+    if len(sources) != 1 or not isinstance(sources[0], ast.Call):
+        return None
+    source = sources[0]
+    if s.scope_of(source) is not s.scope_of(value) or rank_kind(s, source) != "global":
+        return None
+    return source
 
 
 def _module_class(s: Script, cls: ast.ClassDef) -> bool:

@@ -15,7 +15,7 @@ from ddptui.lint.flow import Flow, calls_in, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_data import is_loader, iterated, split_by_rank
-from ddptui.lint.rules_io import _writer
+from ddptui.lint.rules_io import file_writer
 from ddptui.lint.rules_wrapper import (
     wrapper_attr_inherited,
     wrapper_attr_passed,
@@ -101,7 +101,7 @@ def _writes(s: Script, f: Flow, stmts: list[ast.AST], hops: int = 0) -> ast.Call
     """A file writer (torch.save, a log file, SummaryWriter...) these statements run,
     through project calls (bounded)."""
     for call in calls_in(stmts):
-        if _writer(s, f, call) is not None:
+        if file_writer(s, f, call) is not None:
             return call
         if hops < _MAX_HOPS:
             for fn in s.callees(call):
