@@ -68,6 +68,31 @@ CASES: dict[str, Case] = {
     # run11b.sh: RANK=0 WORLD_SIZE=2 by hand, rank 1 never started: the store's server
     # "Timed out after 31 seconds waiting for clients. 1/2 clients joined."
     "alone": (("alone.log",), "LOGS-MISSING-RANKS", None, ("C10D-CLIENTS-JOINED",)),
+    # run11c.sh: newgroup with init_process_group(device_id=...): eager NCCL init, the new
+    # group built by ncclCommSplit, which blocks before printing its Init START: nothing
+    # shows the communicator, only that rank 0 never reached rank 1's ALLREDUCE
+    "newgroup-eager": (
+        ("newgroup-eager-n0.log", "newgroup-eager-n1.log"),
+        "LOGS-NOT-IN-COLLECTIVE",
+        0,
+        ("WATCHDOG",),
+    ),
+    # run11c.sh: newgroup without NCCL_DEBUG: the watchdog's lines only
+    "newgroup-quiet": (
+        ("newgroup-quiet-n0.log", "newgroup-quiet-n1.log"),
+        "LOGS-NOT-IN-COLLECTIVE",
+        0,
+        ("WATCHDOG",),
+    ),
+    # run11c.sh: newgroup with TORCH_DISTRIBUTED_DEBUG=DETAIL: rank 1's wrapper waits in
+    # gloo's monitored barrier ("received errors while waiting for send/recv from rank 0");
+    # rank 0, whose lines stop before it, is the one elsewhere
+    "newgroup-detail": (
+        ("newgroup-detail-n0.log", "newgroup-detail-n1.log"),
+        "LOGS-NOT-IN-COLLECTIVE",
+        0,
+        ("C10D-MONITORED-PEER", "GLOO-OP-TIMEOUT"),
+    ),
     # run11b.sh: barrier0 again (the file `ddptui job` read, with and without py-spy)
     "barrier0b": (("barrier0b.log",), "NET-SOCKET-TRUNC", 0, ("WATCHDOG",)),
 }
@@ -78,6 +103,10 @@ HEALTHY = {
     # rank 1 all_reduces bfloat16, rank 0 float32 (same element count): both completed and
     # exited 0; no line says anything (NCCL checks no types across ranks)
     "dtype": ("dtype-n0.log", "dtype-n1.log"),
+    # run11c.sh: every rank creates new_group([0, 1]) and all_reduces in it (lazy, and eager
+    # by ncclCommSplit): the twins of the newgroup cases
+    "subgroup": ("subgroup-n0.log", "subgroup-n1.log"),
+    "subgroup-eager": ("subgroup-eager-n0.log", "subgroup-eager-n1.log"),
 }
 
 
@@ -90,7 +119,7 @@ def ids(doc: dict[str, Any]) -> dict[str, str]:
 
 
 def test_every_capture_is_a_case() -> None:
-    logs = {p.name for p in FAIL11.glob("*.log")} - {"run.log", "run-b.log"}
+    logs = {p.name for p in FAIL11.glob("*.log")} - {"run.log", "run-b.log", "run-c.log"}
     named = {f for files, *_ in CASES.values() for f in files}
     named |= {f for files in HEALTHY.values() for f in files}
     assert logs == named
@@ -157,6 +186,19 @@ def test_a_rank_that_raised_after_destroying_its_group_did_not_finish_early() ->
     from ddptui.diagnosis.kb import load_kb
 
     assert "after destroy_process_group" in load_kb()["C10D-NOT-INITIALIZED"].title
+
+
+def test_a_rank_whose_lines_stop_before_the_wait_is_the_one_named() -> None:
+    # gloo's wait on rank 1 (DETAIL's monitored barrier); rank 0's file holds its NCCL init
+    # lines and nothing after: rank 0 is named, not "no other rank's line is in the log"
+    _, doc = diagnose("newgroup-detail-n0.log", "newgroup-detail-n1.log")
+    first = doc["first_failure"]
+    assert "rank 1 waits in a gloo send/recv" in first["summary"], first
+    assert "rank 0 never reported it (its lines stop before it)" in first["summary"], first
+    # twin: rank 1's file alone still says that no other rank's line is there
+    _, doc = diagnose("newgroup-detail-n1.log")
+    assert "no other rank's line is in the log" in doc["first_failure"]["summary"]
+    assert doc["first_failure"]["rank"] == 1
 
 
 def test_unpaired_sends_are_named_in_the_garbage_address_knowledge() -> None:

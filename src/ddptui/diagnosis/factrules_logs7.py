@@ -63,6 +63,16 @@ def lone_waiter(
         return None
     who = ranks_said(waiting) if waiting else "a rank (the log does not say which)"
     verb = "waits" if len(waiting) <= 1 else "wait"
+    # gpu11: other ranks of the world print lines (a file per node) but never report this
+    # wait: they are the ones elsewhere, and the finding names them
+    seen = sorted({p.rank for p in ctx.procs if p.rank is not None} - set(waiting)) if waiting else []
+    if seen:
+        said = (
+            f"{who} {verb} in {op}{_timeout(ctx)}{_reading(ev[0])}; {ranks_said(seen)} never "
+            f"reported it ({'its' if len(seen) == 1 else 'their'} lines stop before it), none "
+            "names a network, GPU or rank failure"
+        )
+        return seen, ev, said, {"op": op, "waiting": who, "absent": ranks_said(seen)}
     absent = "the other ranks (none of their lines is in this log)"
     said = (
         f"{who} {verb} in {op}{_timeout(ctx)}{_reading(ev[0])}; no other rank's line is in the "
