@@ -93,6 +93,29 @@ CASES: dict[str, Case] = {
         0,
         ("C10D-MONITORED-PEER", "GLOO-OP-TIMEOUT"),
     ),
+    # run11d.sh: NCCL_PROTO=LL on node 0, Simple on node 1: "message truncated : receiving
+    # 524288 bytes instead of 65536" on rank 0, rank 1's watchdog; NCCL's "set by environment"
+    # lines across the files say why
+    "proto-diff": (
+        ("proto-diff-n0.log", "proto-diff-n1.log"),
+        "LOGS-NCCL-ENV-DIFFERS",
+        None,
+        ("NET-SOCKET-TRUNC", "WATCHDOG"),
+    ),
+    # run11d.sh: NCCL_BUFFSIZE 1 MiB on node 0, 8 MiB on node 1: the same truncation
+    "buffsize-diff": (
+        ("buffsize-diff-n0.log", "buffsize-diff-n1.log"),
+        "LOGS-NCCL-ENV-DIFFERS",
+        None,
+        ("NET-SOCKET-TRUNC",),
+    ),
+    # run11d.sh: rank 1 leaves its loop at step 3 with exit 0 (no destroy_process_group):
+    # torch's "destroy_process_group() was not called before program exit" on rank 1, rank 0
+    # in ALLREDUCE #4 loses its peer; rank 1's agent waits at the exit barrier
+    "exit0": (("exit0-n0.log", "exit0-n1.log"), "DDP-UNEVEN-BATCH", 1, ("BOOT-PEERCLOSED",)),
+    # run11d.sh: rank 1 raises ValueError at step 3 (the same warning at its exit): its own
+    # exception, an honest unknown naming rank 1, not a rank that finished early
+    "valerr": (("valerr-n0.log", "valerr-n1.log"), "LOGS-UNRECOGNIZED", 1, ("BOOT-PEERCLOSED",)),
     # run11b.sh: barrier0 again (the file `ddptui job` read, with and without py-spy)
     "barrier0b": (("barrier0b.log",), "NET-SOCKET-TRUNC", 0, ("WATCHDOG",)),
 }
@@ -119,7 +142,7 @@ def ids(doc: dict[str, Any]) -> dict[str, str]:
 
 
 def test_every_capture_is_a_case() -> None:
-    logs = {p.name for p in FAIL11.glob("*.log")} - {"run.log", "run-b.log", "run-c.log"}
+    logs = {p.name for p in FAIL11.glob("*.log")} - {"run.log", "run-b.log", "run-c.log", "run-d.log"}
     named = {f for files, *_ in CASES.values() for f in files}
     named |= {f for files in HEALTHY.values() for f in files}
     assert logs == named
@@ -199,6 +222,13 @@ def test_a_rank_whose_lines_stop_before_the_wait_is_the_one_named() -> None:
     _, doc = diagnose("newgroup-detail-n1.log")
     assert "no other rank's line is in the log" in doc["first_failure"]["summary"]
     assert doc["first_failure"]["rank"] == 1
+
+
+def test_the_first_unrecognized_line_is_quoted_for_the_rank_that_raised() -> None:
+    _, doc = diagnose("valerr-n0.log", "valerr-n1.log")
+    assert "DDP-UNEVEN-BATCH" not in ids(doc)
+    first = doc["steps"][0]["findings"][0]
+    assert any("ValueError: batch 3 has 0 samples" in e for e in first["evidence"]), first
 
 
 def test_unpaired_sends_are_named_in_the_garbage_address_knowledge() -> None:

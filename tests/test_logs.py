@@ -91,8 +91,9 @@ def test_prefilter_skips_healthy_lines() -> None:
     # An init log: most of its lines are skipped.  The lines ranks state facts in (NCCL's
     # version, bootstrap and NET interfaces, torch's process-group options: 8 of these 169)
     # are read too; they are printed once per rank, never per step (gpu8: so is NCCL's
-    # "- Abort START" at exit, once per communicator: 34 of 169 lines).
-    assert len(hits) < len(lines) * 0.21, hits[:5]
+    # "- Abort START" at exit, once per communicator: 34 of 169 lines; gpu11: torch's
+    # "destroy_process_group() was not called before program exit", once per rank: 36).
+    assert len(hits) < len(lines) * 0.22, hits[:5]
 
 
 def test_case_insensitive_signature_is_not_lost_by_the_prefilter() -> None:

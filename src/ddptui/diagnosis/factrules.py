@@ -114,6 +114,7 @@ HINTS: Final = frozenset(
     | {"noroute_peer"}  # logs35
     | {"nccl1"}  # logs36
     | {"comm_destroyed", "exit_barrier_error"}  # gpu9
+    | {"exit_no_destroy"}  # gpu11
     | {"ops_failed_alone", "teardown", "agent_stopped"}  # gpu10
 )
 _PRIVATE: Final = tuple(

@@ -28,6 +28,7 @@ _DESTROYED: Final = re.compile(
     r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.*- Destroy COMPLETE"
 )
 _WHERE: Final = re.compile(r"^(?P<src>.*?):\d+: ")
+_RANK_PREFIX: Final = re.compile(r"\[rank(?P<rank>\d+)\]:")
 # torch's ProcessGroupNCCL: "last enqueued work: 6, last completed work: 5" (or "Last
 # enqueued NCCL work: 16, last completed NCCL work: 16": an idle rank, nothing in flight)
 _WORK: Final = re.compile(
@@ -51,6 +52,10 @@ def _done(ctx: Context) -> tuple[dict[int, str], tuple[str, str] | None]:
     m = _DESTROYED.search(line) if line is not None else None
     if line is not None and m is not None and int(m["n"]) == (world or int(m["n"])):
         done[int(m["rank"])] = line  # the world's communicator, not a subgroup's
+    exited = ctx.hints.get("exit_no_destroy")  # gpu11: a normal exit without destroy
+    who = _RANK_PREFIX.search(exited) if exited is not None else None
+    if exited is not None and who is not None:
+        done.setdefault(int(who["rank"]), exited)  # (left_early drops it if that rank raised)
     barrier = ctx.hints.get("exit_barrier_error")
     src = _source(barrier)
     if barrier is None or src is None:
@@ -82,7 +87,7 @@ def left_early(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     left, stuck = sorted(done), sorted(waiting)
     who = (
         f"rank{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} finished "
-        "(communicator destroyed or exit barrier reached)"
+        "(communicator destroyed, exit barrier reached, or the process exited)"
         if left
         else f"the ranks of {node[0] if node else '?'} finished (their agent waited at the exit barrier)"
     )

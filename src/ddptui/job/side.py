@@ -92,8 +92,8 @@ def overruled(verdict: JobVerdict, findings: tuple[Finding, ...]) -> tuple[JobVe
         if div is None:
             return verdict, findings
         rest = tuple(f for f in findings if f.id != "JOB-HUNG-COLLECTIVE" and f is not div)
-        said = f"hung: {div.summary}" + (f" ({'; '.join(div.evidence[:2])})" if div.evidence else "")
-        return replace(verdict, headline=said, findings=(div,)), (div, *rest)
+        what = f"hung: {div.summary}" + (f" ({'; '.join(div.evidence[:2])})" if div.evidence else "")
+        return replace(verdict, headline=what, findings=(div,)), (div, *rest)
     if verdict.state not in ("healthy", "waiting"):
         return verdict, findings
     said = next((f for f in findings if f.id in _STUCK_BY and f.severity == "error"), None)

@@ -55,6 +55,7 @@ CONTEXT_TRIGGERS: Final = (  # no leading space: see _choose
     "Plugin Path : ",
     "NET/Plugin",
     "Some NCCL operations",  # gpu10: the watchdog's failure line (factrules.yaml hints)
+    "not called before program exit",  # gpu11: a rank's normal exit (hints.exit_no_destroy)
     # the end of the training loop, in the frameworks' words (factrules.yaml run_ended)
     "Trainer.fit",
     "Stopping training",

@@ -243,10 +243,10 @@ def _rank_ident(rank: int | None, host: str | None) -> str:
     return f"rank {rank} (process {n}{where})" if n else f"rank {rank}{where}"
 
 
-def _raised(findings: list[Finding]) -> dict[int, str]:
-    """rank -> the first quoted line of an error finding about it that is that rank's own
-    Python exception (gpu11: a rank that destroyed its process group and then raised did
-    not finish normally)."""
+def _raised(findings: list[Finding], hard: Sequence[FirstError]) -> dict[int, str]:
+    """rank -> the first line that is that rank's own Python exception: quoted by an error
+    finding about it, or its first unrecognized failure line (gpu11: a rank that destroyed
+    its process group, or exited, after raising did not finish normally)."""
     out: dict[int, str] = {}
     for f in findings:
         if f.severity != "error" or f.rank is None or f.rank in out:
@@ -254,6 +254,10 @@ def _raised(findings: list[Finding]) -> dict[int, str]:
         said = next((e for e in f.evidence if OWN_EXCEPTION.search(parse_evidence(e).text)), None)
         if said is not None:
             out[f.rank] = said
+    for e in hard:
+        m = _GLOBAL_KEY.match(e.key)
+        if m is not None and OWN_EXCEPTION.search(e.text):
+            out.setdefault(int(m[1]), f"{e.where}: {e.text}")
     return out
 
 
@@ -382,7 +386,7 @@ def conclude(
         world_of_one=tuple(d.facts.world_of_one),
         launch_n=d.facts.launch_n,
         rdns=tuple(d.rdns),
-        raised=_raised(findings),
+        raised=_raised(findings, d.unknown.firsts(True)),
     )
     facts = [f for f in fact_findings(ctx) if f.id not in present]
     for f in facts:
