@@ -5,6 +5,7 @@ and check its first cause."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +36,29 @@ def assert_case(folder: Path, case: Case) -> None:
         assert first["rank"] == rank, first
     ids = {f["id"] for f in doc["steps"][0]["findings"]}
     assert set(also) <= ids, ids
+
+
+def ids(doc: dict[str, Any]) -> dict[str, str]:
+    """finding id -> severity, of a report's log step."""
+    return {f["id"]: f["severity"] for f in doc["steps"][0]["findings"]}
+
+
+def assert_healthy(folder: Path, *files: str) -> None:
+    """A healthy run's files: exit 0, no first failure, nothing above an info."""
+    code, doc = diagnose_in(folder, *files)
+    assert code == 0
+    assert doc["first_failure"] is None
+    found = {i: s for i, s in ids(doc).items() if s != "info"}
+    assert found == {}, found
+
+
+def variant_in(
+    folder: Path, tmp_path: Path, files: tuple[str, ...], keep: Callable[[str], str | None]
+) -> tuple[int, dict[str, Any]]:
+    """The files of `folder`, each line through `keep` (None drops it), diagnosed from
+    tmp_path (a twin of a real capture with one fact changed)."""
+    for name in files:
+        lines = (folder / name).read_text().splitlines()
+        out = [k for k in map(keep, lines) if k is not None]
+        (tmp_path / name).write_text("\n".join(out) + "\n")
+    return diagnose_in(tmp_path, *files)

@@ -13,12 +13,11 @@ the rank it names (from the launchers' prefixes); the healthy runs stay free of 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from capturecases import Case, assert_case, diagnose_in
+from capturecases import Case, assert_case, assert_healthy, diagnose_in, ids, variant_in
 
 FAIL10 = Path(__file__).parent / "fixtures" / "gpu-h200" / "fail10"
 
@@ -82,9 +81,6 @@ def diagnose(*files: str) -> tuple[int, dict[str, Any]]:
     return diagnose_in(FAIL10, *files)
 
 
-def ids(doc: dict[str, Any]) -> dict[str, str]:
-    return {f["id"]: f["severity"] for f in doc["steps"][0]["findings"]}
-
 
 def test_every_capture_is_a_case() -> None:
     logs = {p.name for p in FAIL10.glob("*.log")}
@@ -111,22 +107,8 @@ def test_failure_gets_its_cause(case: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(HEALTHY))
 def test_healthy_runs_have_no_finding_worth_a_warning(case: str) -> None:
-    code, doc = diagnose(*HEALTHY[case])
-    assert code == 0
-    assert doc["first_failure"] is None
-    found = {i: s for i, s in ids(doc).items() if s != "info"}
-    assert found == {}, found
+    assert_healthy(FAIL10, *HEALTHY[case])
 
-
-def _variant(
-    tmp_path: Path, files: tuple[str, ...], keep: Callable[[str], str | None]
-) -> tuple[int, dict[str, Any]]:
-    """The files, each line through `keep` (None drops it)."""
-    for name in files:
-        lines = (FAIL10 / name).read_text().splitlines()
-        out = [k for k in map(keep, lines) if k is not None]
-        (tmp_path / name).write_text("\n".join(out) + "\n")
-    return diagnose_in(tmp_path, *files)
 
 
 def test_the_sizes_the_watchdogs_state_are_named() -> None:
@@ -140,7 +122,8 @@ def test_the_sizes_the_watchdogs_state_are_named() -> None:
 def test_equal_sizes_are_no_size_mismatch(tmp_path: Path) -> None:
     # the same two timeouts with one size: a collective one rank never reached, not sizes
     files = ("fsdp-diff-n0.log", "fsdp-diff-n1.log")
-    code, doc = _variant(
+    code, doc = variant_in(
+        FAIL10,
         tmp_path,
         files,
         lambda t: t.replace("NumelIn=385, NumelOut=770", "NumelIn=257, NumelOut=514"),
@@ -154,7 +137,8 @@ def test_sizes_of_unrelated_collectives_are_not_compared(tmp_path: Path) -> None
     # rank 0 had not completed the work rank 1 waits in, and they wait at different
     # sequence numbers: two different collectives, whose sizes may differ
     files = ("fsdp-diff-n0.log", "fsdp-diff-n1.log")
-    code, doc = _variant(
+    code, doc = variant_in(
+        FAIL10,
         tmp_path, files, lambda t: t.replace("last completed work: 2", "last completed work: 1")
     )
     assert code == 1
@@ -187,7 +171,7 @@ def test_the_teardown_line_after_it_is_a_teardown(tmp_path: Path) -> None:
             )
         return t
 
-    _, doc = _variant(tmp_path, ("noabort.log",), keep)
+    _, doc = variant_in(FAIL10, tmp_path, ("noabort.log",), keep)
     found = ids(doc)
     assert "WATCHDOG-TEARDOWN" in found and "WATCHDOG-NO-TEARDOWN" not in found, found
 
@@ -197,7 +181,7 @@ def test_only_info_level_lines_are_left_alone(tmp_path: Path) -> None:
     # same lines at WARNING level are lines a user must see
     files = ("healthy-compile-logs-n0.log",)
     assert ids(diagnose(*files)[1]).get("LOGS-UNRECOGNIZED") is None
-    _, doc = _variant(tmp_path, files, lambda t: t.replace("[rank0]:I1126", "[rank0]:W1126"))
+    _, doc = variant_in(FAIL10, tmp_path, files, lambda t: t.replace("[rank0]:I1126", "[rank0]:W1126"))
     assert ids(doc).get("LOGS-UNRECOGNIZED") == "warning", ids(doc)
 
 

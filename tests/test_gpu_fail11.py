@@ -12,12 +12,11 @@ the rank it names; the healthy runs stay free of findings."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from capturecases import Case, assert_case, diagnose_in
+from capturecases import Case, assert_case, assert_healthy, diagnose_in, ids, variant_in
 
 FAIL11 = Path(__file__).parent / "fixtures" / "gpu-h200" / "fail11"
 
@@ -137,9 +136,6 @@ def diagnose(*files: str) -> tuple[int, dict[str, Any]]:
     return diagnose_in(FAIL11, *files)
 
 
-def ids(doc: dict[str, Any]) -> dict[str, str]:
-    return {f["id"]: f["severity"] for f in doc["steps"][0]["findings"]}
-
 
 def test_every_capture_is_a_case() -> None:
     logs = {p.name for p in FAIL11.glob("*.log")} - {"run.log", "run-b.log", "run-c.log", "run-d.log"}
@@ -155,22 +151,8 @@ def test_failure_gets_its_cause(case: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(HEALTHY))
 def test_healthy_runs_have_no_finding_worth_a_warning(case: str) -> None:
-    code, doc = diagnose(*HEALTHY[case])
-    assert code == 0
-    assert doc["first_failure"] is None
-    found = {i: s for i, s in ids(doc).items() if s != "info"}
-    assert found == {}, found
+    assert_healthy(FAIL11, *HEALTHY[case])
 
-
-def _variant(
-    tmp_path: Path, files: tuple[str, ...], keep: Callable[[str], str | None]
-) -> tuple[int, dict[str, Any]]:
-    """The files, each line through `keep` (None drops it)."""
-    for name in files:
-        lines = (FAIL11 / name).read_text().splitlines()
-        out = [k for k in map(keep, lines) if k is not None]
-        (tmp_path / name).write_text("\n".join(out) + "\n")
-    return diagnose_in(tmp_path, *files)
 
 
 def test_the_communicator_and_the_waiting_rank_are_named() -> None:
@@ -191,7 +173,7 @@ def test_a_communicator_both_ranks_started_is_no_group_on_some_ranks(tmp_path: P
             return start.replace("rank 0 nranks", "rank 1 nranks") + "\n" + t
         return t
 
-    _, doc = _variant(tmp_path, files, keep)
+    _, doc = variant_in(FAIL11, tmp_path, files, keep)
     assert "NCCL-COMM-NOT-JOINED" not in ids(doc)
 
 
