@@ -412,7 +412,8 @@ def _rank_suffixed(s: Script, f: Flow, path: ast.expr) -> bool:
     f".rank{distributed_rank}"`, then `_cached_log_stream(filename)` opens it): rank 0
     keeps the plain name, each other rank its own file."""
     return any(
-        isinstance(o, ast.BinOp | ast.JoinedStr | ast.Call) and f.is_rank_expr(o)
+        isinstance(o, ast.BinOp | ast.JoinedStr)
+        and any(f.rank_valued(n) for n in ast.walk(o) if not isinstance(n, ast.Call))
         for o in s.origins(path)
     )
 
