@@ -162,7 +162,6 @@ def _prefix_juggling(s: Script, load: ast.Call) -> bool:
     )
 
 
-
 def _before_wrapping(s: Script, f: Flow, call: ast.Call) -> bool:
     """A load into the plain model before `model = DDP(model)` in the same function (a
     checkpoint to start from): it says nothing about the keys the saves write."""
@@ -273,7 +272,7 @@ def file_writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] 
         return "logging.FileHandler", _path(c, 0, "filename")
     if name == "basicConfig" and "logging" in qn and kwarg(c, "filename") is not None:
         return "logging.basicConfig(filename=...)", kwarg(c, "filename")
-    if qn in ("open", "builtins.open"):
+    if qn in ("open", "builtins.open") or _path_manager_open(qn):
         mode = const(kwarg(c, "mode", 1))
         if isinstance(mode, str) and mode.startswith(_WRITE_MODES):
             return "open(..., " + repr(mode) + ")", _path(c, 0, "file")
@@ -290,6 +289,19 @@ def file_writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] 
         if path is not None:
             return f"{ast.unparse(c.func)}", path
     return None
+
+
+def _path_manager_open(qn: str) -> bool:
+    """An `open` of a file-system layer, the same file on a shared disk: iopath's and
+    fvcore's `PathManager.open(path, "w")` / `g_pathmgr.open` (detectron2, mmf, fast-reid),
+    `fsspec.open`, TensorFlow's `gfile.GFile` / `gfile.Open`."""
+    parts = qn.split(".")
+    if len(parts) < 2:
+        return False
+    owner, name = parts[-2].lower(), parts[-1]
+    if name == "open":
+        return owner in ("pathmanager", "g_pathmgr", "pathmgr", "path_manager", "fsspec")
+    return owner == "gfile" and name in ("GFile", "Open")
 
 
 # libraries' calls that write a file to the path they are given (videos, images, figures)
@@ -339,6 +351,8 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             f.is_rank_expr(kw.value) for kw in c.keywords
         ):
             continue  # one file per rank, on purpose
+        if path is not None and _rank_suffixed(s, f, path):
+            continue  # `filename + f".rank{rank}"` on the ranks but one (detectron2's logger)
         if path is not None and "devnull" in ast.unparse(path):
             continue  # `open(os.devnull, "w")`: a sink, not a shared file
         if path is not None and _unique_per_process(s, path):
@@ -389,6 +403,18 @@ def _class_owned(s: Script, c: ast.Call) -> bool:
         isinstance(stmt, ast.Assign)
         and len(stmt.targets) == 1
         and ast.unparse(stmt.targets[0]).startswith("self.")
+    )
+
+
+def _rank_suffixed(s: Script, f: Flow, path: ast.expr) -> bool:
+    """A path a helper is given that some assignment makes per rank: detectron2's and
+    mmf's `setup_logger` (`if distributed_rank > 0: filename = filename +
+    f".rank{distributed_rank}"`, then `_cached_log_stream(filename)` opens it): rank 0
+    keeps the plain name, each other rank its own file."""
+    return any(
+        isinstance(o, ast.BinOp | ast.JoinedStr)
+        and any(f.rank_valued(n) for n in ast.walk(o) if not isinstance(n, ast.Call))
+        for o in s.origins(path)
     )
 
 
