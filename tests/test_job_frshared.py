@@ -13,14 +13,14 @@ job/fr/rank_0), written after the job started (an older one is stale anyway)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from standinjob import finding_ids, look, start_launcher
 
 FR = Path(__file__).parent / "fixtures" / "gpu-h200" / "job" / "fr" / "rank_0"
 LAUNCHER = """\
@@ -33,47 +33,14 @@ subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(1)
 
 
 def _start(work: Path, tag: str) -> subprocess.Popen[bytes]:
-    launcher = work / "bin" / "torchrun"
-    launcher.parent.mkdir(parents=True, exist_ok=True)
-    launcher.write_text(LAUNCHER)
-    env = {**os.environ, "HOME": str(work / "home")}
-    proc = subprocess.Popen(
-        [sys.executable, str(launcher), "--tag", tag],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # its worker is up
-        kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-        if kids.exists() and kids.read_text().strip():
-            return proc
-        time.sleep(0.1)
-    raise AssertionError(f"job {tag} did not start")
+    return start_launcher(work, LAUNCHER, ["--tag", tag], 1, {**os.environ, "HOME": str(work / "home")})
 
 
 def _look(work: Path) -> dict[str, Any]:
-    config = work / "one.yaml"
-    config.write_text(
-        "name: one-host\nmaster: {addr: 127.0.0.1, port: 29999}\n"
-        "nodes: [{host: local, name: vm}]\npython: " + sys.executable + "\n"
-    )
-    out = work / f"job-{time.monotonic_ns()}.json"
-    subprocess.run(
-        [sys.executable, "-m", "ddptui", "job", str(config), "--match", "tag alpha",
-         "--no-stacks", "--window", "0.5", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={**os.environ, "XDG_STATE_HOME": str(work / "state")},
-        check=False,
-    )
-    return json.loads(out.read_text())
+    return look(work, "tag alpha", 29999, "0.5")[0]
 
 
-def _ids(report: dict[str, Any]) -> list[str]:
-    return [f["id"] for f in report["steps"][0]["findings"]]
+_ids = finding_ids
 
 
 def test_dumps_another_running_job_writes_too_are_not_read_as_this_jobs(tmp_path: Path) -> None:

@@ -19,10 +19,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from standinjob import finding_ids, look, start_launcher
 
 FR = Path(__file__).parent / "fixtures" / "gpu-h200" / "fail11" / "fr"
 LAUNCHER = """\
@@ -40,46 +41,14 @@ for k in kids:
 
 
 def _start(work: Path) -> subprocess.Popen[bytes]:
-    launcher = work / "bin" / "torchrun"
-    launcher.parent.mkdir(parents=True, exist_ok=True)
-    launcher.write_text(LAUNCHER)
-    proc = subprocess.Popen(
-        [sys.executable, str(launcher), "--tag", "overruled", str(work / "fr" / "barrier0-")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # both workers are up
-        kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-        if kids.exists() and len(kids.read_text().split()) == 2:
-            return proc
-        time.sleep(0.1)
-    os.killpg(proc.pid, 9)
-    raise AssertionError("the job did not start")
+    return start_launcher(work, LAUNCHER, ["--tag", "overruled", str(work / "fr" / "barrier0-")], 2)
 
 
 def _look(work: Path) -> tuple[dict[str, Any], str]:
-    config = work / "one.yaml"
-    config.write_text(
-        "name: one-host\nmaster: {addr: 127.0.0.1, port: 29998}\n"
-        "nodes: [{host: local, name: vm}]\npython: " + sys.executable + "\n"
-    )
-    out = work / f"job-{time.monotonic_ns()}.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "ddptui", "job", str(config), "--match", "tag overruled",
-         "--no-stacks", "--window", "1", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={**os.environ, "XDG_STATE_HOME": str(work / "state")},
-        check=False,
-    )
-    return json.loads(out.read_text()), run.stdout
+    return look(work, "tag overruled", 29998, "1")
 
 
-def _ids(report: dict[str, Any]) -> list[str]:
-    return [f["id"] for f in report["steps"][0]["findings"]]
+_ids = finding_ids
 
 
 def test_busy_ranks_whose_flight_recorder_parts_ways_are_hung_not_healthy(tmp_path: Path) -> None:

@@ -18,23 +18,20 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from ddptui.diagnosis.factcontext import Context, Hit, ranks_said
+from ddptui.diagnosis.factrules_gpu9 import in_flight
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
 
 _WORK: Final = re.compile(r"SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)")
-_INFLIGHT: Final = re.compile(
-    r"[Ll]ast enqueued (?:NCCL )?work: (?P<enq>\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
-)
 
 
 def _waiting(ctx: Context) -> dict[int, str]:
-    """rank -> the line saying it waits in a collective (a watchdog timeout, work in flight)."""
+    """rank -> the line saying it waits in a collective: its watchdog's timeout (which
+    names the collective) first, else torch's work in flight."""
     out = dict(ctx.watchdog_lines)
-    for r, (_, line) in ctx.enqueued.items():
-        w = _INFLIGHT.search(line)
-        if r not in out and (w is None or int(w["enq"]) > int(w["done"])):
-            out[r] = line
+    for r, line in in_flight(ctx).items():
+        out.setdefault(r, line)
     return out
 
 

@@ -66,14 +66,21 @@ def _done(ctx: Context) -> tuple[dict[int, str], tuple[str, str] | None]:
     return done, None if ranks else (src, barrier)
 
 
+def in_flight(ctx: Context) -> dict[int, str]:
+    """rank -> torch's line stating it enqueued more work than it completed (or that states
+    no counts): a rank waiting in a collective."""
+    out: dict[int, str] = {}
+    for r, (_, line) in ctx.enqueued.items():
+        w = _WORK.search(line)
+        if w is None or int(w["enq"]) > int(w["done"]):
+            out[r] = line
+    return out
+
+
 def left_early(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """Some ranks finished normally while another waited in a collective (see above)."""
     done, node = _done(ctx)
-    waiting: dict[int, str] = {}
-    for r, (_, line) in ctx.enqueued.items():
-        w = _WORK.search(line)
-        if w is None or int(w["enq"]) > int(w["done"]):  # work in flight
-            waiting.setdefault(r, line)
+    waiting = in_flight(ctx)
     for r, line in ctx.watchdog_lines.items():
         waiting.setdefault(r, line)
     for r in list(done):
