@@ -84,6 +84,7 @@ def blind(batch: Path, new_ok: frozenset[str] = frozenset()) -> None:
     per: Counter[str] = Counter()
     per_found: Counter[str] = Counter()
     misses: list[str] = []
+    off: list[str] = []
     cpu = 0.0
     here = Path.cwd()
     for case in man["cases"]:
@@ -110,7 +111,11 @@ def blind(batch: Path, new_ok: frozenset[str] = frozenset()) -> None:
             ]
             found += bool(hits)
             per_found[p["id"]] += bool(hits)
-            at_line += any(abs(f.line - int(p["line"])) <= 1 for f in hits)
+            placed = any(abs(f.line - int(p["line"])) <= 1 for f in hits)
+            at_line += placed
+            if hits and not placed:
+                lines = ",".join(str(f.line) for f in hits)
+                off.append(f"{case['id']}: {p['id']} {p['file']}:{p['line']} (said at {lines})")
             if not hits:
                 misses.append(f"{case['id']}: {p['id']} {p['file']}:{p['line']}")
     print(
@@ -122,6 +127,8 @@ def blind(batch: Path, new_ok: frozenset[str] = frozenset()) -> None:
     print("  per id found/total: " + ", ".join(f"{k} {per_found[k]}/{v}" for k, v in per.items()))
     for m in misses:
         print(f"  missed {m}")
+    for m in off:
+        print(f"  not at the line {m}")
 
 
 def project_time(n: int) -> None:
