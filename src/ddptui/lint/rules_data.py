@@ -338,7 +338,18 @@ def set_epoch(s: Script, f: Flow) -> Iterator[Hit]:
     # loops can be an evaluation pass (per layer, per split) in another module
     # (Jingkang50/OpenOOD 3de61c4: the pipeline's `for epoch_idx in ...` calls a trainer
     # from a registry; a postprocessor's `for layer_index ...` holds loader loops)
-    epoch_loops.sort(key=lambda n: not _epoch_named(n))
+    # among those, the loop in the function that builds the sampler, then in its module:
+    # an epoch loop of another module may train on a loader with no sampler at all
+    # (BatsResearch/taglets e50b783: a module's own `_train` beside the spawned
+    # `_do_train` that builds the DistributedSampler)
+    home = s.scope_of(samplers[0])
+    epoch_loops.sort(
+        key=lambda n: (
+            not _epoch_named(n),
+            s.scope_of(n) is not home,
+            s.module_of(n) is not s.module_of(samplers[0]),
+        )
+    )
     for loop in epoch_loops[:1]:
         where = (
             f"line {samplers[0].lineno}"

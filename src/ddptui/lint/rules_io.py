@@ -20,6 +20,7 @@ from ddptui.lint.lint24 import guards_nearby
 from ddptui.lint.lint26_anchor import fallback_write, guarded_sibling, rankless_owner
 from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
 from ddptui.lint.lint32 import plain_reload
+from ddptui.lint.lint37 import in_memory_copy
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last, other_branch_takes_module
@@ -99,6 +100,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
         and not _unwrapped(s, c.func.value)
         and not _before_wrapping(s, f, c)
         and not _prefix_juggling(s, c)
+        and not in_memory_copy(s, c)
         for c in s.calls
     )
     for c in s.calls:
