@@ -327,3 +327,71 @@ def test_seed_helper_call_names_the_seeding_inside(tmp_path: Path) -> None:
     files = {"train.py": METTA_TRAIN, "runtime_configuration.py": METTA_RUNTIME}
     found = _also(lint_project(tmp_path, files), "DDP-RANK-SEED")
     assert found == {16: [("runtime_configuration.py", 8, "seeds at")]}
+
+
+# LambdaLabsML/distributed-training-guide @ c25b7c7f259ce2520a7f50fa542e45f42a7f9d03,
+# 02-multi-gpu/train_llm.py 134-145: the epoch loop logs and resumes its progress bar
+# before `batches = iter(dataloader)`; the fix (issue #40) calls set_epoch just before it.
+LAMBDA = """\
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def main(model, train_data, optimizer, state, num_epochs):
+    torch.distributed.init_process_group("nccl")
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    dataloader = DataLoader(train_data, sampler=DistributedSampler(train_data, shuffle=True))
+    for state["epoch"] in range(state["epoch"], num_epochs):
+        print(f"Begin epoch {state['epoch']} at step {state['epoch_step']}")
+        if state["epoch_step"] > 0:
+            print("resuming")
+
+        batches = iter(dataloader)
+
+        for i_step in range(len(dataloader)):
+            batch = next(batches)
+            model(**batch).loss.backward()
+            optimizer.step()
+"""
+
+
+def test_epoch_loop_names_where_the_pass_over_the_loader_starts(tmp_path: Path) -> None:
+    found = _also(lint_project(tmp_path, {"train.py": LAMBDA}), "DDP-SET-EPOCH")
+    assert found == {9: [("train.py", 14, "loader iterated at")]}
+
+
+# karpathy/llama2.c @ 65b0846637fbcf3a2eaaf08820314945e247610b, train.py 201, 205-215 and
+# 297-299: `model.last_loss` read through the DDP wrapper in the loop and in
+# `estimate_loss()`, which uses the global `model`; the fix 623894f reads it from
+# `raw_model` at both.
+LLAMA2C = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+torch.distributed.init_process_group(backend="nccl")
+model = torch.nn.Linear(2, 2).cuda()
+model = DDP(model, device_ids=[0])
+
+
+def estimate_loss(X, Y):
+    model.eval()
+    logits = model(X, Y)
+    loss = model.last_loss
+    return loss.item()
+
+
+X, Y = torch.zeros(2), torch.zeros(2)
+for it in range(10):
+    logits = model(X, Y)
+    loss = model.last_loss
+    loss.backward()
+    if it % 5 == 0:
+        print(estimate_loss(X, Y))
+"""
+
+
+def test_attribute_read_through_a_global_wrapper_names_its_other_reads(
+    tmp_path: Path,
+) -> None:
+    found = _also(lint_project(tmp_path, {"train.py": LLAMA2C}), "DDP-WRAPPER-ATTR")
+    assert found == {19: [("train.py", 12, "read too at")]}

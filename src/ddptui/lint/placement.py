@@ -8,8 +8,8 @@ module adds those lines to a finding as second places; it never adds or drops on
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Callable, Iterator
+from typing import Any, Final
 
 from ddptui.lint.flow import own_nodes
 from ddptui.lint.model import Hit
@@ -46,15 +46,72 @@ def _by_id(s: Script, hit: Hit, node: ast.AST) -> list[Where]:
     guard = hit.facts.get("guard_line")
     if hit.id == "DDP-RANK-DIVERGENCE" and isinstance(guard, int):
         return [(node, guard, "rank-only branch at")]
-    if hit.id == "DDP-HARDCODED-DEVICE" and isinstance(node, ast.Call):
-        return [(n, n.lineno, "used as the device at") for n in _flag_uses(s, node)]
-    if hit.id == "DDP-RANK-SEED" and isinstance(node, ast.Call):
-        return [(n, n.lineno, "seeds at") for n in _helper_seeds(s, node)]
-    if hit.id == "DDP-SAVE-WRAPPER":
-        return [(c, c.lineno, "called from") for c in _passing_callers(s, node)]
     if hit.id == "DDP-ALL-RANKS-IO":
         return list(_io_places(s, node))
+    placer = _PLACERS.get(hit.id)
+    if placer is None or not isinstance(node, placer[0]):
+        return []
+    return [(n, n.lineno, placer[1]) for n in placer[2](s, node)]
+
+
+# --- the epoch loop: where the pass over the loader starts -------------------------
+
+
+def _pass_start(_s: Script, loop: ast.For | ast.While) -> list[ast.stmt]:
+    """The first statement of the epoch loop's body that starts a pass over the loader
+    (`batches = iter(loader)`, `for batch in loader:`): `set_epoch` goes just before it,
+    which can be lines below the loop's header (logging, a progress bar, resuming)."""
+    for st in loop.body:
+        if isinstance(st, ast.For | ast.AsyncFor) and not _counts(st.iter):
+            return [st]
+        if any(
+            isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "iter"
+            for c in own_nodes(st)
+        ):
+            return [st]
     return []
+
+
+def _counts(expr: ast.expr) -> bool:
+    """`range(...)`: a count, not a pass over data."""
+    return (
+        isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "range"
+    )
+
+
+# --- an attribute read through a module-level wrapper: its other reads --------------
+
+
+def _global_reads(s: Script, read: ast.Attribute) -> list[ast.Attribute]:
+    """`model.last_loss` read at module level, where `model` is the DDP wrapper: the same
+    read in functions of that module that use the global `model` (nanoGPT-style
+    `estimate_loss()`), which the same fix (`raw_model.last_loss`) covers."""
+    if not isinstance(read.value, ast.Name) or not isinstance(s.scope_of(read), ast.Module):
+        return []
+    name, mod = read.value.id, s.scope_of(read)
+    out = [
+        n
+        for n in ast.walk(mod)
+        if isinstance(n, ast.Attribute)
+        and n is not read
+        and n.attr == read.attr
+        and isinstance(n.value, ast.Name)
+        and n.value.id == name
+        and isinstance(n.ctx, ast.Load)
+        and _uses_global(s, n, name)
+    ]
+    return sorted(out, key=lambda n: n.lineno)[:_MAX] if len(out) <= _MAX else []
+
+
+def _uses_global(s: Script, node: ast.AST, name: str) -> bool:
+    """`node` sits in a function that neither takes nor binds `name` (reads the global)."""
+    fn = _function(s, node)
+    if fn is None or is_param(fn, name):
+        return False
+    return not any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+        for n in own_nodes(fn)
+    )
 
 
 # --- the `--local_rank` flag: the reads that pick the GPU --------------------------
@@ -237,3 +294,13 @@ def _prepares(st: ast.stmt, used: set[str]) -> bool:
         branches = [*st.body, *st.orelse]
         return bool(branches) and all(_prepares(b, used) for b in branches)
     return False
+
+
+# id: (the kind of node the rule says it at, the label, the second places' finder)
+_PLACERS: Final[dict[str, tuple[Any, str, Callable[[Script, Any], list[Any]]]]] = {
+    "DDP-HARDCODED-DEVICE": (ast.Call, "used as the device at", _flag_uses),
+    "DDP-RANK-SEED": (ast.Call, "seeds at", _helper_seeds),
+    "DDP-SAVE-WRAPPER": (ast.AST, "called from", _passing_callers),
+    "DDP-SET-EPOCH": (ast.For | ast.While, "loader iterated at", _pass_start),
+    "DDP-WRAPPER-ATTR": (ast.Attribute, "read too at", _global_reads),
+}
