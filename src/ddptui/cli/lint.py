@@ -51,7 +51,7 @@ def _finding_lines(f: LintFinding, colour: bool) -> list[str]:
     also = [f"    {p.label} {p.file}:{p.line}" for p in f.also]
     why = textwrap.fill(f.why, width=96, initial_indent="    why: ", subsequent_indent="         ")
     fix = textwrap.indent(f.fix.rstrip(), "        ")
-    return [head, *also, why, "    fix:", fix, ""]
+    return [head, why, *also, "    fix:", fix, ""]  # why stays second: scripts read it there
 
 
 def _summary(result: LintResult) -> str:
