@@ -238,8 +238,8 @@ def test_write_prepared_by_a_branch_names_the_branch(tmp_path: Path) -> None:
 
 
 # clovaai/voxceleb_trainer @ 3883cd497e1629a2931e0bfb6da3d85eb1496940, trainSpeakerNet.py
-# 131 and 210: every rank appends its training line to the same scores.txt; the fix
-# guards the write with args.gpu == 0.
+# 131, 196-205 and 210: every rank appends its training line to the same scores.txt (the
+# evaluation line is rank 0's already); the fix guards the write with args.gpu == 0.
 VOXCELEB = """\
 import torch
 import torch.distributed as dist
@@ -251,6 +251,8 @@ def main_worker(gpu, args):
     scorefile = open(args.result_save_path + "/scores.txt", "a+")
     for it in range(10):
         loss = s(torch.zeros(1, 2)).sum()
+        if it % 5 == 0 and args.gpu == 0:
+            scorefile.write("IT %d, VEER %2.4f\\n" % (it, loss))
         scorefile.write("IT %d, TLOSS %f\\n" % (it, loss))
         scorefile.flush()
     scorefile.close()
@@ -263,7 +265,7 @@ if __name__ == "__main__":
 
 def test_file_every_rank_appends_to_names_the_write(tmp_path: Path) -> None:
     found = _also(lint_project(tmp_path, {"train.py": VOXCELEB}), "DDP-ALL-RANKS-IO")
-    assert found == {8: [("train.py", 11, "written at")]}
+    assert found == {8: [("train.py", 13, "written at")]}  # 12 is rank 0's already
 
 
 def test_json_and_cli_show_second_places_only_when_there_are(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from ddptui.lint.flow import own_nodes
+from ddptui.lint.flow import ident, is_rank_name, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.reach import is_param
 from ddptui.lint.script import Script, const, last
@@ -195,6 +195,8 @@ def _io_places(s: Script, node: ast.AST) -> Iterator[Where]:
     fn = _function(s, node)
     if fn is None or (isinstance(node, ast.Call) and s.callees(node)):
         return  # said at a helper's call already (the entry's call of what writes)
+    if _handed_on(s, fn):
+        return  # `mp.spawn(main_worker, ...)`: each rank's entry, not a helper
     sites = [c for c in s.call_sites(fn) if _function(s, c) is not None]  # not `main()`
     if 0 < len(sites) <= _MAX:
         for c in sites:
@@ -203,6 +205,15 @@ def _io_places(s: Script, node: ast.AST) -> Iterator[Where]:
             if at is not None:
                 start = _guard_from(s, at)
                 yield start, start.lineno, "guard from"
+
+
+def _handed_on(s: Script, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """`fn` is passed to a call (a process starter, a callback), not only called."""
+    return any(
+        isinstance(a, ast.Name) and a.id == fn.name
+        for c in s.calls
+        for a in [*c.args, *(k.value for k in c.keywords)]
+    )
 
 
 def _append_write(s: Script, node: ast.AST) -> ast.Call | None:
@@ -233,8 +244,21 @@ def _append_write(s: Script, node: ast.AST) -> ast.Call | None:
         and c.func.attr == "write"
         and isinstance(c.func.value, ast.Name)
         and c.func.value.id == handle
+        and not _rank_guarded(s, c)
     ]
     return min(writes, key=lambda c: c.lineno) if writes else None
+
+
+def _rank_guarded(s: Script, node: ast.AST) -> bool:
+    """Under an `if` whose test reads a rank (`args.gpu == 0`): that write is fixed."""
+    return any(
+        isinstance(a, ast.If)
+        and any(
+            isinstance(n, ast.Name | ast.Attribute) and is_rank_name(ident(n) or "")
+            for n in ast.walk(a.test)
+        )
+        for a in s.ancestors(node)
+    )
 
 
 def _stmt(s: Script, node: ast.AST) -> ast.stmt | None:
@@ -273,16 +297,26 @@ def _holding(parent: ast.AST | None, stmt: ast.stmt) -> list[ast.stmt] | None:
 
 
 def _loads(node: ast.AST) -> set[str]:
-    return {n.id for n in own_nodes(node) if isinstance(n, ast.Name)} | (
-        {node.id} if isinstance(node, ast.Name) else set()
-    )
+    """Names and dotted attributes (`args.save_dir`) `node` reads."""
+    nodes = [node, *own_nodes(node)]
+    return {n.id for n in nodes if isinstance(n, ast.Name)} | {
+        ast.unparse(n) for n in nodes if isinstance(n, ast.Attribute)
+    }
 
 
 def _binds(st: ast.stmt) -> set[str]:
+    """What `st` binds: `x`, `self.path`, an imported name (not `args` of `args.x = 1`)."""
     if isinstance(st, ast.Import | ast.ImportFrom):
         return {(a.asname or a.name).split(".")[0] for a in st.names}
     targets = st.targets if isinstance(st, ast.Assign) else [getattr(st, "target", None)]
-    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+    out: set[str] = set()
+    for t in targets:
+        for n in ast.walk(t) if isinstance(t, ast.Tuple | ast.List) else [t]:
+            if isinstance(n, ast.Name):
+                out.add(n.id)
+            elif isinstance(n, ast.Attribute):
+                out.add(ast.unparse(n))
+    return out
 
 
 def _prepares(st: ast.stmt, used: set[str]) -> bool:
