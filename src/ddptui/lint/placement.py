@@ -168,17 +168,15 @@ def _passing_callers(s: Script, node: ast.AST) -> list[ast.Call]:
     fn = _function(s, node)
     if fn is None:
         return []
-    params = {
-        n.id
-        for n in ast.walk(node)
+    saved = node.args[0] if isinstance(node, ast.Call) and node.args else node
+    passed = {
+        id(a)
+        for n in ast.walk(saved)
         if isinstance(n, ast.Name) and n.id != "self" and is_param(fn, n.id)
+        for a in s.param_args(fn, n.id)
     }
-    sites = [c for c in s.call_sites(fn) if any(s.param_args(fn, p) for p in params)]
-    if not params or not 0 < len(sites) <= _MAX:
-        return []
-    return [
-        c for c in sites if any(a in set(ast.walk(c)) for p in params for a in s.param_args(fn, p))
-    ]
+    sites = [c for c in s.call_sites(fn) if any(id(n) in passed for n in ast.walk(c))]
+    return sites if len(sites) <= _MAX else []
 
 
 # --- a write on every rank: where the rank guard goes -------------------------------
