@@ -15,7 +15,8 @@ manifest.yaml (cases: id, repo, commit, evidence_url, entry, correct, pitfalls: 
 kind, file, line}]) and one folder per case id with the project's files. Each entry is
 audited from its case folder, as a user types `ddptui lint ENTRY`. A pitfall is found
 when a finding has its id in its file, at line when also within +-1 line (a multi-line
-statement); `NEW` pitfalls (kinds no rule had when the batch was collected) count as
+statement) of the finding's line or of one of its second places in that file (`also`:
+`called from`, `rank-only branch at`...); `NEW` pitfalls (kinds no rule had when the batch was collected) count as
 missed unless `--new-ok ID,...` names ids added for them since. Reported: recall,
 at-line rate, error findings and infos per correct case.
 --project-files N times the audit of a generated project of N modules that the entry
@@ -111,7 +112,12 @@ def blind(batch: Path, new_ok: frozenset[str] = frozenset()) -> None:
             ]
             found += bool(hits)
             per_found[p["id"]] += bool(hits)
-            placed = any(abs(f.line - int(p["line"])) <= 1 for f in hits)
+            placed = any(  # at its own line or one of its second places (`also`)
+                abs(line - int(p["line"])) <= 1
+                for f in hits
+                for file, line in f.lines()
+                if Path(file).as_posix().endswith(p["file"])
+            )
             at_line += placed
             if hits and not placed:
                 lines = ",".join(str(f.line) for f in hits)

@@ -48,9 +48,10 @@ def render_human(result: LintResult, *, colour: bool = False) -> str:
 def _finding_lines(f: LintFinding, colour: bool) -> list[str]:
     sev = click.style(f.severity, fg=_COLOURS[f.severity], bold=True) if colour else f.severity
     head = f"{f.file}:{f.line}: {sev} {f.id}: {f.summary}"
+    also = [f"    {p.label} {p.file}:{p.line}" for p in f.also]
     why = textwrap.fill(f.why, width=96, initial_indent="    why: ", subsequent_indent="         ")
     fix = textwrap.indent(f.fix.rstrip(), "        ")
-    return [head, why, "    fix:", fix, ""]
+    return [head, why, *also, "    fix:", fix, ""]  # why stays second: scripts read it there
 
 
 def _summary(result: LintResult) -> str:

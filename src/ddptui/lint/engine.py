@@ -54,7 +54,15 @@ from ddptui.lint.flow import Flow
 from ddptui.lint.frameworks import framework_called, quiet_alternative
 from ddptui.lint.lint13 import demoted
 from ddptui.lint.lint26_anchor import built_here
-from ddptui.lint.model import SEVERITY_ORDER, Hit, LintFinding, LintInputError, LintResult
+from ddptui.lint.model import (
+    SEVERITY_ORDER,
+    Hit,
+    LintFinding,
+    LintInputError,
+    LintResult,
+    Place,
+)
+from ddptui.lint.placement import places
 from ddptui.lint.project import Module, Project, find_root, key, parse, read_source
 from ddptui.lint.script import Script
 
@@ -182,8 +190,19 @@ def _findings(script: Script) -> list[LintFinding]:
             where=f"{path}:{hit.line}",
             facts={"line": hit.line, **hit.facts},
         )
+        also = tuple(
+            Place(script.module_of(n).path, line, label) for n, line, label in places(script, hit)
+        )
         out[(hit.id, path, hit.line)] = LintFinding(
-            f.id, f.severity, path, hit.line, kb_entry(hit.id).title, f.summary, f.cause, f.fix
+            f.id,
+            f.severity,
+            path,
+            hit.line,
+            kb_entry(hit.id).title,
+            f.summary,
+            f.cause,
+            f.fix,
+            also,
         )
     entry = script.path
     return sorted(

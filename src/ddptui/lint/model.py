@@ -23,6 +23,9 @@ class Hit:
     facts: dict[str, object] = field(default_factory=dict)
     severity: Severity | None = None  # None: the knowledge base's
     node: ast.AST | None = field(default=None, compare=False)  # says which file
+    # other places the fix may go (`called from` the caller that passes the wrapper):
+    # (node, label) pairs; the finding stays at `line`
+    also: tuple[tuple[ast.AST, str], ...] = field(default=(), compare=False)
 
     @classmethod
     def at(
@@ -32,9 +35,23 @@ class Hit:
         summary: str,
         *,
         severity: Severity | None = None,
+        also: tuple[tuple[ast.AST, str], ...] = (),
         **facts: object,
     ) -> Hit:
-        return cls(id, getattr(node, "lineno", 1), summary, facts, severity, node)
+        return cls(id, getattr(node, "lineno", 1), summary, facts, severity, node, also)
+
+
+@dataclass(frozen=True)
+class Place:
+    """A second place a finding points at: where the fix may go when that is not where
+    the finding is said (`called from train.py:88`, `rank-only branch at ...:140`)."""
+
+    file: str
+    line: int
+    label: str  # how the CLI introduces it: "called from", "rank-only branch at", ...
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "label": self.label}
 
 
 @dataclass(frozen=True)
@@ -47,9 +64,10 @@ class LintFinding:
     summary: str
     why: str
     fix: str
+    also: tuple[Place, ...] = ()  # where else the fix may go; empty for most findings
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "id": self.id,
             "severity": self.severity,
             "file": self.file,
@@ -59,6 +77,13 @@ class LintFinding:
             "why": self.why,
             "fix": self.fix,
         }
+        if self.also:  # only when there is one: readers of the old JSON see no change
+            out["also"] = [p.to_dict() for p in self.also]
+        return out
+
+    def lines(self) -> tuple[tuple[str, int], ...]:
+        """Every (file, line) the finding points at: its own first, then `also`."""
+        return ((self.file, self.line), *((p.file, p.line) for p in self.also))
 
 
 class LintInputError(Exception):

@@ -176,6 +176,7 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
                     f"`{ast.unparse(arg)}` is wrapped in DDP here and moved to its device only "
                     f"afterwards (line {later[0].lineno})"
                 ),
+                also=((later[0], "moved to its device at"),),  # the fix moves it before
                 model=ast.unparse(arg),
             )
         elif kwarg(call, "device_ids") is not None and built_here and not moved_held(s, arg):
