@@ -18,7 +18,8 @@ when a finding has its id in its file, at line when also within +-1 line (a mult
 statement) of the finding's line or of one of its second places in that file (`also`:
 `called from`, `rank-only branch at`...); `NEW` pitfalls (kinds no rule had when the batch was collected) count as
 missed unless `--new-ok ID,...` names ids added for them since. Reported: recall,
-at-line rate, error findings and infos per correct case.
+at-line rate (and the same counted on each finding's own line alone, as a scorer that
+reads only `line` would), error findings and infos per correct case.
 --project-files N times the audit of a generated project of N modules that the entry
 imports in a chain (the whole-project bound: under 10 s for 200). Prints Markdown.
 """
@@ -81,7 +82,7 @@ def blind(batch: Path, new_ok: frozenset[str] = frozenset()) -> None:
     man: dict[str, Any] = YAML(typ="safe").load(
         (batch / "manifest.yaml").read_text(encoding="utf-8")
     )
-    total = found = at_line = correct = corr_errors = corr_infos = 0
+    total = found = at_line = at_own = correct = corr_errors = corr_infos = 0
     per: Counter[str] = Counter()
     per_found: Counter[str] = Counter()
     misses: list[str] = []
@@ -119,6 +120,7 @@ def blind(batch: Path, new_ok: frozenset[str] = frozenset()) -> None:
                 if Path(file).as_posix().endswith(p["file"])
             )
             at_line += placed
+            at_own += any(abs(f.line - int(p["line"])) <= 1 for f in hits)
             if hits and not placed:
                 lines = ",".join(str(f.line) for f in hits)
                 off.append(f"{case['id']}: {p['id']} {p['file']}:{p['line']} (said at {lines})")
@@ -126,7 +128,8 @@ def blind(batch: Path, new_ok: frozenset[str] = frozenset()) -> None:
                 misses.append(f"{case['id']}: {p['id']} {p['file']}:{p['line']}")
     print(
         f"\nblind batch {batch.name}: {len(man['cases'])} cases, {total} pitfalls: found "
-        f"{found} ({pct(found, total)}), at the line {at_line} ({pct(at_line, total)}); "
+        f"{found} ({pct(found, total)}), at the line {at_line} ({pct(at_line, total)}; "
+        f"{at_own} by the finding's own line alone); "
         f"{correct} correct cases: {corr_errors} error findings, "
         f"{corr_infos / max(correct, 1):.1f} infos per case; {cpu:.1f} s CPU"
     )
