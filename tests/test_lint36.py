@@ -193,3 +193,96 @@ def test_caller_passes_the_unwrapped_model(tmp_path: Path) -> None:
     assert bad_text != MTR_TRAIN
     bad = lint_project(tmp_path / "bad", {**files, "train.py": bad_text})
     assert ("evaluate.py", 2, "error") in severities(bad, "DDP-WRAPPER-ATTR"), bad
+
+
+# hirofumi0810/neural_sp @ 17ffccc6d25b874f3e7932dd8fa12a469eeae8ca,
+# neural_sp/bin/asr/train.py 480-484 (`if args.local_rank == 0 and ...:
+# model.module.plot_attention()`), neural_sp/models/seq2seq/speech2text.py 492-495 (which
+# calls `self.enc._plot_attention(...)`), neural_sp/models/seq2seq/encoders/
+# encoder_base.py 75-112 (clears the folder and saves one figure per layer).
+NSP_TRAIN = """\
+import torch
+import torch.distributed as dist
+
+from models.speech2text import Speech2Text
+
+
+def main(args, loader):
+    dist.init_process_group('nccl')
+    torch.cuda.set_device(args.local_rank)
+    model = Speech2Text(args).cuda()
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank])
+    for step, batch in enumerate(loader):
+        loss = model(batch)
+        loss.backward()
+        if args.local_rank == 0 and step > 0 and step % 100 == 0:
+            model.module.plot_attention()
+"""
+
+NSP_MODEL = """\
+import torch
+
+from models.encoder import TransformerEncoder
+
+
+class Speech2Text(torch.nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        self.save_path = args.save_path
+        self.enc = TransformerEncoder()
+
+    def forward(self, xs):
+        return self.enc(xs).sum()
+
+    def plot_attention(self):
+        self.enc._plot_attention(self.save_path + '/enc_att_weights')
+"""
+
+NSP_ENCODER = """\
+import os
+import shutil
+
+import torch
+from matplotlib import pyplot as plt
+
+
+class TransformerEncoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 8)
+        self.aws = {}
+
+    def forward(self, xs):
+        return self.layer(xs)
+
+    def _plot_attention(self, save_path=None):
+        if save_path is not None and os.path.isdir(save_path):
+            shutil.rmtree(save_path)
+            os.mkdir(save_path)
+        for k, aw in self.aws.items():
+            fig, ax = plt.subplots()
+            ax.imshow(aw[-1, 0], aspect="auto")
+            if save_path is not None:
+                fig.savefig(os.path.join(save_path, '%s.png' % k))
+            plt.close()
+"""
+
+
+def test_model_plot_reached_only_from_rank_zero(tmp_path: Path) -> None:
+    files = {
+        "train.py": NSP_TRAIN,
+        "models/__init__.py": "",
+        "models/speech2text.py": NSP_MODEL,
+        "models/encoder.py": NSP_ENCODER,
+    }
+    ok = lint_project(tmp_path / "ok", files)
+    assert [x for x in severities(ok, "DDP-ALL-RANKS-IO") if x[0] == "encoder.py"] == [], ok
+    # twin: the plot runs on every rank
+    bad_text = NSP_TRAIN.replace(
+        "        if args.local_rank == 0 and step > 0 and step % 100 == 0:\n"
+        "            model.module.plot_attention()\n",
+        "        if step % 100 == 0:\n            model.module.plot_attention()\n",
+    )
+    assert bad_text != NSP_TRAIN
+    bad = lint_project(tmp_path / "bad", {**files, "train.py": bad_text})
+    assert [x[0] for x in severities(bad, "DDP-ALL-RANKS-IO")].count("encoder.py") >= 1, bad

@@ -11,6 +11,11 @@
   DDP one gathers nothing there. A rank-0 FSDP state_dict outside such a chain stays.
 - DDP-WRAPPER-ATTR, a caller passing `model.module if distributed else model` (the unwrap
   idiom): the plain-model arm is taken only when nothing wraps the model.
+- DDP-ALL-RANKS-IO in a method only rank-guarded code reaches through attribute chains the
+  call graph does not resolve (neural_sp: `if args.local_rank == 0: model.module.
+  plot_attention()`, whose `self.enc._plot_attention(...)` saves figures): every use of
+  the method's name, and of its callers' names in turn, is under a rank test. One use
+  outside such a test keeps the finding.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import ast
 import re
 from typing import Final
 
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 
@@ -99,3 +105,58 @@ def _past_fsdp_arm(s: Script, node: ast.AST) -> bool:
             return True
         child = a
     return False
+
+
+def rank_guarded_uses(s: Script, f: Flow, node: ast.AST, depth: int = 0) -> bool:
+    """Every use of the name of the function holding `node` (any object's attribute of
+    that name counts, which errs towards keeping a finding) is in the arm of a rank test
+    that holds on rank 0 (`if rank == 0:`, not its `else`), or in a function for which this
+    holds in turn (three levels)."""
+    fn = s.scope_of(node)
+    if depth > 3 or not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    if fn.name.startswith("__") or fn.name in ("forward", "main"):
+        return False  # called by Python, torch or the command line, not by a name here
+    uses = [
+        n
+        for n in s.nodes
+        if isinstance(n, ast.Name | ast.Attribute)
+        and isinstance(n.ctx, ast.Load)
+        and ident(n) == fn.name
+    ]
+    return bool(uses) and all(
+        _rank0_arm(s, f, u) or (s.scope_of(u) is not fn and rank_guarded_uses(s, f, u, depth + 1))
+        for u in uses
+    )
+
+
+def _rank0_arm(s: Script, f: Flow, node: ast.AST) -> bool:
+    """Inside the body of `if rank == 0:` (`if args.local_rank == 0 and step % n == 0:`,
+    `if is_main_process():`) within its function; a negated test (`!=`, `not`) does not
+    count, its body is the other ranks'."""
+    child = node
+    for a in s.ancestors(node):
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.Module):
+            return False
+        if (
+            isinstance(a, ast.If)
+            and any(child is b for b in a.body)
+            and f.is_rank_test(a.test)
+            and not _negated(f, a.test)
+        ):
+            return True
+        child = a
+    return False
+
+
+def _negated(f: Flow, test: ast.expr) -> bool:
+    """`not is_main()`, `rank != 0`, `rank > 0` (a `step > 0` beside it is no negation)."""
+    return any(
+        (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not))
+        or (
+            isinstance(n, ast.Compare)
+            and any(isinstance(o, ast.NotEq | ast.Gt) for o in n.ops)
+            and f.rank_valued(n.left)
+        )
+        for n in ast.walk(test)
+    )
