@@ -54,6 +54,7 @@ from ddptui.lint.flow import Flow
 from ddptui.lint.frameworks import framework_called, quiet_alternative
 from ddptui.lint.lint13 import demoted
 from ddptui.lint.lint26_anchor import built_here
+from ddptui.lint.lint36 import dropped36
 from ddptui.lint.model import (
     SEVERITY_ORDER,
     Hit,
@@ -169,6 +170,8 @@ def _findings(script: Script) -> list[LintFinding]:
         path = mod.path
         if (hit.id, path, hit.line) in out or _ignored(lines.get(mod.tree, []), hit):
             continue
+        if dropped36(script, hit):
+            continue  # a reading real projects show to be false (lint36)
         built = (
             hit.id == "DDP-ALL-RANKS-IO" and hit.node is not None and built_here(script, hit.node)
         )

@@ -20,6 +20,7 @@ from ddptui.lint.lint24 import guards_nearby
 from ddptui.lint.lint26_anchor import fallback_write, guarded_sibling, rankless_owner
 from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
 from ddptui.lint.lint32 import plain_reload
+from ddptui.lint.lint36 import rank_guarded_uses
 from ddptui.lint.lint37 import in_memory_copy
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
@@ -359,7 +360,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             continue  # `open(os.devnull, "w")`: a sink, not a shared file
         if path is not None and _unique_per_process(s, path):
             continue  # `tmp_<uuid4>` then an atomic os.replace: no two writers share it
-        if f.guarded(c) or none_guarded(s, f, c):
+        if f.guarded(c) or none_guarded(s, f, c) or rank_guarded_uses(s, f, c):
             continue
         # a helper of another file: said at the entry's call; a writer a project class
         # builds into `self.x` in `__init__` (a logger class): said there, its fix is there

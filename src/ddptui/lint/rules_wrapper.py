@@ -13,6 +13,7 @@ from typing import Final
 from ddptui.lint.callers import dead_for_callers
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint19 import other_owner, set_on_value
+from ddptui.lint.lint36 import unwrap_idiom
 from ddptui.lint.model import Hit
 from ddptui.lint.reach import cast_value
 from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper, test_text
@@ -143,7 +144,7 @@ def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:  # 
     is the plain model), followed through names and parameters (bounded)."""
     if depth > 4:
         return False
-    if isinstance(expr, ast.Attribute) and expr.attr == "module":
+    if (isinstance(expr, ast.Attribute) and expr.attr == "module") or unwrap_idiom(expr):
         return False
     if isinstance(expr, Pick):
         return _pick_ddp(s, f, expr, depth)
