@@ -119,9 +119,37 @@ def loaded_modules(root: Path, nodes: list[ast.AST], parents: dict[ast.AST, ast.
             base = root / lead if lead else root
             if lead and not base.is_dir():
                 continue
-            if not words and lead:
+            parts = _template(value)
+            named = _named_files(root, parts)
+            if named:
+                out += named  # `downstream.{name}.expert`: the files it can name, no more
+            elif not words and lead:
                 out += _files([base])
             else:
                 out += _files(_dirs(base, words, 1 if lead else 3))
     return list(dict.fromkeys(out))[: 2 * MAX_FILES]
 
+
+def _named_files(root: Path, parts: list[str]) -> list[str]:
+    """The project files a template with a hole and a literal module name after it can
+    name: `f"downstream.{args.downstream}.expert"` is `downstream/*/expert.py` (s3prl's
+    runner picks its task's expert module so, and its DownstreamExpert builds the task's
+    DataLoaders). Only a template led by a package, with its holes whole dotted segments
+    and ending in a word; an empty list otherwise (the folder readings then apply)."""
+    segs = ["\x00" if s and not s.strip("\x00") else s for s in "\x00".join(parts).split(".")]
+    if (
+        len(segs) < 3
+        or not all(s == "\x00" or _WORD.match(s) for s in segs)
+        or not _WORD.match(segs[0])
+        or not _WORD.match(segs[-1])
+        or "\x00" not in segs
+    ):
+        return []
+    pattern = "/".join("*" if s == "\x00" else s for s in segs)
+    out: list[str] = []
+    for p in sorted([*root.glob(f"{pattern}.py"), *root.glob(f"{pattern}/__init__.py")]):
+        if len(out) >= MAX_FILES:
+            break
+        if not (set(p.relative_to(root).parts) & _SKIP) and p.is_file():
+            out.append(str(p.resolve()))
+    return out

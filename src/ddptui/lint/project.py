@@ -130,6 +130,9 @@ class Module:
     key: str = ""  # the resolved path
     inits: list[str] = field(default_factory=list)  # packages' __init__.py an import runs
     loaded: list[str] = field(default_factory=list)  # what its run-time loaders import
+    # `from pkg import name` where `name` is also pkg's submodule: name -> (pkg's
+    # __init__.py, name); the package's own binding of it wins (script.py's resolve)
+    shadowed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -333,6 +336,8 @@ class Project:
             sub = self._find(f"{name}.{a.name}" if name else a.name, here, node.level)
             if sub is not None:  # `from pkg import submodule`
                 mod.local[bound] = (sub, None)
+                if target is not None and target.endswith("__init__.py"):
+                    mod.shadowed[bound] = (target, a.name)
             elif target is not None:
                 mod.local[bound] = (target, a.name)
             if node.level == 0:

@@ -116,6 +116,13 @@ class Script:
             return None
         if ref is None:
             return star(self, mod, name, depth) if not name.startswith("*") else None
+        pkg_ref = mod.shadowed.get(name) if ref[1] is None else None
+        pkg = self._by_key.get(pkg_ref[0]) if pkg_ref is not None else None
+        if pkg is not None and pkg_ref is not None and _rebinds(pkg, pkg_ref[1]):
+            # `from pykt.models import init_model` where pykt/models/__init__.py does
+            # `from .init_model import init_model`: Python hands out the package's
+            # attribute, the function, not the submodule of the same name
+            return self.resolve_in(pkg, pkg_ref[1], depth + 1)
         target = self._by_key.get(ref[0])
         if target is None:
             return None
@@ -620,3 +627,13 @@ def const(expr: ast.expr | None) -> object:
 
 def last(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
+
+
+def _rebinds(pkg: Module, name: str) -> bool:
+    """The package's `__init__` binds `name` itself (a function, a class, or a name
+    imported from a module), not merely as its submodule."""
+    top = set(pkg.tree.body)
+    if any(fn in top for fn in pkg.functions.get(name, ())) or pkg.classes.get(name) in top:
+        return True
+    ref = pkg.local.get(name)
+    return ref is not None and ref[1] is not None
