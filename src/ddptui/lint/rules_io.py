@@ -22,6 +22,7 @@ from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
 from ddptui.lint.lint32 import plain_reload
 from ddptui.lint.lint36 import rank_guarded_uses
 from ddptui.lint.lint37 import in_memory_copy
+from ddptui.lint.lint41 import descriptor, item_loader_write
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last, other_branch_takes_module
@@ -358,8 +359,12 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             continue  # `filename + f".rank{rank}"` on the ranks but one (detectron2's logger)
         if path is not None and "devnull" in ast.unparse(path):
             continue  # `open(os.devnull, "w")`: a sink, not a shared file
-        if path is not None and _unique_per_process(s, path):
-            continue  # `tmp_<uuid4>` then an atomic os.replace: no two writers share it
+        if (path is not None and _unique_per_process(s, path)) or (
+            descriptor(s, path) or item_loader_write(s, c)
+        ):
+            # `tmp_<uuid4>` then an atomic os.replace: no two writers share it; a held
+            # descriptor; a dataset item's own cache file (lint41)
+            continue
         if f.guarded(c) or none_guarded(s, f, c) or rank_guarded_uses(s, f, c):
             continue
         # a helper of another file: said at the entry's call; a writer a project class

@@ -16,6 +16,7 @@ from ddptui.lint.lint15 import mode_exit as _mode_exit
 from ddptui.lint.lint16 import BUFFERS as _BUFFERS
 from ddptui.lint.lint16 import in_training_loop as _in_training_loop
 from ddptui.lint.lint19 import counted_steps
+from ddptui.lint.lint41 import collective_answer
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 from ddptui.lint.taint import depends, rank_tainted
@@ -240,8 +241,8 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                 else:
                     if tainted is None:
                         tainted = rank_tainted(s, f, loop)
-                    if not depends(s, f, node.test, tainted):
-                        continue
+                    if not depends(s, f, node.test, tainted) or collective_answer(s, f, node.test):
+                        continue  # (a join a collective decides: lint41)
                     why = "a condition on this rank's own data, loss or clock"
                 kind = type(exit_).__name__.lower()
                 effect = (
