@@ -22,6 +22,7 @@ from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
 from ddptui.lint.lint32 import plain_reload
 from ddptui.lint.lint36 import rank_guarded_uses
 from ddptui.lint.lint37 import in_memory_copy
+from ddptui.lint.lint40 import dataparallel_only_test
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script, const, kwarg, last, other_branch_takes_module
@@ -111,13 +112,18 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             if (
                 f.is_ddp_value(recv)
                 and not _unwrapped(s, recv)
-                and (not other_branch_takes_module(s, recv) or rank_conjoined_else(s, f, recv))
+                and (
+                    not other_branch_takes_module(s, recv)
+                    or rank_conjoined_else(s, f, recv)
+                    or dataparallel_only_test(s, recv) is not None
+                )
             ):
                 # said at the `.state_dict()` call, where `.module` belongs (the save
                 # may be lines below, through a dict or a name), unless a helper's
                 # parameter: then where the caller hands the wrapper over
                 call = s.parents.get(recv, c)
                 at = c if _given(s, recv) and not _held(s, call) else call
+                dp_test = [t for t in [dataparallel_only_test(s, recv)] if t is not None]
                 yield Hit.at(
                     "DDP-SAVE-WRAPPER",
                     at,
@@ -125,6 +131,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                         f"`{ast.unparse(recv)}.state_dict()` of the DDP wrapper is saved: every key "
                         "starts with `module.`"
                     ),
+                    also=tuple((t, "unwraps nn.DataParallel only at") for t in dp_test),
                     model=ast.unparse(recv),
                 )
                 break
@@ -167,9 +174,17 @@ def _prefix_juggling(s: Script, load: ast.Call) -> bool:
 
 def _before_wrapping(s: Script, f: Flow, call: ast.Call) -> bool:
     """A load into the plain model before `model = DDP(model)` in the same function (a
-    checkpoint to start from): it says nothing about the keys the saves write."""
+    checkpoint to start from): it says nothing about the keys the saves write. Also a
+    load in a helper (`load_checkpoint(model, ...)`) every caller of which calls it before
+    its own `model = DDP(model)` (ethnhe/FFB6D train_ycb.py)."""
     scope = s.scope_of(call)
-    return any(s.scope_of(d) is scope and d.lineno > call.lineno for d in f.ddp_calls)
+    if any(s.scope_of(d) is scope and d.lineno > call.lineno for d in f.ddp_calls):
+        return True
+    sites = s.call_sites(scope) if isinstance(scope, ast.FunctionDef) else ()
+    return bool(sites) and all(
+        any(s.scope_of(d) is s.scope_of(c) and d.lineno > c.lineno for d in f.ddp_calls)
+        for c in sites
+    )
 
 
 def _roots(s: Script) -> list[list[ast.stmt]]:
