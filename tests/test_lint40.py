@@ -314,3 +314,42 @@ def test_other_loads_of_the_function_are_places(tmp_path: Path) -> None:
         severities(lint_project(tmp_path / "fixed", {"train.py": fixed}), "DDP-LOAD-MAP-LOCATION")
         == []
     )
+
+
+# hustvl/WeakTr @ 5bdceb83d685742a993bf5cb27fa263c2d97d9f4, OnlineRetraining/segm/utils/distributed.py 54-65
+# (`sync_model` saves on rank 0 and loads on the others) and train.py 299-302 (called
+# before `model = DDP(model, ...)`): the plain model's keys, nothing to unwrap. A twin
+# that must stay silent for DDP-SAVE-WRAPPER beside the FFB6D reading.
+WEAKTR = """\
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def sync_model(sync_dir, model):
+    sync_path = Path(sync_dir).resolve() / "sync_model.pkl"
+    if dist.get_rank() == 0 and dist.get_world_size() > 1:
+        torch.save(model.state_dict(), sync_path)
+    dist.barrier()
+    if dist.get_rank() > 0:
+        model.load_state_dict(torch.load(sync_path, map_location="cpu"))
+    dist.barrier()
+    return model
+
+
+def main(log_dir):
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    model = torch.nn.Linear(8, 8).cuda()
+    sync_model(log_dir, model)
+    model = DDP(model, device_ids=[local_rank], output_device=local_rank)
+"""
+
+
+def test_helper_called_before_the_wrap_saves_the_plain_model(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "ok", {"train.py": WEAKTR})
+    assert severities(found, "DDP-SAVE-WRAPPER") == [], found

@@ -112,6 +112,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             if (
                 f.is_ddp_value(recv)
                 and not _unwrapped(s, recv)
+                and not (_given(s, recv) and called_before_wrap(s, f, s.scope_of(recv)))
                 and (
                     not other_branch_takes_module(s, recv)
                     or rank_conjoined_else(s, f, recv)
@@ -180,6 +181,13 @@ def _before_wrapping(s: Script, f: Flow, call: ast.Call) -> bool:
     scope = s.scope_of(call)
     if any(s.scope_of(d) is scope and d.lineno > call.lineno for d in f.ddp_calls):
         return True
+    return called_before_wrap(s, f, scope)
+
+
+def called_before_wrap(s: Script, f: Flow, scope: ast.AST) -> bool:
+    """Every call of this helper comes before `model = DDP(model)` in its caller: what it
+    is handed there is the plain model (hustvl/WeakTr's `sync_model(log_dir, model)`
+    saves and loads before the wrap)."""
     sites = s.call_sites(scope) if isinstance(scope, ast.FunctionDef) else ()
     return bool(sites) and all(
         any(s.scope_of(d) is s.scope_of(c) and d.lineno > c.lineno for d in f.ddp_calls)
