@@ -190,6 +190,7 @@ def _io_places(s: Script, node: ast.AST) -> Iterator[Where]:
     if stmt is not None:
         start = _guard_from(s, stmt)
         yield start, start.lineno, "guard from"
+        yield from _enabling_if(s, stmt)
     fn = _function(s, node)
     if fn is None or (isinstance(node, ast.Call) and s.callees(node)):
         return  # said at a helper's call already (the entry's call of what writes)
@@ -203,6 +204,23 @@ def _io_places(s: Script, node: ast.AST) -> Iterator[Where]:
             if at is not None:
                 start = _guard_from(s, at)
                 yield start, start.lineno, "guard from"
+                yield from _enabling_if(s, at)
+
+
+def _enabling_if(s: Script, stmt: ast.stmt) -> Iterator[Where]:
+    """The `if` of its function whose body holds the write (`if enabled:`, `if
+    args.save_every and step % n == 0:`): the rank test joins that condition, as the fixes
+    write it (`if enabled and rank == 0:`), however deep in loops and `try` the write is."""
+    child: ast.AST = stmt
+    for a in s.ancestors(stmt):
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module):
+            return
+        if isinstance(a, ast.If) and child in a.body:
+            text = ast.unparse(a.test)
+            if "__name__" not in text and not _rank_guarded(s, a.body[0]):
+                yield a, a.lineno, "or join the rank test to the condition at"
+            return
+        child = a
 
 
 def _handed_on(s: Script, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -406,7 +406,9 @@ def class_attr_values(s: Script, cls: ast.ClassDef, attr: str) -> list[ast.expr]
         if c in seen:
             continue
         seen.add(c)
-        out += [n.value for n in s._self_assigns(c).get(attr, ()) if n.value is not None]
+        out += [
+            v for n in s._self_assigns(c).get(attr, ()) if (v := self_value(n, attr)) is not None
+        ]
         todo += [b for b in map(s.class_named, c.bases) if b is not None]
     return out
 
@@ -439,3 +441,27 @@ def overrides(s: Script, cls: ast.ClassDef, name: str) -> tuple[FuncNode, ...]:
         for n in sub.body
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
     )
+
+
+def self_value(n: ast.Assign | ast.AnnAssign, attr: str) -> ast.expr | None:
+    """What `n` gives `self.<attr>`: its value, or in `self.a, self.b = (a, b)` the
+    element in the same position (a value that is not a literal tuple: nothing known)."""
+    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+    if any(_self_attr(t) == attr for t in targets):
+        return n.value
+    for t in targets:
+        if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple | ast.List):
+            for e, v in zip(t.elts, n.value.elts, strict=False):
+                if _self_attr(e) == attr and len(t.elts) == len(n.value.elts):
+                    return v
+    return None
+
+
+def _self_attr(node: ast.AST) -> str | None:
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    ):
+        return node.attr
+    return None

@@ -22,6 +22,7 @@ from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
 from ddptui.lint.lint32 import plain_reload
 from ddptui.lint.lint36 import rank_guarded_uses
 from ddptui.lint.lint37 import in_memory_copy
+from ddptui.lint.lint40 import dataparallel_only_test
 from ddptui.lint.lint41 import descriptor, item_loader_write
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
@@ -112,13 +113,19 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             if (
                 f.is_ddp_value(recv)
                 and not _unwrapped(s, recv)
-                and (not other_branch_takes_module(s, recv) or rank_conjoined_else(s, f, recv))
+                and not (_given(s, recv) and called_before_wrap(s, f, s.scope_of(recv)))
+                and (
+                    not other_branch_takes_module(s, recv)
+                    or rank_conjoined_else(s, f, recv)
+                    or dataparallel_only_test(s, recv) is not None
+                )
             ):
                 # said at the `.state_dict()` call, where `.module` belongs (the save
                 # may be lines below, through a dict or a name), unless a helper's
                 # parameter: then where the caller hands the wrapper over
                 call = s.parents.get(recv, c)
                 at = c if _given(s, recv) and not _held(s, call) else call
+                dp_test = [t for t in [dataparallel_only_test(s, recv)] if t is not None]
                 yield Hit.at(
                     "DDP-SAVE-WRAPPER",
                     at,
@@ -126,6 +133,7 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                         f"`{ast.unparse(recv)}.state_dict()` of the DDP wrapper is saved: every key "
                         "starts with `module.`"
                     ),
+                    also=tuple((t, "unwraps nn.DataParallel only at") for t in dp_test),
                     model=ast.unparse(recv),
                 )
                 break
@@ -168,9 +176,24 @@ def _prefix_juggling(s: Script, load: ast.Call) -> bool:
 
 def _before_wrapping(s: Script, f: Flow, call: ast.Call) -> bool:
     """A load into the plain model before `model = DDP(model)` in the same function (a
-    checkpoint to start from): it says nothing about the keys the saves write."""
+    checkpoint to start from): it says nothing about the keys the saves write. Also a
+    load in a helper (`load_checkpoint(model, ...)`) every caller of which calls it before
+    its own `model = DDP(model)` (ethnhe/FFB6D train_ycb.py)."""
     scope = s.scope_of(call)
-    return any(s.scope_of(d) is scope and d.lineno > call.lineno for d in f.ddp_calls)
+    if any(s.scope_of(d) is scope and d.lineno > call.lineno for d in f.ddp_calls):
+        return True
+    return called_before_wrap(s, f, scope)
+
+
+def called_before_wrap(s: Script, f: Flow, scope: ast.AST) -> bool:
+    """Every call of this helper comes before `model = DDP(model)` in its caller: what it
+    is handed there is the plain model (hustvl/WeakTr's `sync_model(log_dir, model)`
+    saves and loads before the wrap)."""
+    sites = s.call_sites(scope) if isinstance(scope, ast.FunctionDef) else ()
+    return bool(sites) and all(
+        any(s.scope_of(d) is s.scope_of(c) and d.lineno > c.lineno for d in f.ddp_calls)
+        for c in sites
+    )
 
 
 def _roots(s: Script) -> list[list[ast.stmt]]:

@@ -123,12 +123,13 @@ def load_without_map_location(s: Script, f: Flow) -> Iterator[Hit]:
     """`torch.load(path)` run by every process of a distributed job: tensors saved from
     a GPU come back on that GPU (cuda:0), whatever `set_device` said, so every rank puts
     a copy on GPU 0 (yangxy/GPEN 47f01e1). Said once per function: each loader the run
-    reaches is a place to fix (PyTorch-StudioGAN's ckpt.py loads in three)."""
+    reaches is a place to fix (PyTorch-StudioGAN's ckpt.py loads in three); the
+    function's other loads are its second places."""
     if not f.distributed:
         return
-    said: set[ast.AST] = set()
+    by_scope: dict[ast.AST, list[ast.Call]] = {}
     for c in s.calls:
-        if s.call_name(c) != "torch.load" or len(c.args) > 1 or s.scope_of(c) in said:
+        if s.call_name(c) != "torch.load" or len(c.args) > 1:
             continue
         if kwarg(c, "map_location") is not None or any(k.arg is None for k in c.keywords):
             continue
@@ -142,6 +143,9 @@ def load_without_map_location(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         if _mapped_in_other_arm(s, c) and not gpu_arm:
             continue
+        by_scope.setdefault(s.scope_of(c), []).append(c)
+    for c, *more in by_scope.values():
+        path = kwarg(c, "f", 0) or c
         yield Hit.at(
             "DDP-LOAD-MAP-LOCATION",
             c,
@@ -149,9 +153,11 @@ def load_without_map_location(s: Script, f: Flow) -> Iterator[Hit]:
                 f"`{ast.unparse(c)[:70]}` runs on every rank without map_location: a "
                 "checkpoint saved from cuda:0 is loaded onto GPU 0 by every process"
             ),
+            # the function's other such loads (another arm's checkpoint: microsoft/mt-dnn
+            # train.py, BERT and RoBERTa init checkpoints) need map_location too
+            also=tuple((m, "also loaded without map_location at") for m in more),
             path=ast.unparse(path),
         )
-        said.add(s.scope_of(c))
 
 
 def _mapped_in_other_arm(s: Script, load: ast.Call) -> bool:
@@ -199,8 +205,17 @@ def _optimizer_state(s: Script, load: ast.Call) -> bool:
 def _checkpoint_dict(s: Script, load: ast.Call) -> bool:
     """`ckpt = torch.load(path)` then `ckpt["g"]`, `ckpt["optimizer"]`: a training
     checkpoint (weights and optimizer state as the GPU held them), not a file of weights
-    handed straight to one module."""
+    handed straight to one module. Also `torch.load(path)["model_state_dict"]` read in
+    place (fredzzhang/upt 0dd6d79 detector.py, fixed in b56ca1f "Load pre-trained weights
+    to cpu")."""
     parent = s.parents.get(load)
+    if (
+        isinstance(parent, ast.Subscript)
+        and parent.value is load
+        and isinstance(parent.slice, ast.Constant)
+        and isinstance(parent.slice.value, str)
+    ):
+        return True
     if not (
         isinstance(parent, ast.Assign)
         and len(parent.targets) == 1

@@ -309,8 +309,9 @@ class Script:
             if cls is None:
                 break
             for n in self._self_assigns(cls).get(attr, ()):
-                if n.value is not None:
-                    out.append((n.value, self.scope_of(n)))
+                value = R.self_value(n, attr)
+                if value is not None:
+                    out.append((value, self.scope_of(n)))
             bases = [b for b in map(self.class_named, cls.bases) if b is not None]
             cls = bases[0] if bases and bases[0] is not cls else None
         return out
@@ -323,12 +324,10 @@ class Script:
                 if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None:
                     targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                     for t in targets:
-                        if (
-                            isinstance(t, ast.Attribute)
-                            and isinstance(t.value, ast.Name)
-                            and t.value.id == "self"
-                        ):
-                            table.setdefault(t.attr, []).append(n)
+                        for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                            attr = self_attr(e)
+                            if attr is not None:
+                                table.setdefault(attr, []).append(n)
         return table
 
     # --- where values come from ------------------------------------------------------
