@@ -175,6 +175,12 @@ def _pick_ddp(s: Script, f: Flow, expr: Pick, depth: int) -> bool:
     `model, optimizer, ... = wrap_model_distributed(model=model, ...)`, a project helper
     that returns the wrapper in a tuple (h2oai/h2o-llmstudio's train.py)."""
     if isinstance(expr.value, ast.Call) and s.callees(expr.value):
+        returned = _returned_elements(s, expr.value, expr.index)
+        if returned:
+            # the helper's own `return model, model_without_ddp, ...`: element i as it
+            # stands at its return, where `model_without_ddp = model` above the DDP wrap
+            # is the plain model (klauscc/singularity tasks/shared_utils.py setup_model)
+            return any(_ddp_before(s, f, e, depth + 1) for e in returned)
         return f.is_ddp_value(expr)
     if not isinstance(expr.value, ast.Name):
         return False
@@ -186,6 +192,28 @@ def _pick_ddp(s: Script, f: Flow, expr: Pick, depth: int) -> bool:
         for a in s.param_args(home, expr.value.id)
         if isinstance(a, ast.List | ast.Tuple) and len(a.elts) > expr.index
     )
+
+
+def _returned_elements(s: Script, call: ast.Call, index: int) -> list[ast.expr]:
+    """Element `index` of every `return a, b, ...` of the project functions `call`
+    reaches, when every return of them is such a tuple of names (otherwise none: the
+    value is judged as a whole)."""
+    out: list[ast.expr] = []
+    for fn in s.callees(call):
+        returns = [
+            r for r in ast.walk(fn) if isinstance(r, ast.Return) and s.scope_of(r) is fn
+        ]
+        if not returns:
+            return []
+        for r in returns:
+            if not (
+                isinstance(r.value, ast.Tuple)
+                and len(r.value.elts) > index
+                and isinstance(r.value.elts[index], ast.Name)
+            ):
+                return []
+            out.append(r.value.elts[index])
+    return out
 
 
 def wrapper_attr_self(s: Script, f: Flow) -> Iterator[Hit]:
