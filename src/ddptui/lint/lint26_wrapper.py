@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from collections.abc import Iterator
 from typing import Final
 
@@ -54,7 +55,25 @@ def _self_calls(fn: ast.FunctionDef) -> set[str]:
 def _instance_calls(s: Script, sub: ast.ClassDef) -> set[str]:
     """Methods called on names that hold the subclass: annotated with it, or built
     from it."""
-    out: set[str] = set()
+    by_annotation, by_origin = _instance_index(s)
+    return by_annotation.get(sub.name, set()) | by_origin.get(sub, set())
+
+
+_INDEX: weakref.WeakKeyDictionary[
+    Script, tuple[dict[str, set[str]], dict[ast.ClassDef, set[str]]]
+] = weakref.WeakKeyDictionary()
+
+
+def _instance_index(
+    s: Script,
+) -> tuple[dict[str, set[str]], dict[ast.ClassDef, set[str]]]:
+    """Every `obj.method(...)` call on a name (not `self`), once per script: the methods
+    called per annotated class name, and per project class the name was built from (a
+    project of 200 files asked this once per class took 20 s; LibreYOLO)."""
+    if s in _INDEX:
+        return _INDEX[s]
+    by_annotation: dict[str, set[str]] = {}
+    by_origin: dict[ast.ClassDef, set[str]] = {}
     for c in s.calls:
         if not (isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)):
             continue
@@ -62,18 +81,17 @@ def _instance_calls(s: Script, sub: ast.ClassDef) -> set[str]:
         if name.id == "self":
             continue
         fn = s.scope_of(c)
-        annotated = isinstance(fn, ast.FunctionDef) and any(
-            a.arg == name.id
-            and a.annotation is not None
-            and ast.unparse(a.annotation).split(".")[-1] == sub.name
-            for a in fn.args.args
-        )
-        if annotated or any(
-            isinstance(o, ast.Call) and s.class_named(o.func) is sub
-            for o in s.origins(name, params=False)
-        ):
-            out.add(c.func.attr)
-    return out
+        if isinstance(fn, ast.FunctionDef):
+            for a in fn.args.args:
+                if a.arg == name.id and a.annotation is not None:
+                    cls_name = ast.unparse(a.annotation).split(".")[-1]
+                    by_annotation.setdefault(cls_name, set()).add(c.func.attr)
+        for o in s.origins(name, params=False):
+            cls = s.class_named(o.func) if isinstance(o, ast.Call) else None
+            if cls is not None:
+                by_origin.setdefault(cls, set()).add(c.func.attr)
+    _INDEX[s] = (by_annotation, by_origin)
+    return _INDEX[s]
 
 
 def _running(
