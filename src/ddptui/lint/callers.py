@@ -13,7 +13,8 @@ from typing import Final
 from ddptui.lint.flow import calls_in, own_nodes
 from ddptui.lint.nonetest import none_test
 from ddptui.lint.project import FuncNode
-from ddptui.lint.script import Script, self_attr
+from ddptui.lint.reach import self_attr
+from ddptui.lint.script import Script
 
 _MAX_DEPTH: Final = 3
 

@@ -15,9 +15,9 @@ from typing import Final
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
-from ddptui.lint.reach import cast_value
+from ddptui.lint.reach import cast_value, self_attr
 from ddptui.lint.rules_frameworks import _bypass, _feeds_backward, _without_grad
-from ddptui.lint.script import Script, const, kwarg, self_attr
+from ddptui.lint.script import Script, const, kwarg
 
 _DEPTH = 3
 

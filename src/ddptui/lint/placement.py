@@ -188,9 +188,7 @@ def _io_places(s: Script, node: ast.AST) -> Iterator[Where]:
         yield written, written.lineno, "written at"
     stmt = _stmt(s, node)
     if stmt is not None:
-        start = _guard_from(s, stmt)
-        yield start, start.lineno, "guard from"
-        yield from _enabling_if(s, stmt)
+        yield from _guard_places(s, stmt)
     fn = _function(s, node)
     if fn is None or (isinstance(node, ast.Call) and s.callees(node)):
         return  # said at a helper's call already (the entry's call of what writes)
@@ -202,9 +200,15 @@ def _io_places(s: Script, node: ast.AST) -> Iterator[Where]:
             yield c, c.lineno, "called from"
             at = _stmt(s, c)
             if at is not None:
-                start = _guard_from(s, at)
-                yield start, start.lineno, "guard from"
-                yield from _enabling_if(s, at)
+                yield from _guard_places(s, at)
+
+
+def _guard_places(s: Script, stmt: ast.stmt) -> Iterator[Where]:
+    """Where a rank guard of `stmt` goes: the start of what only prepares it, and the
+    `if` whose condition the rank test joins."""
+    start = _guard_from(s, stmt)
+    yield start, start.lineno, "guard from"
+    yield from _enabling_if(s, stmt)
 
 
 def _enabling_if(s: Script, stmt: ast.stmt) -> Iterator[Where]:

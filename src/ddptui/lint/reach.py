@@ -447,21 +447,18 @@ def self_value(n: ast.Assign | ast.AnnAssign, attr: str) -> ast.expr | None:
     """What `n` gives `self.<attr>`: its value, or in `self.a, self.b = (a, b)` the
     element in the same position (a value that is not a literal tuple: nothing known)."""
     targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-    if any(_self_attr(t) == attr for t in targets):
+    if any(self_attr(t) == attr for t in targets):
         return n.value
     for t in targets:
         if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple | ast.List):
             for e, v in zip(t.elts, n.value.elts, strict=False):
-                if _self_attr(e) == attr and len(t.elts) == len(n.value.elts):
+                if self_attr(e) == attr and len(t.elts) == len(n.value.elts):
                     return v
     return None
 
 
-def _self_attr(node: ast.AST) -> str | None:
-    if (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-    ):
+def self_attr(node: ast.AST) -> str | None:
+    """`self.<attr>` -> attr; anything else -> None."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
         return node.attr
     return None

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.reach import self_attr
 from ddptui.lint.rules_lint6 import _flag_given
 from ddptui.lint.rules_project import _layer
-from ddptui.lint.script import Script, self_attr
+from ddptui.lint.script import Script
 
 _MAX_DEPTH = 2
 

@@ -12,7 +12,15 @@ from pathlib import Path
 
 from ddptui.lint import reach as R
 from ddptui.lint.project import FuncNode, Module, Project, Shared
-from ddptui.lint.reach import Resolved, Scope, built_classes, partial_target, reached, star
+from ddptui.lint.reach import (
+    Resolved,
+    Scope,
+    built_classes,
+    partial_target,
+    reached,
+    self_attr,
+    star,
+)
 
 # Module methods that return the module itself: `model.to(dev)` is still `model`.
 SELF_RETURNING = frozenset(
@@ -592,13 +600,6 @@ def other_branch_takes_module(s: Script, node: ast.AST) -> bool:
             return False
         child = a
     return False
-
-
-def self_attr(node: ast.AST) -> str | None:
-    """`self.<attr>` -> attr; anything else -> None."""
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-        return node.attr
-    return None
 
 
 def kwarg(call: ast.Call, name: str, position: int | None = None) -> ast.expr | None:
