@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Final
 
@@ -117,8 +118,23 @@ def is_rank_name(name: str) -> bool:
     )
 
 
+_SCOPES: Final = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
+# A scope's own nodes, listed once: rules ask them of the same functions again and again.
+# Weak keys: the lists go with the parsed code they list.
+_OWN: weakref.WeakKeyDictionary[ast.AST, tuple[ast.AST, ...]] = weakref.WeakKeyDictionary()
+
+
 def own_nodes(root: ast.AST) -> Iterator[ast.AST]:
     """Nodes under `root`, not descending into nested functions, lambdas or classes."""
+    if isinstance(root, _SCOPES):
+        found = _OWN.get(root)
+        if found is None:
+            found = _OWN[root] = tuple(_own_nodes(root))
+        return iter(found)
+    return _own_nodes(root)
+
+
+def _own_nodes(root: ast.AST) -> Iterator[ast.AST]:
     stack = list(ast.iter_child_nodes(root))
     while stack:
         node = stack.pop()

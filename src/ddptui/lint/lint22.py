@@ -50,6 +50,7 @@ from ddptui.lint.lint26 import step_bounded
 from ddptui.lint.lint27 import doubt27
 from ddptui.lint.model import Hit
 from ddptui.lint.nonetest import none_test
+from ddptui.lint.reach import walked
 from ddptui.lint.script import Script
 
 _RANK_WORD: Final = re.compile(r"(^|_)rank$|^get_rank$|^is_main|^is_master|master", re.I)
@@ -223,7 +224,7 @@ def _thin(s: Script, name: str) -> bool:
     funcs = [
         n
         for m in s.modules
-        for n in ast.walk(m.tree)
+        for n in walked(s, m.tree)  # walked once per run
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
     ]
     return bool(funcs) and all(len(_code(fn.body)) <= 3 for fn in funcs)

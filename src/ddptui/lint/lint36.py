@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from typing import Final
 
 from ddptui.lint.flow import Flow, ident
@@ -117,17 +118,26 @@ def rank_guarded_uses(s: Script, f: Flow, node: ast.AST, depth: int = 0) -> bool
         return False
     if fn.name.startswith("__") or fn.name in ("forward", "main"):
         return False  # called by Python, torch or the command line, not by a name here
-    uses = [
-        n
-        for n in s.nodes
-        if isinstance(n, ast.Name | ast.Attribute)
-        and isinstance(n.ctx, ast.Load)
-        and ident(n) == fn.name
-    ]
+    uses = _loads(s).get(fn.name, [])
     return bool(uses) and all(
         _rank0_arm(s, f, u) or (s.scope_of(u) is not fn and rank_guarded_uses(s, f, u, depth + 1))
         for u in uses
     )
+
+
+_LOADS: weakref.WeakKeyDictionary[Script, dict[str, list[ast.AST]]] = weakref.WeakKeyDictionary()
+
+
+def _loads(s: Script) -> dict[str, list[ast.AST]]:
+    """The names and attributes the reached code reads, by name, in the order of
+    `s.nodes`: indexed once per script, as every rank-only function asks it."""
+    found = _LOADS.get(s)
+    if found is None:
+        found = _LOADS[s] = {}
+        for n in s.nodes:
+            if isinstance(n, ast.Name | ast.Attribute) and isinstance(n.ctx, ast.Load):
+                found.setdefault(ident(n) or "", []).append(n)
+    return found
 
 
 def _rank0_arm(s: Script, f: Flow, node: ast.AST) -> bool:

@@ -26,6 +26,7 @@ from ddptui.lint.lint40 import dataparallel_only_test
 from ddptui.lint.lint41 import descriptor, item_loader_write
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
+from ddptui.lint.reach import walked
 from ddptui.lint.script import Script, const, kwarg, last, other_branch_takes_module
 
 _WRITE_MODES: Final = ("w", "a", "x")
@@ -76,7 +77,7 @@ def _state_dict_receivers(
 def _filled_in(s: Script, name: ast.Name) -> list[ast.expr]:
     """Values put into the dict `name` after it was made, in its function."""
     out: list[ast.expr] = []
-    for n in ast.walk(s.scope_of(name)):
+    for n in walked(s, s.scope_of(name)):
         if isinstance(n, ast.Assign):
             for t in n.targets:
                 if isinstance(t, ast.Subscript) and ast.unparse(t.value) == name.id:

@@ -5,12 +5,12 @@ call reaches. Pure core: the `ast` module only; nothing is imported or run."""
 from __future__ import annotations
 
 import ast
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddptui.lint import reach as R
+from ddptui.lint.callsites import CallSites
 from ddptui.lint.project import FuncNode, Module, Project, Shared
 from ddptui.lint.reach import (
     Resolved,
@@ -52,6 +52,7 @@ class Script:
     _by_tree: dict[ast.Module, Module] = field(default_factory=dict)
     _stores: dict[object, list[tuple[ast.Subscript, ast.expr]]] | None = None
     _by_key: dict[str, Module] = field(default_factory=dict)
+    _sites: CallSites = field(default_factory=CallSites)
 
     @classmethod
     def parse(cls, path: str, tree: ast.Module, text: str = "") -> Script:
@@ -473,15 +474,19 @@ class Script:
                 out.append(call.args[index])
         return out
 
-    @functools.cache  # noqa: B019
     def call_sites(self, func: FuncNode) -> tuple[ast.Call, ...]:
-        return tuple(c for c in self.calls if func in self.callees(c))
+        """The calls of the reached code that reach `func`, in the order of `calls`."""
+        return self._sites.of(func, self.calls, self.callees)
 
     def callees(self, call: ast.Call) -> tuple[FuncNode, ...]:
         if call in self._callees:
             return self._callees[call]
         self._callees[call] = ()  # while resolving: a cycle finds nothing more
-        found = self._resolve_callees(call)
+        self._sites.resolving += 1
+        try:
+            found = self._resolve_callees(call)
+        finally:
+            self._sites.resolving -= 1
         self._callees[call] = found
         return found
 
