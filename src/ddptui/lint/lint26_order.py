@@ -26,9 +26,10 @@ def torch_call(s: Script, call: ast.Call, name: str) -> bool:
     return last(qn) == name and qn.startswith("torch") and "distributed" not in qn
 
 
-# (kind, call, guarded); kind "if" / "else" / "end" marks the branches of an if/else
-# (the node is then the `if` statement itself)
-Event = tuple[str, ast.AST, bool]
+# (kind, call, guarded, via); kind "if" / "else" / "end" marks the branches of an if/else
+# (the node is then the `if` statement itself); `via`: the project calls that led from the
+# walked statements down to the call, outermost first (lint43: the call sites of helpers)
+Event = tuple[str, ast.AST, bool, tuple[ast.Call, ...]]
 
 
 def in_order(stmts: list[ast.stmt], again: bool = False) -> Iterator[ast.Call | ast.If]:
@@ -79,23 +80,23 @@ def events(
     for call in in_order(stmts):
         if isinstance(call, ast.If):
             marks[call] = marks.get(call, 0) + 1
-            out.append((("if", "else", "end")[(marks[call] - 1) % 3], call, guarded))
+            out.append((("if", "else", "end")[(marks[call] - 1) % 3], call, guarded, ()))
             continue
         g = guarded or f.local_guard(call) is not None
         if torch_call(s, call, "save"):
-            out.append(("save", call, g))
+            out.append(("save", call, g, ()))
         elif torch_call(s, call, "load"):
-            out.append(("load", call, g))
+            out.append(("load", call, g, ()))
         elif (pk := pretrained_kind(call)) is not None:
-            out.append((pk, call, g))
+            out.append((pk, call, g, ()))
         elif f.direct_sync(call):
-            out.append(("sync", call, g))
+            out.append(("sync", call, g, ()))
         for fn in s.callees(call):
             if fn in seen or len(seen) >= 8:
                 continue
             if (fn, g) not in memo:
                 memo[(fn, g)] = events(s, f, fn.body, g, seen | {fn}, memo)
-            out += memo[(fn, g)]
+            out += [(k, c, gg, (call, *via)) for k, c, gg, via in memo[(fn, g)]]
     return out
 
 

@@ -24,6 +24,7 @@ from ddptui.lint.lint36 import rank_guarded_uses
 from ddptui.lint.lint37 import in_memory_copy
 from ddptui.lint.lint40 import dataparallel_only_test
 from ddptui.lint.lint41 import descriptor, item_loader_write
+from ddptui.lint.lint43 import shared_site
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.reach import walked
@@ -224,7 +225,8 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:  # noqa: PLR0912 - one ca
         pending: ast.Call | None = None
         written: list[ast.Call] = []  # `save_pretrained(dir)` on some ranks, not waited for
         stack: list[Frame] = []
-        for kind, call, guarded in events(s, f, root, False, frozenset(), memo):
+        unwaited: list[tuple[ast.Call, ...]] = []  # call sites of the saves since a sync
+        for kind, call, guarded, via in events(s, f, root, False, frozenset(), memo):
             if not isinstance(call, ast.Call):  # an if/else: the else starts from before the if
                 pending, written = branch(kind, stack, pending, written)
                 continue
@@ -237,20 +239,28 @@ def ckpt_barrier(s: Script, f: Flow) -> Iterator[Hit]:  # noqa: PLR0912 - one ca
                     yield _barrier_hit(s, saved_by, call)
             if kind == "save" and guarded:
                 pending = call
+                unwaited.append(via)
             elif kind == "sync" and not guarded:
                 pending = None
                 written = []
+                unwaited = []
             elif kind == "load" and not guarded and pending is not None:
                 saved, loaded = const(_path(pending, 1, "f")), const(_path(call, 0, "f"))
                 if isinstance(saved, str) and isinstance(loaded, str) and saved != loaded:
                     continue
+                at, by = call, pending
                 if s.path_of(pending) != s.path_of(call) and not (
                     isinstance(saved, str) and saved == loaded
                 ):
-                    continue  # helpers of two files: no sign that they meet on one file
-                if call.lineno not in reported:
-                    reported.add(call.lineno)
-                    yield _barrier_hit(s, pending, call)
+                    # helpers of two files: they meet on one file only where their call
+                    # sites in one function pass the same path (lint43)
+                    sites = shared_site(s, unwaited, via)
+                    if sites is None:
+                        continue
+                    by, at = sites
+                if at.lineno not in reported:
+                    reported.add(at.lineno)
+                    yield _barrier_hit(s, by, at)
                 pending = None
 
 
