@@ -12,6 +12,7 @@ from lintproject import lint_project, severities
 
 from ddptui.lint import flow
 from ddptui.lint.callsites import CallSites
+from ddptui.lint.engine import lint_paths
 
 # jayleicn/singularity @ 10a7f7062ab8af187b3a47803851b4e462191492: tasks/shared_utils.py
 # setup_model (lines 14-29 and its return), tasks/retrieval.py 114-144 (the plain model is
@@ -189,3 +190,18 @@ def test_a_project_of_210_modules_calling_each_other_in_cycles_lints_fast_and_th
     monkeypatch.setattr(flow, "_SCOPES", ())
     slow = [f.to_dict() for f in lint_project(tmp_path / "b", files)]
     assert repr(fast) == repr(slow).replace(str(tmp_path / "b"), str(tmp_path / "a"))
+
+
+def test_a_call_chain_hundreds_of_modules_deep_is_a_note_not_a_traceback(tmp_path: Path) -> None:
+    """One ring of 210 modules (each calls the next): a rule that follows calls hop by hop
+    runs past Python's recursion limit. That check is skipped with a note naming why; the
+    other checks still give their findings, and the run ends normally."""
+    files = _rings(210)
+    for i in range(210):
+        files[f"pkg/m{i}.py"] = MODULE.format(i=i, nxt=(i + 1) % 210)
+    root = tmp_path / "deep"
+    lint_project(root, files)  # writes the files
+    result = lint_paths([root / "train.py"], root=root)
+    assert any("too deep to follow" in n for n in result.notes), result.notes
+    assert any(Path(f.file).parent.name == "pkg" for f in result.findings)
+    assert result.problems == ()

@@ -154,10 +154,30 @@ RULE_IDS: Final = (
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")
 
 
-def _hits(script: Script) -> Iterator[Hit]:
+def _hits(script: Script, notes: list[str]) -> Iterator[Hit]:
+    """Every rule's hits. A rule that recurses past Python's limit on a project whose calls
+    chain hundreds of functions deep loses its own hits only: the others still run, and the
+    user gets a note instead of a traceback (issue 19's bad input)."""
     flow = Flow(script)
     for rule in RULES:
-        yield from rule(script, flow)
+        try:
+            hits = list(rule(script, flow))
+        except RecursionError:
+            _note(notes, _too_deep(script, rule.__name__))
+            continue
+        yield from hits
+
+
+def _note(notes: list[str], note: str) -> None:
+    if note not in notes:
+        notes.append(note)
+
+
+def _too_deep(script: Script, what: str) -> str:
+    return (
+        f"{script.entry.path}: one check ({what}) skipped: the project's functions call "
+        "each other too deep to follow (hundreds of hops); what it finds is not given"
+    )
 
 
 def lint_source(text: str, path: str = "<script>") -> list[LintFinding]:
@@ -165,58 +185,68 @@ def lint_source(text: str, path: str = "<script>") -> list[LintFinding]:
     first, then by line."""
     project = Project(Path(path).parent, "the script's folder")
     script = Script.build(project, project.index(path, parse(text, path), text), [])
-    return _findings(script)
+    return _findings(script, [])
 
 
-def _findings(script: Script) -> list[LintFinding]:
+def _findings(script: Script, notes: list[str]) -> list[LintFinding]:
     lines = {m.tree: m.lines for m in script.modules}
     out: dict[tuple[str, str, int], LintFinding] = {}
-    for hit in _hits(script):
+    for hit in _hits(script, notes):
         mod = script.module_of(hit.node) if hit.node is not None else script.entry
-        path = mod.path
-        if (hit.id, path, hit.line) in out or _ignored(lines.get(mod.tree, []), hit):
+        if (hit.id, mod.path, hit.line) in out or _ignored(lines.get(mod.tree, []), hit):
             continue
-        if dropped36(script, hit):
-            continue  # a reading real projects show to be false (lint36)
-        built = (
-            hit.id == "DDP-ALL-RANKS-IO" and hit.node is not None and built_here(script, hit.node)
-        )
-        if hit.node is not None and quiet_alternative(script, hit.node) and not built:
-            continue  # a registered alternative that never runs distributed
-        if (
-            hit.id == "DDP-ALL-RANKS-IO"
-            and hit.node
-            and framework_called(script, hit.node)
-            and not built
-        ):
-            continue  # a registered dataset's or model's method: the framework picks ranks
-        severity, summary = demoted(script, hit)
-        f = kb_finding(
-            hit.id,
-            (),
-            summary,
-            severity=severity,
-            where=f"{path}:{hit.line}",
-            facts={"line": hit.line, **hit.facts},
-        )
-        also = tuple(
-            Place(script.module_of(n).path, line, label) for n, line, label in places(script, hit)
-        )
-        out[(hit.id, path, hit.line)] = LintFinding(
-            f.id,
-            f.severity,
-            path,
-            hit.line,
-            kb_entry(hit.id).title,
-            f.summary,
-            f.cause,
-            f.fix,
-            also,
-        )
+        try:
+            found = _finding(script, hit, mod.path)
+        except RecursionError:
+            _note(notes, _too_deep(script, hit.id))
+            continue
+        if found is not None:
+            out[(hit.id, mod.path, hit.line)] = found
     entry = script.path
     return sorted(
         out.values(),
         key=lambda x: (SEVERITY_ORDER[x.severity], x.file != entry, x.file, x.line, x.id),
+    )
+
+
+def _finding(script: Script, hit: Hit, path: str) -> LintFinding | None:
+    """The finding a rule's hit becomes, or None where a later reading drops it."""
+    if dropped36(script, hit):
+        return None  # a reading real projects show to be false (lint36)
+    built = (
+        hit.id == "DDP-ALL-RANKS-IO" and hit.node is not None and built_here(script, hit.node)
+    )
+    if hit.node is not None and quiet_alternative(script, hit.node) and not built:
+        return None  # a registered alternative that never runs distributed
+    if (
+        hit.id == "DDP-ALL-RANKS-IO"
+        and hit.node
+        and framework_called(script, hit.node)
+        and not built
+    ):
+        return None  # a registered dataset's or model's method: the framework picks ranks
+    severity, summary = demoted(script, hit)
+    f = kb_finding(
+        hit.id,
+        (),
+        summary,
+        severity=severity,
+        where=f"{path}:{hit.line}",
+        facts={"line": hit.line, **hit.facts},
+    )
+    also = tuple(
+        Place(script.module_of(n).path, line, label) for n, line, label in places(script, hit)
+    )
+    return LintFinding(
+        f.id,
+        f.severity,
+        path,
+        hit.line,
+        kb_entry(hit.id).title,
+        f.summary,
+        f.cause,
+        f.fix,
+        also,
     )
 
 
@@ -245,7 +275,7 @@ def lint_project(entry: str, project: Project) -> tuple[list[LintFinding], list[
             f"{entry}: imports more than {len(followed)} project modules; the first "
             f"{len(followed)} were followed, the rest are not audited"
         )
-    return _findings(Script.build(project, mod, followed)), followed, notes
+    return _findings(Script.build(project, mod, followed), notes), followed, notes
 
 
 def lint_paths(paths: Iterable[str | Path], root: str | Path | None = None) -> LintResult:
