@@ -25,6 +25,7 @@ from ddptui.lint.lint37 import in_memory_copy
 from ddptui.lint.lint40 import dataparallel_only_test
 from ddptui.lint.lint41 import descriptor, item_loader_write
 from ddptui.lint.lint43 import shared_site
+from ddptui.lint.lint45 import plain_reader, resume_into_wrapper
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.reach import walked
@@ -98,16 +99,22 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
         return
     # loading back into the wrapper is consistent: nothing to say, unless a plain model
     # elsewhere reads the same file (lint32.plain_reload)
-    consistent = any(
-        isinstance(c.func, ast.Attribute)
+    loads = [
+        c
+        for c in s.calls
+        if isinstance(c.func, ast.Attribute)
         and c.func.attr == "load_state_dict"
         and f.is_ddp_value(c.func.value)
         and not _unwrapped(s, c.func.value)
         and not _before_wrapping(s, f, c)
         and not _prefix_juggling(s, c)
         and not in_memory_copy(s, c)
-        for c in s.calls
-    )
+    ]
+    # ... unless the project's own stand-alone scripts read the weights into the plain
+    # model (lint45): then the saves and this resume both want the plain model's keys
+    reader = plain_reader(s, f) if loads else None
+    consistent = bool(loads) and reader is None
+    said = False
     for c in s.calls:
         if not _torch(s, c, "save") or not c.args or (consistent and not plain_reload(s, f, c)):
             continue
@@ -138,7 +145,10 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                     also=tuple((t, "unwraps nn.DataParallel only at") for t in dp_test),
                     model=ast.unparse(recv),
                 )
+                said = True
                 break
+    if said and reader is not None:
+        yield from resume_into_wrapper(reader, loads)
 
 
 def _given(s: Script, recv: ast.expr) -> bool:
