@@ -42,6 +42,7 @@ from ddptui.lint import (
     rules_lint13,
     rules_lint19,
     rules_loader_lint6,
+    rules_loss_reduce,
     rules_model,
     rules_nosync,
     rules_notapplied,
@@ -116,6 +117,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_notapplied.RULES,
     *rules_poll.RULES,
     *rules_lint19.RULES,
+    *rules_loss_reduce.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
@@ -148,6 +150,7 @@ RULE_IDS: Final = (
     "DDP-FORWARD-BYPASS",
     "DDP-NOT-APPLIED",
     "DDP-LOAD-MAP-LOCATION",
+    "DDP-LOSS-ALL-REDUCED",
     "DDP-LOAD-INTO-WRAPPER",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
