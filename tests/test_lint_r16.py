@@ -118,3 +118,45 @@ def test_an_in_place_reduce_and_division_in_the_loop_itself_fires(tmp_path: Path
         ("runner.py", 13, "warning"),
         ("runner.py", 15, "warning"),
     ]
+
+
+# MDIL-SNU/SevenNet@41d3831756036efd17184b69e10a9b7e80c9cbe3: sevenn/scripts/train.py 28-34
+# (the DistributedSampler) and sevenn/scripts/processing_epoch.py 65-77 (the epoch loop runs
+# each loader of a dict); the fix (8a7bc7a) calls `loader.sampler.set_epoch(epoch)` inside
+# the loop over the loaders, just before `run_one_epoch(loader, ...)`.
+SEVENNET = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def loader_from_config(dataset, batch_size, shuffle=True):
+    loader_args = {'dataset': dataset, 'batch_size': batch_size, 'shuffle': shuffle}
+    sampler = DistributedSampler(dataset, dist.get_world_size(), dist.get_rank(), shuffle=shuffle)
+    loader_args.update({'sampler': sampler})
+    loader_args.pop('shuffle')
+    return DataLoader(**loader_args)
+
+
+def processing_epoch(trainer, loaders, start_epoch, total_epoch):
+    for epoch in range(start_epoch, total_epoch + 1):
+        lr = trainer.get_lr()
+        errors = {}
+        for k, loader in loaders.items():
+            trainer.run_one_epoch(loader, k == 'trainset')
+            errors[k] = 0.0
+        trainer.scheduler_step(errors)
+
+
+def main(trainer, train_set, valid_set):
+    dist.init_process_group('nccl')
+    loaders = {'trainset': loader_from_config(train_set, 4), 'validset': loader_from_config(valid_set, 4)}
+    processing_epoch(trainer, loaders, 1, 10)
+"""
+
+
+def test_set_epoch_names_where_a_loop_over_the_loaders_runs_each_loader(tmp_path: Path) -> None:
+    found = [f for f in lint_project(tmp_path, {"train.py": SEVENNET}) if f.id == "DDP-SET-EPOCH"]
+    assert [(f.line, [(p.line, p.label) for p in f.also]) for f in found] == [
+        (15, [(18, "loader iterated at"), (19, "loader iterated at")])
+    ]

@@ -63,12 +63,39 @@ def _pass_start(_s: Script, loop: ast.For | ast.While) -> list[ast.stmt]:
     which can be lines below the loop's header (logging, a progress bar, resuming)."""
     for st in loop.body:
         if isinstance(st, ast.For | ast.AsyncFor) and not _counts(st.iter):
-            return [st]
+            return [st, *_loader_use(st)]
         if any(
             isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "iter"
             for c in own_nodes(st)
         ):
             return [st]
+    return []
+
+
+def _loader_use(loop: ast.For | ast.AsyncFor) -> list[ast.stmt]:
+    """A loop over the loaders themselves (`for k, loader in loaders.items():`): the first
+    statement of its body that runs the loop's loader (passes it to a call or iterates
+    it), where `set_epoch` goes for that loader (MDIL-SNU/SevenNet@41d3831, fixed in 8a7bc7a)."""
+    it = loop.iter
+    if not (
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Attribute)
+        and it.func.attr in {"items", "values"}
+    ):
+        return []
+    names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    for st in loop.body:
+        for n in own_nodes(st):
+            runs = (
+                isinstance(n, ast.Call)
+                and any(isinstance(a, ast.Name) and a.id in names for a in n.args)
+            ) or (
+                isinstance(n, ast.For | ast.AsyncFor)
+                and isinstance(n.iter, ast.Name)
+                and n.iter.id in names
+            )
+            if runs:
+                return [st]
     return []
 
 
