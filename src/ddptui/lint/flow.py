@@ -100,6 +100,12 @@ _GET_RANK: Final = frozenset(
 )
 
 
+def is_main_flag(name: str) -> bool:
+    """`is_master`, `is_main_process`, `rank0_only`...: a name that means "this is the
+    main process"."""
+    return bool(_MAIN_FLAG.match(name.lower()))
+
+
 def ident(expr: ast.expr) -> str | None:
     if isinstance(expr, ast.Name):
         return expr.id

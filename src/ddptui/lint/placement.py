@@ -11,7 +11,7 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from ddptui.lint.flow import ident, is_rank_name, own_nodes
+from ddptui.lint.flow import ident, is_main_flag, is_rank_name, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.reach import is_param
 from ddptui.lint.script import Script, const, last
@@ -221,7 +221,15 @@ def _io_places(s: Script, node: ast.AST) -> Iterator[Where]:
         return  # said at a helper's call already (the entry's call of what writes)
     if _handed_on(s, fn):
         return  # `mp.spawn(main_worker, ...)`: each rank's entry, not a helper
-    sites = [c for c in s.call_sites(fn) if _function(s, c) is not None]  # not `main()`
+    # not `main()`; nor a call under a rank test already (`if is_master(): save(...)`):
+    # that caller writes on one rank, the fix goes to the others (lint46: Open Catalyst's
+    # save_checkpoint, guarded in one trainer and not in three others)
+    # (each site once: a module two entries import lists its calls twice)
+    sites = [
+        c
+        for c in dict.fromkeys(s.call_sites(fn))
+        if _function(s, c) is not None and not _rank_guarded(s, c)
+    ]
     if 0 < len(sites) <= _MAX:
         for c in sites:
             yield c, c.lineno, "called from"
@@ -297,11 +305,13 @@ def _append_write(s: Script, node: ast.AST) -> ast.Call | None:
 
 
 def _rank_guarded(s: Script, node: ast.AST) -> bool:
-    """Under an `if` whose test reads a rank (`args.gpu == 0`): that write is fixed."""
+    """Under an `if` whose test reads a rank (`args.gpu == 0`, `is_master()`): that write
+    is fixed."""
     return any(
         isinstance(a, ast.If)
         and any(
-            isinstance(n, ast.Name | ast.Attribute) and is_rank_name(ident(n) or "")
+            isinstance(n, ast.Name | ast.Attribute)
+            and (is_rank_name(ident(n) or "") or is_main_flag(ident(n) or ""))
             for n in ast.walk(a.test)
         )
         for a in s.ancestors(node)

@@ -10,6 +10,7 @@ from typing import Final
 
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint24 import trimmed
+from ddptui.lint.lint46 import dealing_class
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script, const, kwarg, last
 
@@ -99,6 +100,9 @@ def _sharded(  # noqa: PLR0911 - one case per way of splitting by hand
             and _reads_rank(s, f, cls)
         ):
             return o
+        dealt = dealing_class(s, f, o)
+        if dealt is not None:
+            return dealt
         if depth < 3:
             for p in parts:
                 inner = sharded(s, f, p, depth + 1)
@@ -161,7 +165,10 @@ def split_by_rank(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:
 
 
 def _split_by_rank(s: Script, f: Flow, expr: ast.expr, depth: int) -> bool:
-    if sharded(s, f, expr) is not None:
+    # (not yet a dataset class that deals its files, lint46: the loader-side rules keep
+    # their findings on it until a reading of the sampler built and never given stands)
+    shard = sharded(s, f, expr)
+    if shard is not None and not isinstance(shard, ast.Assign):
         return True
     for o in s.origins(expr):
         if isinstance(o, ast.Subscript) and any(
@@ -480,6 +487,8 @@ def uneven_batch(s: Script, f: Flow) -> Iterator[Hit]:
                 # a split the entry script makes itself, looped over in another file
                 # (sparsify's `dataset.shard(world, rank)`): said at the split
                 at = shard if s.module_of(shard) is s.entry is not s.module_of(at) else at
+                if isinstance(shard, ast.Assign):
+                    at = shard  # the length a dealing dataset class reports (lint46)
                 yield _uneven(s, at, shard, ident(data) if data else None)
                 return
         shard = sharded(s, f, it)
