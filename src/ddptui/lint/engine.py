@@ -29,6 +29,7 @@ from ddptui.lint import (
     lint39,
     lint40,
     lint40_io,
+    lint47,
     rules_accum,
     rules_branch_lint6,
     rules_data,
@@ -110,6 +111,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *lint39.RULES,
     *lint40.RULES,
     *lint40_io.RULES,
+    *lint47.RULES,
     *rules_lint10.RULES,
     *rules_lint12.RULES,
     *rules_lint13.RULES,
@@ -149,6 +151,7 @@ RULE_IDS: Final = (
     "DDP-NOT-APPLIED",
     "DDP-LOAD-MAP-LOCATION",
     "DDP-LOAD-INTO-WRAPPER",
+    "DDP-SPAWN-ARGS",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")
