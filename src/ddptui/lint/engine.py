@@ -29,6 +29,7 @@ from ddptui.lint import (
     lint39,
     lint40,
     lint40_io,
+    lint47,
     rules_accum,
     rules_branch_lint6,
     rules_data,
@@ -111,6 +112,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *lint39.RULES,
     *lint40.RULES,
     *lint40_io.RULES,
+    *lint47.RULES,
     *rules_lint10.RULES,
     *rules_lint12.RULES,
     *rules_lint13.RULES,
@@ -152,6 +154,7 @@ RULE_IDS: Final = (
     "DDP-LOAD-MAP-LOCATION",
     "DDP-LOSS-ALL-REDUCED",
     "DDP-LOAD-INTO-WRAPPER",
+    "DDP-SPAWN-ARGS",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")

@@ -429,39 +429,30 @@ def batchnorm(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 def loss_device(s: Script, f: Flow) -> Iterator[Hit]:
+    """A loss whose tensors (a weight, or buffers of a project loss class) stay on the CPU.
+    A torch loss built without tensors is not said (lint47): it does no harm where it is,
+    so an info about it gave the user nothing to do on correct projects."""
     if not f.distributed or not _uses_gpu(s):
         return
-    told_plain = False  # an unmoved loss without tensors is said once, in the entry file
     for c in s.calls:
         qn = s.call_name(c)
         name = last(qn)
         weight = None
-        plain = False  # a torch loss without tensors: harmless on the CPU, said as info
         if name.endswith("Loss") and qn.startswith("torch"):
             weight = kwarg(c, "pos_weight") or kwarg(
                 c, "weight", 0 if name in _WEIGHTED_LOSS else None
             )
-            if weight is not None and _on_device(s, weight):
+            if weight is None or _on_device(s, weight):
                 continue
-            plain = weight is None
-            if plain and (_target(s, c) is None or told_plain or s.module_of(c) is not s.entry):
-                continue  # built inline at its use: nothing to move
         elif not (name in s.classes and _has_state(s.classes[name]) and "loss" in name.lower()):
             continue
         if _criterion_moved(s, c) or moved_with_owner(s, c, lambda k: _criterion_moved(s, k)):
             continue
-        told_plain = told_plain or plain
         yield Hit.at(
             "DDP-LOSS-DEVICE",
             c,
-            (
-                f"`{_target(s, c)}` is built on the CPU and never moved with the model (no "
-                "harm while it holds no tensors; give it a weight= and it fails)"
-                if plain
-                else f"`{ast.unparse(c)}` builds a loss whose tensors stay on the CPU"
-                + (f" (weight `{ast.unparse(weight)}`)" if weight is not None else "")
-            ),
-            severity="info" if plain else None,
+            f"`{ast.unparse(c)}` builds a loss whose tensors stay on the CPU"
+            + (f" (weight `{ast.unparse(weight)}`)" if weight is not None else ""),
             criterion=_target(s, c) or name,
         )
 
