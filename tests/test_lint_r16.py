@@ -160,3 +160,99 @@ def test_set_epoch_names_where_a_loop_over_the_loaders_runs_each_loader(tmp_path
     assert [(f.line, [(p.line, p.label) for p in f.also]) for f in found] == [
         (15, [(18, "loader iterated at"), (19, "loader iterated at")])
     ]
+
+
+# NVIDIA/DeepLearningExamples@729963dd47e7c8bd462ad10bfac7a7b0b604e6dd,
+# PyTorch/LanguageModeling/Transformer-XL/pytorch: utils/distributed.py 38-46 (`barrier()`)
+# and 117-124 (`sync_workers()`), train.py 331-338 (the rank-0 save inside
+# `with sync_workers()`) and 355-361 (`load_checkpoint`, every rank, after training).
+# A correct project (blind AG2): leaving the `with` is a barrier, so the write is waited for.
+DIST = """\
+from contextlib import contextmanager
+
+import torch
+
+
+def barrier():
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    elif torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def get_rank():
+    return torch.distributed.get_rank()
+
+
+@contextmanager
+def sync_workers():
+    rank = get_rank()
+    yield rank
+    barrier()
+"""
+
+TXL = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+import utils
+
+
+def save_checkpoint(state, work_dir):
+    with utils.distributed.sync_workers() as rank:
+        last_chkpt_path = os.path.join(work_dir, 'checkpoint_last.pt')
+        if rank == 0:
+            torch.save(state, last_chkpt_path)
+
+
+def load_checkpoint(path):
+    return torch.load(path, map_location='cpu')
+
+
+def main(args, model, batches):
+    dist.init_process_group('nccl')
+    torch.cuda.set_device(args.local_rank)
+    model = DistributedDataParallel(model.cuda(), device_ids=[args.local_rank])
+    for step, batch in enumerate(batches):
+        model(batch).sum().backward()
+        save_checkpoint({'model': model.module.state_dict()}, args.work_dir)
+    checkpoint = load_checkpoint(os.path.join(args.work_dir, 'checkpoint_last.pt'))
+    model.module.load_state_dict(checkpoint['model'])
+
+
+if __name__ == '__main__':
+    main(None, None, None)
+"""
+
+
+def _txl(root: Path, dist_utils: str) -> list[tuple[str, int, str]]:
+    files = {
+        "train.py": TXL,
+        "utils/__init__.py": "from . import distributed\n",
+        "utils/distributed.py": dist_utils,
+    }
+    return severities(lint_project(root, files), "DDP-CKPT-BARRIER")
+
+
+def test_a_context_manager_whose_exit_is_a_barrier_waits_for_the_write_inside_it(
+    tmp_path: Path,
+) -> None:
+    assert _txl(tmp_path, DIST) == []
+
+
+def test_the_same_context_manager_without_the_barrier_leaves_the_write_unwaited(
+    tmp_path: Path,
+) -> None:
+    no_barrier = DIST.replace("    yield rank\n    barrier()\n", "    yield rank\n")
+    assert _txl(tmp_path, no_barrier) == [("train.py", 18, "error")]
+
+
+def test_a_barrier_on_entry_only_does_not_wait_for_the_write(tmp_path: Path) -> None:
+    entry = DIST.replace(
+        "    rank = get_rank()\n    yield rank\n    barrier()\n",
+        "    rank = get_rank()\n    barrier()\n    yield rank\n",
+    )
+    assert _txl(tmp_path, entry) == [("train.py", 18, "error")]
