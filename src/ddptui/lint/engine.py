@@ -30,6 +30,7 @@ from ddptui.lint import (
     lint40,
     lint40_io,
     lint47,
+    lint50,
     rules_accum,
     rules_branch_lint6,
     rules_data,
@@ -113,6 +114,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *lint40.RULES,
     *lint40_io.RULES,
     *lint47.RULES,
+    *lint50.RULES,
     *rules_lint10.RULES,
     *rules_lint12.RULES,
     *rules_lint13.RULES,
@@ -155,6 +157,7 @@ RULE_IDS: Final = (
     "DDP-LOSS-ALL-REDUCED",
     "DDP-LOAD-INTO-WRAPPER",
     "DDP-SPAWN-ARGS",
+    "DDP-RANK-ONLY-NAME",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")
