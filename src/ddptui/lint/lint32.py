@@ -195,7 +195,23 @@ def unwrapped_into_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                 + ("prefix, and `strict=False` loads nothing without a word" if loose else "prefix")
             ),
             model=ast.unparse(c.func.value),
+            also=tuple((r, "plain weights saved at") for r in _plain_saves(s, f, read)),
         )
+
+
+def _plain_saves(s: Script, f: Flow, read: set[str]) -> list[ast.expr]:
+    """The `.module.state_dict()` receivers of the saves this load reads back: the other
+    place to mend (bshall/acoustic-model 4b99938 acoustic/utils.py:60, whose fix
+    "Fixed resuming from saved checkpoint" changed the save, not the load)."""
+    out: list[ast.expr] = []
+    for c in s.calls:
+        if not c.args or not s.call_name(c).startswith("torch.") or last(s.call_name(c)) != "save":
+            continue
+        names = file_names(s, c.args[1]) if len(c.args) > 1 else set()
+        if read and not names & read:
+            continue
+        out += [r for r in _saved_receivers(s, c) if _plain_weights(s, r) and r not in out]
+    return out[:3]
 
 
 def _callers_skip(s: Script, node: ast.AST) -> bool:

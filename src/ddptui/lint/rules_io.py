@@ -318,6 +318,9 @@ def file_writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] 
         return "save_pretrained", _path(c, 0, "save_directory")
     if name == "FileHandler" and "logging" in qn:
         return "logging.FileHandler", _path(c, 0, "filename")
+    if name == "JSONStreamBackend" and "dllogger" in qn:
+        # its JSON log file (DeepLearningExamples 8c7d66f DLRM scripts/utils.py:184)
+        return "dllogger.JSONStreamBackend", _path(c, 1, "filename")
     if name == "basicConfig" and "logging" in qn and kwarg(c, "filename") is not None:
         return "logging.basicConfig(filename=...)", kwarg(c, "filename")
     if qn in ("open", "builtins.open") or _path_manager_open(qn):

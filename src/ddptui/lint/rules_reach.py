@@ -68,7 +68,14 @@ def is_local(s: Script, expr: ast.AST, depth: int = 0) -> bool:  # noqa: PLR0911
 
 
 def _global_rank_call(s: Script, value: ast.expr) -> bool:
-    """`dist.get_rank()`: the global rank, whatever the name it is given."""
+    """`dist.get_rank()`: the global rank, whatever the name it is given; also
+    `0 if not dist.is_initialized() else dist.get_rank()` (DeepLearningExamples 8c7d66f
+    HiFiGAN hifigan/logging.py:34 names that `local_rank`), a constant in one branch."""
+    if isinstance(value, ast.IfExp):
+        sides = (value.body, value.orelse)
+        return any(_global_rank_call(s, v) for v in sides) and all(
+            isinstance(v, ast.Constant) or _global_rank_call(s, v) for v in sides
+        )
     return isinstance(value, ast.Call) and last(s.call_name(value)) == "get_rank"
 
 

@@ -17,7 +17,7 @@ from ddptui.lint.lint36 import unwrap_idiom
 from ddptui.lint.model import Hit
 from ddptui.lint.reach import cast_value
 from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper, test_text
-from ddptui.lint.script import Pick, Script
+from ddptui.lint.script import SELF_RETURNING, Pick, Script
 
 # --- 2. an attribute of the model read on the wrapper, in a helper it is passed to ----
 
@@ -76,9 +76,10 @@ def _wrapper_read(s: Script, f: Flow, fn: ast.FunctionDef) -> Iterator[Hit]:
                 if name in unpacked
                 else not s.assigned(fn, name)
                 and any(_ddp_before(s, f, a) for a in s.param_args(fn, name))
-            ) and not _tells_wrapper(fn, name)
+            )
         if checked[name] and not (
-            _checks_wrapper(s, n)
+            _tells_wrapper(fn, name, n.end_lineno or n.lineno)
+            or _checks_wrapper(s, n)
             or _mode_branch(s, n)
             or dead_for_callers(s, fn, n)
             or _attr_elsewhere(s, f, s.param_args(fn, name), n.attr)
@@ -166,8 +167,23 @@ def _ddp_before(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> bool:  # 
         (isinstance(v, ast.Call) and v in f.ddp_calls)
         or (isinstance(v, ast.Name | Pick) and _ddp_before(s, f, v, depth + 1))
         or (isinstance(v, ast.Call) and v not in f.ddp_calls and s.callees(v) and f.is_ddp_value(v))
+        or _moved_wrapper(f, v)
         for v in values
     )
+
+
+def _moved_wrapper(f: Flow, v: ast.expr) -> bool:
+    """`model_g = DistributedDataParallel(model_g, device_ids=[rank]).to(device)`: `.to`,
+    `.cuda()`, `.float()` on the wrapper give the wrapper itself back (nn.Module's own
+    methods return self; PlayVoice/whisper-vits-svc 9383ec8 vits_extend/train.py:96)."""
+    moved = False
+    while isinstance(v, ast.Call):
+        if v in f.ddp_calls:
+            return moved
+        if not (isinstance(v.func, ast.Attribute) and v.func.attr in SELF_RETURNING):
+            return False
+        v, moved = v.func.value, True
+    return False
 
 
 def _pick_ddp(s: Script, f: Flow, expr: Pick, depth: int) -> bool:
@@ -416,17 +432,22 @@ def _class_tells_wrapper(cls: ast.ClassDef, held: str) -> bool:
     return False
 
 
-def _tells_wrapper(fn: ast.FunctionDef, name: str) -> bool:
+def _tells_wrapper(fn: ast.FunctionDef, name: str, upto: int | None = None) -> bool:
     """The function looks at the wrapper itself (`hasattr(model, "module")`,
     `isinstance(model, DDP)`): it knows what it holds. A plain `model.module.x` read does
     not count: it says the value is the wrapper, and `model.y` beside it is the pitfall
-    (vits2_pytorch bb36fc6: `net_g.use_noise_scaled_mas` next to `net_g.module....`)."""
+    (vits2_pytorch bb36fc6: `net_g.use_noise_scaled_mas` next to `net_g.module....`).
+    With `upto`, only a look at or above that line counts: a test further down (the
+    save's `net_g.module.state_dict() if hasattr(net_g, "module") else ...`) tells
+    nothing at a read above it (IAHispano/Applio 8e02e1c rvc/train/train.py:798,
+    `net_g.infer(*reference)`, fixed by `net_g.module.infer` in PR 806)."""
     for n in ast.walk(fn):
         if (
             isinstance(n, ast.Call)
             and ident(n.func) in ("hasattr", "isinstance", "getattr")
             and n.args
             and ast.unparse(n.args[0]) == name
+            and (upto is None or n.lineno <= upto)
         ):
             return True
     return False
