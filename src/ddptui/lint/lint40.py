@@ -28,6 +28,7 @@ import ast
 from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.lint48 import rank_placed
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_set_device import _cuda_picker, _on_current_gpu, _picks_per_rank_gpu
 from ddptui.lint.script import Script, const, kwarg, last
@@ -172,6 +173,8 @@ def spawned_never_pick_gpu(s: Script, f: Flow) -> Iterator[Hit]:
         return  # a literal NCCL group: its processes need a GPU each
     if f.uses("CUDA_VISIBLE_DEVICES") or _picks_per_rank_gpu(s, f) is not None:
         return  # one GPU visible per process, or named per rank (rules_set_device)
+    if rank_placed(s, f):
+        return  # work placed by `.cuda(rank)`: its bare `.cuda()` are lint48's
     worker = s.scope_of(init)
     rank = kwarg(init, "rank")
     if not (

@@ -204,7 +204,11 @@ class Project:
         while queue:
             mod = queue.popleft()
             local = (p for p, _ in mod.local.values())
-            for path in dict.fromkeys([*local, *mod.inits, *mod.loaded]):
+            # `import core.gancraft` runs core/gancraft/__init__.py as surely as `import
+            # core` runs core/__init__.py (hzxie/CityDreamer run.py: its trainers are
+            # reached only so)
+            dotted = mod.dotted.values()
+            for path in dict.fromkeys([*local, *mod.inits, *dotted, *mod.loaded]):
                 if key(path) in seen:
                     continue
                 if len(order) >= MAX_MODULES:

@@ -264,7 +264,17 @@ def sampler(s: Script, f: Flow) -> Iterator[Hit]:
             ),
             dataset=ast.unparse(data) if data else "dataset",
             loader=_assigned_name(s, loader) or "loader",
+            also=_shuffle_place(loader, local or loader),
         )
+
+
+def _shuffle_place(loader: ast.Call, at: ast.AST) -> tuple[tuple[ast.AST, str], ...]:
+    """`shuffle=True` on a line of its own in the loader's call: the fix replaces it with
+    the DistributedSampler (hzxie/CityDreamer fffc9ff core/train.py), so it is a place too."""
+    shuffle = kwarg(loader, "shuffle")
+    if shuffle is None or const(shuffle) is not True or shuffle.lineno == getattr(at, "lineno", 0):
+        return ()
+    return ((shuffle, "shuffles the whole dataset in every process at"),)
 
 
 def _single_process_arm(s: Script, loader: ast.Call) -> bool:
