@@ -256,3 +256,62 @@ def test_a_barrier_on_entry_only_does_not_wait_for_the_write(tmp_path: Path) -> 
         "    rank = get_rank()\n    barrier()\n    yield rank\n",
     )
     assert _txl(tmp_path, entry) == [("train.py", 18, "error")]
+
+
+# sczhou/ProPainter@e870e79321c31b733e2031af5aa2fb1fe3ac7eec core/trainer.py (a correct
+# project, blind AF1): the Trainer resumes with `self.load()` in its `__init__` (line 103)
+# and saves on rank 0 in `save()` with no barrier after; nothing loads after a save.
+TRAINER = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, config, net):
+        self.config = config
+        self.netG = net.to(config['device'])
+        self.load()
+        self.netG = DDP(self.netG, device_ids=[config['local_rank']])
+
+    def load(self):
+        gen_path = os.path.join(self.config['save_dir'], 'gen_latest.pth')
+        if os.path.isfile(gen_path):
+            self.netG.load_state_dict(torch.load(gen_path, map_location=self.config['device']))
+
+    def save(self, it):
+        if self.config['global_rank'] == 0:
+            gen_path = os.path.join(self.config['save_dir'], 'gen_latest.pth')
+            torch.save(self.netG.module.state_dict(), gen_path)
+
+    def train(self, batches):
+        for it, batch in enumerate(batches):
+            self.netG(batch).sum().backward()
+            self.save(it)
+"""
+
+PROPAINTER_MAIN = """\
+import torch.distributed as dist
+
+from core.trainer import Trainer
+
+dist.init_process_group('nccl')
+trainer = Trainer({}, None)
+trainer.train([])
+"""
+
+
+def _propainter(root: Path, main: str) -> list[tuple[str, int, str]]:
+    files = {"train.py": main, "core/__init__.py": "", "core/trainer.py": TRAINER}
+    return severities(lint_project(root, files), "DDP-CKPT-BARRIER")
+
+
+def test_a_trainer_that_loads_only_when_it_is_built_races_no_save(tmp_path: Path) -> None:
+    assert _propainter(tmp_path, PROPAINTER_MAIN) == []
+
+
+def test_the_same_trainer_reloaded_after_training_still_warns(tmp_path: Path) -> None:
+    again = PROPAINTER_MAIN + "trainer.load()\n"
+    assert _propainter(tmp_path, again) == [("trainer.py", 18, "error"), ("trainer.py", 23, "warning")]

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow, calls_in
 from ddptui.lint.model import Hit
+from ddptui.lint.reach import walked
 from ddptui.lint.rules_io import _path, _torch, _where
 from ddptui.lint.script import Script
 
@@ -124,7 +125,11 @@ def save_returns_before_the_write(s: Script, f: Flow) -> Iterator[Hit]:
                         ),
                         None,
                     )
-                    if load is None or _loaded_only_before_saved(s, writer.name, reader.name):
+                    if (
+                        load is None
+                        or _loaded_only_before_saved(s, writer.name, reader.name)
+                        or _loaded_at_construction(s, cls, reader.name)
+                    ):
                         continue
                     yield Hit.at(
                         "DDP-CKPT-BARRIER",
@@ -141,6 +146,43 @@ def save_returns_before_the_write(s: Script, f: Flow) -> Iterator[Hit]:
                         severity="warning",
                     )
                     return
+
+
+def _loaded_at_construction(s: Script, cls: ast.ClassDef, reader: str) -> bool:
+    """The class calls its reader only as `self.load()` in its own `__init__`, and nothing
+    else in the project calls an object's method of that name: the object resumes once,
+    when it is built, before its save can run (ProPainter's and E2FGVI's `Trainer`,
+    sczhou/ProPainter@e870e79 core/trainer.py:103)."""
+    init = next(
+        (m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None
+    )
+    if init is None:
+        return False
+    own = [a for a in _calls_of(s, [cls], reader) if ast.unparse(a.value) == "self"]
+    others = [
+        a
+        for a in _calls_of(s, [m.tree for m in s.modules], reader)
+        if ast.unparse(a.value) != "self" and not _module_value(s, a.value)
+    ]
+    return bool(own) and not others and all(s.scope_of(c) is init for c in own)
+
+
+def _calls_of(s: Script, roots: list[ast.AST], name: str) -> list[ast.Attribute]:
+    """The `x.name` of every `x.name(...)` call under these nodes."""
+    return [
+        n.func
+        for r in roots
+        for n in walked(s, r)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == name
+    ]
+
+
+def _module_value(s: Script, value: ast.expr) -> bool:
+    """`torch`, `json`, `np`: a name bound by an import, not an object."""
+    if not isinstance(value, ast.Name):
+        return False
+    mod = s.module_of(value)
+    return value.id in mod.aliases and not s.assigned(s.scope_of(value), value.id)
 
 
 def _loaded_only_before_saved(s: Script, writer: str, reader: str) -> bool:
