@@ -315,3 +315,77 @@ def test_a_trainer_that_loads_only_when_it_is_built_races_no_save(tmp_path: Path
 def test_the_same_trainer_reloaded_after_training_still_warns(tmp_path: Path) -> None:
     again = PROPAINTER_MAIN + "trainer.load()\n"
     assert _propainter(tmp_path, again) == [("trainer.py", 18, "error"), ("trainer.py", 23, "warning")]
+
+
+# sunlicai/MAE-DFER@80b651d4 (a correct project, blind AH1), BEiT's fine-tuning pattern:
+# run_class_finetuning.py 483-497 (a DeepSpeed engine in one arm, DDP in the other) and
+# engine_for_finetuning.py 75-80 (`model.step()` where only the DeepSpeed arm left
+# `loss_scaler` None).
+ENGINE = """\
+class Stepper:  # the project's own classes have `step` and `backward` (schedulers, scalers)
+    def step(self):
+        pass
+
+    def backward(self, loss):
+        pass
+
+
+def train_one_epoch(model, criterion, data_loader, optimizer, loss_scaler):
+    for samples, targets in data_loader:
+        loss = criterion(model(samples), targets)
+        if loss_scaler is None:
+            model.backward(loss)
+            model.step()
+        else:
+            loss_scaler(loss, optimizer, parameters=model.parameters())
+"""
+
+FINETUNE = """\
+import torch
+import torch.distributed as dist
+
+from engine_for_finetuning import train_one_epoch
+
+try:
+    import deepspeed
+    ds_init = deepspeed.initialize
+except ImportError:
+    ds_init = None
+
+
+def main(args, model, criterion, loader, loss_scaler):
+    dist.init_process_group('nccl')
+    torch.cuda.set_device(args.gpu)
+    torch.manual_seed(args.seed)
+    if args.enable_deepspeed:
+        loss_scaler = None
+        model, optimizer, _, _ = ds_init(args=args, model=model)
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+        optimizer = torch.optim.AdamW(model.parameters())
+    train_one_epoch(model, criterion, loader, optimizer, loss_scaler)
+"""
+
+
+def _finetune(root: Path, main: str) -> list[tuple[str, int, str]]:
+    files = {"run_class_finetuning.py": main, "engine_for_finetuning.py": ENGINE}
+    return severities(
+        lint_project(root, files, entry="run_class_finetuning.py"), "DDP-WRAPPER-ATTR"
+    )
+
+
+def test_deepspeed_engine_members_read_where_the_project_builds_one_are_not_certain(
+    tmp_path: Path,
+) -> None:
+    assert _finetune(tmp_path, FINETUNE) == [
+        ("engine_for_finetuning.py", 13, "warning"),
+        ("engine_for_finetuning.py", 14, "warning"),
+    ]
+
+
+def test_without_a_deepspeed_engine_the_same_read_stays_an_error(tmp_path: Path) -> None:
+    no_ds = FINETUNE.replace("    ds_init = deepspeed.initialize\n", "    ds_init = None\n")
+    assert _finetune(tmp_path, no_ds) == [
+        ("engine_for_finetuning.py", 13, "error"),
+        ("engine_for_finetuning.py", 14, "error"),
+    ]

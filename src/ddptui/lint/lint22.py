@@ -290,6 +290,39 @@ def _rank0_last(s: Script, guard: ast.If, collective: str) -> bool:
     return later is not None and _base(later) == _base(collective)
 
 
+# DeepSpeedEngine's own members a training step reads (not nn.Module's)
+_DS_ENGINE: Final = frozenset(
+    {
+        "backward",
+        "step",
+        "optimizer",
+        "lr_scheduler",
+        "gradient_accumulation_steps",
+        "is_gradient_accumulation_boundary",
+        "get_global_grad_norm",
+        "global_steps",
+        "save_checkpoint",
+        "load_checkpoint",
+        "train_batch",
+        "eval_batch",
+        "get_lr",
+        "fp16_enabled",
+        "bfloat16_enabled",
+        "zero_optimization_stage",
+    }
+)
+
+
+def _deepspeed_engine(s: Script) -> bool:
+    """The project calls `deepspeed.initialize` (directly or through an alias)."""
+    return any(
+        isinstance(n, ast.Attribute)
+        and n.attr == "initialize"
+        and s.qualname(n.value) == "deepspeed"
+        for n in s.nodes
+    )
+
+
 def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
     """`model.attr` read on the wrapper where the same scope stored `model.attr = ...` on
     that name after its last assignment (the wrap) and before the read: the attribute is
@@ -298,6 +331,14 @@ def _wrapper_doubt(s: Script, hit: Hit) -> str | None:
     if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
         return None
     name, attr, line = node.value.id, node.attr, node.lineno
+    if attr in _DS_ENGINE and _deepspeed_engine(s):
+        # MAE-DFER / BEiT fine-tuning (sunlicai/MAE-DFER@80b651d, engine_for_finetuning.py
+        # 20 and 80): `model.step()` under `if loss_scaler is None:`, which only the
+        # deepspeed.initialize arm leaves None
+        return (
+            f"not certain: the project also builds a DeepSpeed engine, which has `{attr}`; "
+            "this read is right where the model passed here is that engine"
+        )
     if hit.facts.get("via") == "parameter":
         store = _attached(s, attr)
         if store is not None:
