@@ -389,3 +389,72 @@ def test_without_a_deepspeed_engine_the_same_read_stays_an_error(tmp_path: Path)
         ("engine_for_finetuning.py", 13, "error"),
         ("engine_for_finetuning.py", 14, "error"),
     ]
+
+
+# caizhongang/SMPLer-X@07d9834450f78241e243bdd1d3f28bbd39749899: main/config.py 60-64 and
+# 123 (`sys.path.insert(0, osp.join(cfg.root_dir, 'common'))` while the module is
+# imported), main/train.py 2 and 12 (`from config import cfg`, then `from base import
+# Trainer`), common/base.py 95-98 (the resume `torch.load` without map_location, blind AH1;
+# the fix maps it to the rank's GPU).
+SMPLERX_CONFIG = """\
+import os
+import os.path as osp
+import sys
+
+
+class Config:
+    cur_dir = osp.dirname(os.path.abspath(__file__))
+    root_dir = osp.join(cur_dir, '..')
+
+
+cfg = Config()
+sys.path.insert(0, osp.join(cfg.root_dir, 'common'))
+"""
+
+SMPLERX_BASE = """\
+import torch
+
+
+class Trainer:
+    def load_model(self, model, ckpt_path):
+        ckpt = torch.load(ckpt_path)
+        model.load_state_dict(ckpt['network'], strict=False)
+"""
+
+SMPLERX_TRAIN = """\
+import torch
+import torch.distributed as dist
+from config import cfg
+from base import Trainer
+
+
+def main(args, model):
+    dist.init_process_group('nccl')
+    torch.cuda.set_device(args.local_rank)
+    trainer = Trainer()
+    trainer.load_model(model, args.pretrained_model_path)
+
+
+if __name__ == '__main__':
+    main(None, None)
+"""
+
+
+def _smplerx(root: Path, config: str) -> list[tuple[str, int, str]]:
+    files = {
+        "main/train.py": SMPLERX_TRAIN,
+        "main/config.py": config,
+        "common/base.py": SMPLERX_BASE,
+    }
+    return severities(lint_project(root, files, entry="main/train.py"), "DDP-LOAD-MAP-LOCATION")
+
+
+def test_a_from_import_of_a_config_that_extends_sys_path_reaches_its_folders(
+    tmp_path: Path,
+) -> None:
+    assert _smplerx(tmp_path, SMPLERX_CONFIG) == [("base.py", 6, "warning")]
+
+
+def test_without_the_sys_path_insert_the_module_stays_unknown(tmp_path: Path) -> None:
+    no_path = SMPLERX_CONFIG.replace("sys.path.insert(0, osp.join(cfg.root_dir, 'common'))\n", "")
+    assert _smplerx(tmp_path, no_path) == []

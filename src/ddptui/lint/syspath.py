@@ -34,15 +34,22 @@ def path_parts(nodes: list[ast.AST]) -> list[list[str]]:
 
 def side_effect_imports(nodes: list[ast.AST], here: Path) -> list[tuple[Path, list[str]]]:
     """(folder, parts) of the sys.path folders that `import _init_paths`-like sibling
-    modules add: a plain `import X` of a file beside this one that touches sys.path."""
+    modules add: an `import X` (or `from X import cfg`: the module runs all the same) of
+    a file beside this one that touches sys.path (caizhongang/SMPLer-X@07d9834,
+    main/config.py: `sys.path.insert(0, osp.join(cfg.root_dir, 'common'))`, then
+    main/train.py's `from config import cfg` and `from base import Trainer`)."""
     out: list[tuple[Path, list[str]]] = []
     for n in nodes:
-        if not isinstance(n, ast.Import):
+        if isinstance(n, ast.Import):
+            names = [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            names = [n.module]
+        else:
             continue
-        for a in n.names:
-            if "." in a.name:
+        for name in names:
+            if "." in name:
                 continue
-            path = here / f"{a.name}.py"
+            path = here / f"{name}.py"
             try:
                 if not path.is_file() or path.stat().st_size > _MAX_BYTES:
                     continue
