@@ -14,7 +14,8 @@ from typing import Final
 from ddptui.lint.flagoff import flag_guarded, switched_off
 from ddptui.lint.frameworks import ddp_kind, engine_collective, keyed_value
 from ddptui.lint.project import FuncNode
-from ddptui.lint.script import Pick, Script, const, last
+from ddptui.lint.script import Pick, Script
+from ddptui.lint.syntax import const, last
 
 COLLECTIVES: Final = frozenset(
     {

@@ -27,7 +27,8 @@ import re
 from typing import Final, Literal
 
 from ddptui.lint.reach import registered
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 Kind = Literal["torch", "apex"]
 

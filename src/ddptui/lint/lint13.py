@@ -25,7 +25,8 @@ from ddptui.diagnosis.finding import Severity
 from ddptui.lint.flow import Flow
 from ddptui.lint.lint22 import calibrated
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, const
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const
 
 # what a project that runs on several nodes reads: env keys, launcher flags, config keys
 _MULTI_NODE: Final = re.compile(

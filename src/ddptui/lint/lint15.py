@@ -20,7 +20,8 @@ from typing import Final
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.nonetest import none_test
-from ddptui.lint.script import Script, kwarg
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import kwarg
 
 
 def mode_exit(f: Flow, guard: ast.AST, call: ast.Call, s: Script) -> str | None:

@@ -28,7 +28,8 @@ from ddptui.lint.rules_nosync import (
 )
 from ddptui.lint.rules_setup import _touches_gpu
 from ddptui.lint.rules_sync import _loop_of
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 
 def _own_calls(root: ast.AST) -> list[ast.Call]:

@@ -29,7 +29,8 @@ from ddptui.lint.flow import Flow
 from ddptui.lint.lint15 import none_guarded
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_io import _state_dict_receivers, _torch, _unwrapped
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 _EXISTS: Final = frozenset({"exists", "isdir", "is_dir"})
 

@@ -21,7 +21,8 @@ from typing import Final
 from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 
 def _counters(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:

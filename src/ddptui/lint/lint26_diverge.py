@@ -28,7 +28,8 @@ from typing import Final
 
 from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 _COUNT: Final = re.compile(r"^(get_)?num(ber)?_of_\w+$|^num_\w+$|^__len__$")
 _HELD: Final = re.compile(r"buffer|transition|obs|latent|memory|queue|pool|replay|rollout", re.I)

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from ddptui.lint.flow import Flow, calls_in
 from ddptui.lint.lint15 import one_shot, pretrained_kind
 from ddptui.lint.project import FuncNode
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 
 def torch_call(s: Script, call: ast.Call, name: str) -> bool:

@@ -11,7 +11,8 @@ from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_lint12 import OPTIMIZER
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 _MOVES = frozenset({"cuda", "to"})
 

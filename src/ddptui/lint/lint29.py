@@ -13,7 +13,8 @@ from typing import Final
 from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
-from ddptui.lint.script import Script, const
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const
 
 # parameter names for this process's place in the job and for the job's size
 _RANK: Final = re.compile(r"^(global_|process_|proc_)?rank(_id)?$")

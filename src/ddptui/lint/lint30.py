@@ -17,7 +17,8 @@ from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.reach import cast_value, self_attr
 from ddptui.lint.rules_frameworks import _bypass, _feeds_backward, _without_grad
-from ddptui.lint.script import Script, const, kwarg
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg
 
 _DEPTH = 3
 

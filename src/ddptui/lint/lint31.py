@@ -19,7 +19,8 @@ from ddptui.lint.rules_data import (
     split_by_rank,
     training_loaders,
 )
-from ddptui.lint.script import Script, kwarg
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import kwarg
 
 # words of a class that may pick this rank's part under another name (precision first)
 _PART_WORDS: Final = re.compile(r"rank|world|replica|shard|node|partition|distributed", re.I)

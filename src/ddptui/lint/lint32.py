@@ -20,7 +20,8 @@ from typing import Final
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.nonetest import none_test
-from ddptui.lint.script import Script, kwarg, last, other_branch_takes_module
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import kwarg, last
 
 # a checkpoint's file name as a literal: `'model.pt'`, `"best.pth"` (an f-string's
 # pieces are not whole names, so they never tie two paths together)
@@ -243,6 +244,27 @@ def _callers_skip(s: Script, node: ast.AST) -> bool:
 
 def const_false(expr: ast.expr | None) -> bool:
     return isinstance(expr, ast.Constant) and expr.value is False
+
+
+def other_branch_takes_module(s: Script, node: ast.AST) -> bool:
+    """On the plain branch of `m.module.state_dict() if ddp else m.state_dict()` (or of
+    an `if`/`else` of statements): the other branch takes `.module`."""
+    child = node
+    for a in s.ancestors(node):
+        if isinstance(a, ast.IfExp | ast.If):
+            body = [a.body] if isinstance(a, ast.IfExp) else a.body
+            other = a.orelse if any(child is b for b in body) else a.body
+            others = other if isinstance(other, list) else [other]
+            if any(
+                isinstance(n, ast.Attribute) and n.attr == "module"
+                for o in others
+                for n in ast.walk(o)
+            ):
+                return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+        child = a
+    return False
 
 
 RULES = (unwrapped_into_wrapper,)

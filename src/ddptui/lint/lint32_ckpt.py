@@ -16,7 +16,8 @@ from typing import Final
 from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.lint20_ckpt import _always
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 _DEPTH: Final = 3
 

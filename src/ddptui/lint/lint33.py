@@ -18,7 +18,8 @@ from typing import Final
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_io import file_writer
-from ddptui.lint.script import Script, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import kwarg, last
 
 # Lightning's hooks of a LightningModule that run on every rank and write nothing of
 # their own (on_save_checkpoint only fills the checkpoint dict: not listed)

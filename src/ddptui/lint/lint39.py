@@ -30,7 +30,8 @@ from ddptui.lint.rules_data import (
     iterated,
     split_by_rank,
 )
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 _EVAL: Final = re.compile(r"val|test|eval|dev|infer|predict", re.I)
 _SAMPLER_TEST: Final = re.compile(r"hasattr|isinstance|set_epoch|Distributed")

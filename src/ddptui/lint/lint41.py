@@ -24,7 +24,8 @@ import ast
 from typing import Final
 
 from ddptui.lint.flow import Flow
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 _HOPS: Final = 3  # self-calls followed from `__getitem__`
 

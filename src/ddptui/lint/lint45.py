@@ -22,7 +22,8 @@ from typing import Final
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 _MAX_FILES: Final = 200  # stand-alone scripts looked at beside the entry, at most
 _MAX_BYTES: Final = 200_000

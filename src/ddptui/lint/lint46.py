@@ -21,7 +21,8 @@ import ast
 from typing import Final
 
 from ddptui.lint.flow import Flow
-from ddptui.lint.script import Script, const
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const
 
 # words of code that evens the ranks' shares out (torch's DistributedSampler pads to
 # `total_size`; a cut to the shortest share takes a `min(`)

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import kwarg, last
 
 _SPAWNERS = frozenset({"spawn", "start_processes"})
 # One value in parentheses; a parenthesised call may return a tuple and stays silent.

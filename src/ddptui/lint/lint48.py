@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_set_device import _cuda_picker, _picks_per_rank_gpu
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 
 def _bare_cuda(s: Script, c: ast.Call) -> bool:

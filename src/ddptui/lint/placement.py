@@ -14,7 +14,8 @@ from typing import Any, Final
 from ddptui.lint.flow import ident, is_main_flag, is_rank_name, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.reach import is_param
-from ddptui.lint.script import Script, const, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, last
 
 Where = tuple[ast.AST, int, str]  # (a node of the file, line, label)
 

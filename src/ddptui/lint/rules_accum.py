@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from ddptui.lint.flow import Flow, ident
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, const
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint24 import trimmed
 from ddptui.lint.lint46 import dealing_class
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 _UNWRAP: Final = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "cycle", "track"})
 _STREAMING: Final = re.compile(r"Iterable|Stream|Shard|WebDataset|IterDataPipe", re.I)

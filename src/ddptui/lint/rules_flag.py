@@ -12,7 +12,8 @@ from typing import Final
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 _FLAG: Final = "--local_rank"
 # what else tells a process its local rank under torchrun: its environment, or the new

@@ -15,7 +15,8 @@ from ddptui.lint.model import Hit
 from ddptui.lint.reach import Scope
 from ddptui.lint.rules_project import _WRAPPER_API
 from ddptui.lint.rules_wrapper import _mode_branch, _tells_wrapper
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 # --- SyncBatchNorm converted after the optimizer was built ------------------------------
 

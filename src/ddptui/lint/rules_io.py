@@ -19,7 +19,7 @@ from ddptui.lint.lint15 import (
 from ddptui.lint.lint24 import guards_nearby
 from ddptui.lint.lint26_anchor import fallback_write, guarded_sibling, rankless_owner
 from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
-from ddptui.lint.lint32 import plain_reload
+from ddptui.lint.lint32 import other_branch_takes_module, plain_reload
 from ddptui.lint.lint36 import rank_guarded_uses
 from ddptui.lint.lint37 import in_memory_copy
 from ddptui.lint.lint40 import dataparallel_only_test
@@ -29,7 +29,8 @@ from ddptui.lint.lint45 import plain_reader, resume_into_wrapper
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.reach import walked
-from ddptui.lint.script import Script, const, kwarg, last, other_branch_takes_module
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 _WRITE_MODES: Final = ("w", "a", "x")
 _SHARDED_TYPES: Final = frozenset({"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"})

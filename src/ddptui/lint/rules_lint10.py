@@ -26,7 +26,8 @@ from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_lint6 import _flag_given
 from ddptui.lint.rules_project import _layer
-from ddptui.lint.script import Script, const, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, last
 
 _CONST_MAKERS: Final = frozenset({"tensor", "zeros", "zeros_like", "scalar_tensor"})
 _NEW_MAKERS: Final = frozenset({"new_zeros", "new_tensor"})

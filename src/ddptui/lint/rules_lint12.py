@@ -12,7 +12,8 @@ from typing import Final
 from ddptui.lint.flow import Flow
 from ddptui.lint.lint15 import cuda_arm_unmapped, returned_checkpoint
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import kwarg, last
 
 
 def nosync_backward_only(s: Script, f: Flow) -> Iterator[Hit]:

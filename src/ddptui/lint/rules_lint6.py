@@ -15,7 +15,8 @@ from ddptui.lint.lint19 import counted_steps
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_sync import SyncFlow
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 # Seeding helpers of the frameworks (mmcv/mmengine, accelerate, lightning, transformers)
 _SEED_HELPERS: Final = re.compile(

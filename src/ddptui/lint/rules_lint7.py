@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 _SHARE_OPS = (ast.Mult, ast.Div, ast.FloorDiv)
 

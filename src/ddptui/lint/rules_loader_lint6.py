@@ -12,7 +12,8 @@ from typing import Final
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_data import is_loader, iterated, split_by_rank
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 # Launchers that run every process as a data-parallel rank of torch DDP
 _DDP_LAUNCH: Final = ("colossalai.launch", "colossalai.initialize")

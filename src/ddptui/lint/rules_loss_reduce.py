@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from ddptui.lint.flow import Flow, calls_in
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 ID = "DDP-LOSS-ALL-REDUCED"
 _DEPTH = 3  # assignments followed back from the backward's expression

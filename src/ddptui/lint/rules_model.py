@@ -17,7 +17,8 @@ from ddptui.lint.lint18 import bn_rebinding
 from ddptui.lint.lint24 import bn_anchors, seed_anchor
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_seed import rank_seed, seed_calls
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 _CUDA_N: Final = re.compile(r"^cuda:\d+$")
 _MOVERS: Final = frozenset({"to", "cuda"})

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 _BOOL_CALLS = frozenset(
     {"is_initialized", "is_available", "isinstance", "hasattr", "callable", "exists", "is_file",

@@ -11,7 +11,8 @@ from typing import Final
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint27 import layer_attrs
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 _GLOBAL_ENV: Final = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
 _LOCAL_ENV: Final = frozenset(

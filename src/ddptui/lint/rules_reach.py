@@ -21,7 +21,8 @@ from ddptui.lint.rules_wrapper import (
     wrapper_attr_passed,
     wrapper_attr_self,
 )
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 _LOCAL_NAME: Final = re.compile(r"local_?rank|local_process_index|localid|local_proc", re.I)
 _LOCAL_ENV: Final = frozenset(

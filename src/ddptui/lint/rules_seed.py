@@ -13,7 +13,8 @@ from ddptui.lint.lint18 import last_entry_anchor
 from ddptui.lint.lint23 import flag_off_seed
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_data import is_loader
-from ddptui.lint.script import Script, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import kwarg, last
 
 _STARTS: Final = frozenset(
     {"init_dist", "init_distributed", "init_distributed_mode", "Accelerator", "init_process_group"}

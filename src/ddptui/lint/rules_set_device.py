@@ -13,7 +13,8 @@ from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_project import _device_string, rank_kind
 from ddptui.lint.rules_setup import _touches_gpu
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 # calls that act on the current CUDA device when given no device
 _CURRENT: Final = frozenset(

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_project import rank_kind
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 
 
 def _inits(s: Script) -> list[ast.Call]:

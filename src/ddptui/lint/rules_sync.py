@@ -18,7 +18,8 @@ from ddptui.lint.lint16 import in_training_loop as _in_training_loop
 from ddptui.lint.lint19 import counted_steps
 from ddptui.lint.lint41 import collective_answer
 from ddptui.lint.model import Hit
-from ddptui.lint.script import Script, const, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg, last
 from ddptui.lint.taint import depends, rank_tainted
 
 _NO_GRAD: Final = ("no_grad", "inference_mode")

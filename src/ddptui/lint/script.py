@@ -1,6 +1,7 @@
 """One parsed training script and the name facts every rule asks for: what an
 imported or aliased name stands for, where a name got its value, which function a
-call reaches. Pure core: the `ast` module only; nothing is imported or run."""
+call reaches (worked out in callees.py, memoised here). Pure core: the `ast` module
+only; nothing is imported or run."""
 
 from __future__ import annotations
 
@@ -10,17 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddptui.lint import reach as R
+from ddptui.lint.callees import resolve_callees
 from ddptui.lint.callsites import CallSites
 from ddptui.lint.project import FuncNode, Module, Project, Shared
 from ddptui.lint.reach import (
     Resolved,
     Scope,
-    built_classes,
-    partial_target,
     reached,
     self_attr,
     star,
 )
+from ddptui.lint.syntax import const
 
 # Module methods that return the module itself: `model.to(dev)` is still `model`.
 SELF_RETURNING = frozenset(
@@ -484,70 +485,11 @@ class Script:
         self._callees[call] = ()  # while resolving: a cycle finds nothing more
         self._sites.resolving += 1
         try:
-            found = self._resolve_callees(call)
+            found = resolve_callees(self, call)
         finally:
             self._sites.resolving -= 1
         self._callees[call] = found
         return found
-
-    def _resolve_callees(self, call: ast.Call) -> tuple[FuncNode, ...]:  # noqa: PLR0911, PLR0912
-        """The project functions a call reaches: `f()` (of this file or imported from a
-        project module), `utils.f()`, `self.m()`, `obj.m()` where obj was built from a
-        class of the project, and `Cls()` (its __init__)."""
-        f = call.func
-        cls = self.class_named(f)
-        if cls is not None:
-            return tuple(self._methods(cls, "__init__"))
-        if isinstance(f, ast.Name):
-            mod = self.module_of(call)
-            found = self.resolve(mod, f.id)
-            if isinstance(found, FuncNode):
-                return (found,)
-            if f.id in mod.aliases or f.id in mod.local:
-                return ()
-            bound = partial_target(self, call, f.id) or R.held_functions(self, call)
-            if bound:
-                return bound
-            return tuple(
-                fn
-                for fn in mod.functions.get(f.id, ())
-                if self.class_of(fn) is None or self._is_nested_in(fn, call)
-            )
-        if isinstance(f, ast.Attribute):
-            if isinstance(f.value, ast.Name) and f.value.id == "self":
-                own = self.class_of(call)  # (or a subclass's override of it)
-                return tuple(self._methods(own, f.attr)) + R.overrides(self, own, f.attr) if own else ()
-            if (
-                isinstance(f.value, ast.Call)
-                and isinstance(f.value.func, ast.Name)
-                and f.value.func.id == "super"
-            ):  # `super().__init__(...)`: the base class's method
-                own = self.class_of(call)
-                bases = [self.class_named(b) for b in own.bases] if own else []
-                return tuple(
-                    m
-                    for b in bases
-                    if b is not None and b is not own
-                    for m in self._methods(b, f.attr)
-                )
-            owner = self.class_named(f.value)
-            if owner is not None:  # `DeepSpeech.serialize(model)`: a static or class method
-                return tuple(m for m in self._methods(owner, f.attr) if R.static_or_class(m))
-            module = self._module_value(f.value)
-            if module is not None:
-                target = self.resolve_in(module, f.attr)
-                return (target,) if isinstance(target, FuncNode) else ()
-            methods: list[FuncNode] = []
-            for origin in self.origins(f.value, 1, params=False):
-                if isinstance(origin, ast.Call):
-                    for cls_node in built_classes(self, origin):
-                        methods += self._methods(cls_node, f.attr)
-            return tuple(dict.fromkeys(methods))
-        return ()
-
-    def _is_nested_in(self, fn: FuncNode, call: ast.Call) -> bool:
-        scope = self.scope_of(fn)
-        return not isinstance(scope, ast.Module) and scope is self.scope_of(call)
 
     def _methods(self, cls: ast.ClassDef, name: str, depth: int = 0) -> list[FuncNode]:
         own = [
@@ -584,54 +526,6 @@ class Pick(ast.Subscript):
         super().__init__(value=value, slice=ast.Constant(index), ctx=ast.Load())
         ast.copy_location(self, value)
         self.index = index
-
-
-def other_branch_takes_module(s: Script, node: ast.AST) -> bool:
-    """On the plain branch of `m.module.state_dict() if ddp else m.state_dict()` (or of
-    an `if`/`else` of statements): the other branch takes `.module`."""
-    child = node
-    for a in s.ancestors(node):
-        if isinstance(a, ast.IfExp | ast.If):
-            body = [a.body] if isinstance(a, ast.IfExp) else a.body
-            other = a.orelse if any(child is b for b in body) else a.body
-            others = other if isinstance(other, list) else [other]
-            if any(
-                isinstance(n, ast.Attribute) and n.attr == "module"
-                for o in others
-                for n in ast.walk(o)
-            ):
-                return True
-        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
-            return False
-        child = a
-    return False
-
-
-def kwarg(call: ast.Call, name: str, position: int | None = None) -> ast.expr | None:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    if position is not None and position < len(call.args):
-        arg = call.args[position]
-        return None if isinstance(arg, ast.Starred) else arg
-    return None
-
-
-def const(expr: ast.expr | None) -> object:
-    """A literal's value (`-1` included); `...` (Ellipsis) when it is not a literal."""
-    if (
-        isinstance(expr, ast.UnaryOp)
-        and isinstance(expr.op, ast.USub)
-        and isinstance(expr.operand, ast.Constant)
-        and isinstance(expr.operand.value, int | float)
-        and not isinstance(expr.operand.value, bool)
-    ):
-        return -expr.operand.value
-    return expr.value if isinstance(expr, ast.Constant) else ...
-
-
-def last(qualname: str) -> str:
-    return qualname.rsplit(".", 1)[-1]
 
 
 def _rebinds(pkg: Module, name: str) -> bool:

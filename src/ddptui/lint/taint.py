@@ -8,7 +8,8 @@ import ast
 from typing import Final
 
 from ddptui.lint.flow import Flow, own_nodes
-from ddptui.lint.script import Script, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import last
 
 _CLOCKS: Final = frozenset({"time", "monotonic", "perf_counter", "time_ns", "process_time"})
 _EQUALISERS: Final = frozenset(
