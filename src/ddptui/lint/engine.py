@@ -56,6 +56,7 @@ from ddptui.lint import (
     rules_set_device,
     rules_setup,
     rules_sync,
+    rules_uneven,
 )
 from ddptui.lint.flow import Flow
 from ddptui.lint.frameworks import framework_called, quiet_alternative
@@ -80,6 +81,7 @@ Rule = Callable[[Script, Flow], Iterable[Hit]]
 RULES: Final[tuple[Rule, ...]] = (
     *rules_model.RULES,
     *rules_data.RULES,
+    *rules_uneven.RULES,
     *rules_sync.RULES,
     *rules_nosync.RULES,
     *rules_io.RULES,
