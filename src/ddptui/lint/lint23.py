@@ -28,7 +28,8 @@ from typing import Final
 from ddptui.lint.flow import Flow
 from ddptui.lint.lint15 import none_guarded
 from ddptui.lint.model import Hit
-from ddptui.lint.rules_io import _state_dict_receivers, _torch, _unwrapped
+from ddptui.lint.rules_io import _torch
+from ddptui.lint.rules_save_wrapper import _state_dict_receivers, _unwrapped
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
 

@@ -1,6 +1,6 @@
-"""Rules about checkpoints and files: the wrapper's state_dict (12), loading before rank
-0 has finished writing (15), every rank writing the same files (16), per-rank shards
-loaded on another world size."""
+"""Rules about checkpoints and files: loading before rank 0 has finished writing (15),
+every rank writing the same files (16), per-rank shards loaded on another world size.
+The wrapper's state_dict (12) is in rules_save_wrapper.py."""
 
 from __future__ import annotations
 
@@ -19,16 +19,11 @@ from ddptui.lint.lint15 import (
 from ddptui.lint.lint24 import guards_nearby
 from ddptui.lint.lint26_anchor import fallback_write, guarded_sibling, rankless_owner
 from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
-from ddptui.lint.lint32 import other_branch_takes_module, plain_reload
 from ddptui.lint.lint36 import rank_guarded_uses
-from ddptui.lint.lint37 import in_memory_copy
-from ddptui.lint.lint40 import dataparallel_only_test
 from ddptui.lint.lint41 import descriptor, item_loader_write
 from ddptui.lint.lint43 import shared_site
-from ddptui.lint.lint45 import plain_reader, resume_into_wrapper
 from ddptui.lint.model import Hit
 from ddptui.lint.project import FuncNode
-from ddptui.lint.reach import walked
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
 
@@ -37,176 +32,6 @@ _SHARDED_TYPES: Final = frozenset({"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"})
 
 
 _torch = torch_call  # its home is lint26_order, which the checkpoint walk moved to
-
-
-def _unwrapped(s: Script, expr: ast.expr) -> bool:
-    return any(
-        isinstance(o, ast.Attribute) and o.attr == "module" for o in [expr, *s.origins(expr)]
-    )
-
-
-def _state_dict_receivers(
-    s: Script, expr: ast.expr, depth: int = 0, seen: set[ast.AST] | None = None
-) -> list[ast.expr]:
-    """The modules whose `.state_dict()` makes up a saved value: directly, through names
-    (`state = model.state_dict()`), dicts filled later (`ckpt["model"] = ...`,
-    `ckpt.update(model=...)`) and helpers' parameters."""
-    seen = set() if seen is None else seen
-    out: list[ast.expr] = []
-    sources = list(s.origins(expr))
-    if isinstance(expr, ast.Name):
-        sources += _filled_in(s, expr)
-        scope = s.scope_of(expr)
-        if depth < 3 and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-            for arg in s.param_args(scope, expr.id):  # a dict filled by the caller
-                if isinstance(arg, ast.Name):
-                    out += _state_dict_receivers(s, arg, depth + 1, seen)
-    for o in sources:
-        if o in seen:
-            continue
-        seen.add(o)
-        for n in ast.walk(o):
-            if (
-                isinstance(n, ast.Call)
-                and isinstance(n.func, ast.Attribute)
-                and n.func.attr == "state_dict"
-            ):
-                out.append(n.func.value)
-            elif isinstance(n, ast.Name) and n is not o and depth < 3:
-                out += _state_dict_receivers(s, n, depth + 1, seen)
-    return out
-
-
-def _filled_in(s: Script, name: ast.Name) -> list[ast.expr]:
-    """Values put into the dict `name` after it was made, in its function."""
-    out: list[ast.expr] = []
-    for n in walked(s, s.scope_of(name)):
-        if isinstance(n, ast.Assign):
-            for t in n.targets:
-                if isinstance(t, ast.Subscript) and ast.unparse(t.value) == name.id:
-                    out.append(n.value)
-        elif (
-            isinstance(n, ast.Call)
-            and isinstance(n.func, ast.Attribute)
-            and n.func.attr == "update"
-            and ast.unparse(n.func.value) == name.id
-        ):
-            out += [*n.args, *(k.value for k in n.keywords)]
-    return out
-
-
-def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.ddp_calls:
-        return
-    # loading back into the wrapper is consistent: nothing to say, unless a plain model
-    # elsewhere reads the same file (lint32.plain_reload)
-    loads = [
-        c
-        for c in s.calls
-        if isinstance(c.func, ast.Attribute)
-        and c.func.attr == "load_state_dict"
-        and f.is_ddp_value(c.func.value)
-        and not _unwrapped(s, c.func.value)
-        and not _before_wrapping(s, f, c)
-        and not _prefix_juggling(s, c)
-        and not in_memory_copy(s, c)
-    ]
-    # ... unless the project's own stand-alone scripts read the weights into the plain
-    # model (lint45): then the saves and this resume both want the plain model's keys
-    reader = plain_reader(s, f) if loads else None
-    consistent = bool(loads) and reader is None
-    said = False
-    for c in s.calls:
-        if not _torch(s, c, "save") or not c.args or (consistent and not plain_reload(s, f, c)):
-            continue
-        for recv in _state_dict_receivers(s, c.args[0]):
-            if (
-                f.is_ddp_value(recv)
-                and not _unwrapped(s, recv)
-                and not (_given(s, recv) and called_before_wrap(s, f, s.scope_of(recv)))
-                and (
-                    not other_branch_takes_module(s, recv)
-                    or rank_conjoined_else(s, f, recv)
-                    or dataparallel_only_test(s, recv) is not None
-                )
-            ):
-                # said at the `.state_dict()` call, where `.module` belongs (the save
-                # may be lines below, through a dict or a name), unless a helper's
-                # parameter: then where the caller hands the wrapper over
-                call = s.parents.get(recv, c)
-                at = c if _given(s, recv) and not _held(s, call) else call
-                dp_test = [t for t in [dataparallel_only_test(s, recv)] if t is not None]
-                yield Hit.at(
-                    "DDP-SAVE-WRAPPER",
-                    at,
-                    (
-                        f"`{ast.unparse(recv)}.state_dict()` of the DDP wrapper is saved: every key "
-                        "starts with `module.`"
-                    ),
-                    also=tuple((t, "unwraps nn.DataParallel only at") for t in dp_test),
-                    model=ast.unparse(recv),
-                )
-                said = True
-                break
-    if said and reader is not None:
-        yield from resume_into_wrapper(reader, loads)
-
-
-def _given(s: Script, recv: ast.expr) -> bool:
-    """The receiver is a helper's parameter (`serialize(model)` reads
-    `model.state_dict()`): the caller chose to pass the wrapper, so the fix, and the
-    finding, go where the save calls the helper."""
-    scope = s.scope_of(recv)
-    return (
-        isinstance(recv, ast.Name)
-        and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef)
-        and recv.id in {a.arg for a in scope.args.posonlyargs + scope.args.args}
-        and not s.assigned(scope, recv.id)
-    )
-
-
-def _held(s: Script, call: ast.AST) -> bool:
-    """`sd = model.state_dict()`: a name holds the weights alone (mozilla/TTS save_model),
-    so `.module` goes on that line even when `model` is the helper's parameter."""
-    stmt = s.parents.get(s.parents.get(call, call), None)
-    return (
-        isinstance(stmt, ast.Assign)
-        and stmt.value is s.parents.get(call)
-        and len(stmt.targets) == 1
-        and isinstance(stmt.targets[0], ast.Name)
-    )
-
-
-def _prefix_juggling(s: Script, load: ast.Call) -> bool:
-    """The loading function adds or strips the `module.` prefix itself (pycls: "Either
-    the checkpoint or the current model uses DistributedDataParallel"): the saved keys
-    are a known nuisance, not a convention kept on both sides."""
-    return any(
-        isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("module")
-        for n in ast.walk(s.scope_of(load))
-    )
-
-
-def _before_wrapping(s: Script, f: Flow, call: ast.Call) -> bool:
-    """A load into the plain model before `model = DDP(model)` in the same function (a
-    checkpoint to start from): it says nothing about the keys the saves write. Also a
-    load in a helper (`load_checkpoint(model, ...)`) every caller of which calls it before
-    its own `model = DDP(model)` (ethnhe/FFB6D train_ycb.py)."""
-    scope = s.scope_of(call)
-    if any(s.scope_of(d) is scope and d.lineno > call.lineno for d in f.ddp_calls):
-        return True
-    return called_before_wrap(s, f, scope)
-
-
-def called_before_wrap(s: Script, f: Flow, scope: ast.AST) -> bool:
-    """Every call of this helper comes before `model = DDP(model)` in its caller: what it
-    is handed there is the plain model (hustvl/WeakTr's `sync_model(log_dir, model)`
-    saves and loads before the wrap)."""
-    sites = s.call_sites(scope) if isinstance(scope, ast.FunctionDef) else ()
-    return bool(sites) and all(
-        any(s.scope_of(d) is s.scope_of(c) and d.lineno > c.lineno for d in f.ddp_calls)
-        for c in sites
-    )
 
 
 def _roots(s: Script) -> list[list[ast.stmt]]:
@@ -598,7 +423,6 @@ def conjoined_else_io(s: Script, f: Flow) -> Iterator[Hit]:
 
 
 RULES = (
-    save_wrapper,
     ckpt_barrier,
     all_ranks_io,
     sharded_world,
