@@ -34,6 +34,7 @@ from ddptui.lint import (
     lint50,
     rules_accum,
     rules_branch_lint6,
+    rules_closure,
     rules_data,
     rules_flag,
     rules_frameworks,
@@ -124,6 +125,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_poll.RULES,
     *rules_lint19.RULES,
     *rules_loss_reduce.RULES,
+    *rules_closure.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
