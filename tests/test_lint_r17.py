@@ -349,3 +349,323 @@ def test_the_fix_on_rank_zero_stays_silent(tmp_path: Path) -> None:
         "    if not config['DDP'] or torch.distributed.get_rank() == 0:\n        init_logger(config)\n",
     )
     assert _tb(tmp_path / "b", fixed) == []
+
+
+# theolepage/sslsv @ 7336e157e504032a9a1a6f1ed91cc80b65947ed2 (as handed in blind batch AI2),
+# train_distributed.py 1-8 and 11-37; fixed in 793bc69 (`torch.cuda.set_device(rank)`).
+SSLSV = """\
+import os
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+
+def train(args):
+    world_size = int(os.environ['WORLD_SIZE'])
+    rank = int(os.environ["LOCAL_RANK"])
+
+    torch.distributed.init_process_group(
+        'nccl',
+        rank=rank,
+        world_size=world_size
+    )
+    torch.cuda.device(rank)
+
+    model = load_model(config).to(rank)
+    model = DistributedDataParallel(model, device_ids=[rank])
+    for batch in loader:
+        model(batch).sum().backward()
+"""
+CTX = next(i + 1 for i, line in enumerate(SSLSV.splitlines()) if "torch.cuda.device(rank)" in line)
+
+
+def _picks(text: str) -> list[tuple[int, str]]:
+    return [
+        (f.line, f.severity)
+        for f in lint_source(text, "train.py")
+        if f.id == "DDP-INIT-BEFORE-SET-DEVICE"
+    ]
+
+
+def test_the_device_context_called_as_a_statement_picks_no_gpu() -> None:
+    assert _picks(SSLSV) == [(CTX, "warning")]
+
+
+def test_set_device_or_the_context_in_a_with_stays_silent() -> None:
+    fixed = SSLSV.replace("torch.cuda.device(rank)", "torch.cuda.set_device(rank)")
+    assert _picks(fixed) == []
+    with_ = SSLSV.replace(
+        "    torch.cuda.device(rank)\n\n    model = load_model(config).to(rank)\n",
+        "    with torch.cuda.device(rank):\n        model = load_model(config).to(rank)\n",
+    )
+    assert _picks(with_) == []
+
+
+# WenmuZhou/DBNet.pytorch @ dc21fd8a219b0592aaced71c284c3726d12f643d (as handed in blind
+# batch AI2), tools/train.py 22-32 and 55-63, base/base_trainer.py 44-52 and 85-91 (cut);
+# fixed in 5247f1b (the rank's device, device_ids=[local_rank]).
+DBNET = """\
+import os
+
+import torch
+
+
+class BaseTrainer:
+    def __init__(self, config, model):
+        self.config = config
+        if len(self.config['trainer']['gpus']) > 0 and torch.cuda.is_available():
+            self.with_cuda = True
+            self.device = torch.device("cuda:0")
+        else:
+            self.device = torch.device("cpu")
+        self.model = model.to(self.device)
+        if self.config['distributed']:
+            self.model = torch.nn.parallel.DistributedDataParallel(self.model)
+
+
+def main(config, args):
+    if torch.cuda.device_count() > 1:
+        import torch.distributed as dist
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend='nccl', init_method='env://')
+    trainer = BaseTrainer(config, build(config))
+    for batch in loader:
+        trainer.model(batch).sum().backward()
+
+
+if __name__ == '__main__':
+    args = init_args()
+    config = load(args.config_path)
+    os.environ['CUDA_VISIBLE_DEVICES'] = ','.join([str(i) for i in config['trainer']['gpus']])
+    main(config, args)
+"""
+CUDA0 = next(i + 1 for i, line in enumerate(DBNET.splitlines()) if '"cuda:0"' in line)
+
+
+def _hard(text: str) -> list[tuple[int, str]]:
+    return [
+        (f.line, f.severity)
+        for f in lint_source(text, "train.py")
+        if f.id == "DDP-HARDCODED-DEVICE" and "cuda:0" in f.summary
+    ]
+
+
+def test_visible_devices_set_to_every_gpu_does_not_excuse_cuda_0() -> None:
+    assert _hard(DBNET) == [(CUDA0, "error")]
+
+
+def test_one_visible_gpu_per_process_excuses_cuda_0() -> None:
+    one = DBNET.replace(
+        "','.join([str(i) for i in config['trainer']['gpus']])", "str(args.local_rank)"
+    )
+    assert _hard(one) == []
+
+
+# NVIDIA/physicsnemo @ 94b355108c (as handed in blind batch AI4, a correct project):
+# physicsnemo/datapipes/cae/mesh_datapipe.py 120-126 and physicsnemo/distributed/
+# manager.py 95-104 (cut): defaults filled in where no device (or no index) was given.
+PNEMO = """\
+import torch
+import torch.distributed as dist
+
+
+class MeshDatapipe:
+    def __init__(self, data_dir, device="cuda"):
+        if isinstance(device, str):
+            device = torch.device(device)
+        # Need a index id if cuda
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda:0")
+        self.device = device
+
+
+class DistributedManager:
+    def __init__(self):
+        obj = self
+        if not hasattr(obj, "_device"):
+            obj._device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+    def initialize(self):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        self._device = torch.device(f"cuda:{local_rank}")
+        torch.cuda.set_device(self._device)
+
+
+def main():
+    dm = DistributedManager()
+    dm.initialize()
+    pipe = MeshDatapipe("data", device=dm._device)
+    model = torch.nn.parallel.DistributedDataParallel(build().to(dm._device), device_ids=[dm._device])
+    for batch in pipe:
+        model(batch).sum().backward()
+"""
+
+
+def test_device_defaults_for_a_missing_index_or_attribute_are_warnings() -> None:
+    found = [
+        (f.severity, "not certain: a default" in f.summary)
+        for f in lint_source(PNEMO, "train.py")
+        if f.id == "DDP-HARDCODED-DEVICE"
+    ]
+    assert found == [("warning", True), ("warning", True)]
+
+
+# NVIDIA/physicsnemo @ 94b355108c (blind batch AI4, correct): examples/cfd/
+# vortex_shedding_mgn/train.py 206-212 and physicsnemo/utils/checkpoint.py 724-733 and
+# 816-845 (cut): rank 0 alone calls save_checkpoint, whose barrier runs only for FSDP models.
+VORTEX = """\
+import torch
+import torch.distributed
+
+
+def save_checkpoint(path, models=None, optimizer=None, epoch=None):
+    is_distributed = False
+    if models:
+        if not isinstance(models, list):
+            models = [models]
+        is_distributed = any(_is_distributed_model(m) for m in models)
+    if is_distributed:
+        torch.distributed.barrier()
+    torch.save({"epoch": epoch}, path)
+
+
+def main(dist, trainer, cfg):
+    model = torch.nn.parallel.DistributedDataParallel(trainer.model, device_ids=[dist.local_rank])
+    for epoch in range(cfg.epochs):
+        for graph in trainer.dataloader:
+            model(graph).sum().backward()
+        if dist.world_size > 1:
+            torch.distributed.barrier()
+        if dist.rank == 0:
+            save_checkpoint(cfg.ckpt_path, models=model, epoch=epoch)
+"""
+
+
+def test_a_barrier_the_callees_arguments_gate_is_a_warning() -> None:
+    found = [
+        (f.severity, "which the arguments decide" in f.summary)
+        for f in lint_source(VORTEX, "train.py")
+        if f.id == "DDP-RANK-DIVERGENCE"
+    ]
+    assert found == [("warning", True)]
+    ungated = VORTEX.replace("    if is_distributed:\n        torch.distributed.barrier()\n",
+                             "    torch.distributed.barrier()\n")
+    assert [
+        f.severity for f in lint_source(ungated, "train.py") if f.id == "DDP-RANK-DIVERGENCE"
+    ] == ["error"]
+
+
+# WenmuZhou/DBNet.pytorch @ bd4ce4888b7f9be08b12c5d75c2a3995cf57510c (as handed in blind
+# batch AI2), base/base_trainer.py 16-17, 71-73 and 96-109 (cut); fixed in 0c8ec35 (the
+# close under the rank test too).
+DBLOG = """\
+import torch
+import torch.distributed as dist
+
+
+class BaseTrainer:
+    def __init__(self, config, model):
+        self.config = config
+        self.tensorboard_enable = config['trainer']['tensorboard']
+        self.model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[config['local_rank']])
+        if self.tensorboard_enable and config['local_rank'] == 0:
+            from torch.utils.tensorboard import SummaryWriter
+            self.writer = SummaryWriter(config['save_dir'])
+
+    def train(self):
+        for epoch in range(1, 10):
+            for batch in self.loader:
+                loss = self.model(batch).sum()
+                loss.backward()
+                if self.tensorboard_enable and self.config['local_rank'] == 0:
+                    self.writer.add_scalar('TRAIN/LOSS', loss.item(), epoch)
+        if self.tensorboard_enable:
+            self.writer.close()
+
+
+def main(config):
+    dist.init_process_group("nccl")
+    BaseTrainer(config, build()).train()
+"""
+CLOSE = next(i + 1 for i, line in enumerate(DBLOG.splitlines()) if "self.writer.close()" in line)
+
+
+def _only(text: str) -> list[tuple[int, str]]:
+    return [
+        (f.line, f.severity) for f in lint_source(text, "train.py") if f.id == "DDP-RANK-ONLY-NAME"
+    ]
+
+
+def test_an_attribute_set_on_rank_zero_only_and_read_on_every_rank_is_an_error() -> None:
+    assert _only(DBLOG) == [(CLOSE, "error")]
+
+
+def test_the_fix_a_default_or_a_test_of_the_attribute_stays_silent() -> None:
+    fixed = DBLOG.replace(
+        "        if self.tensorboard_enable:\n            self.writer.close()",
+        "        if self.tensorboard_enable and self.config['local_rank'] == 0:\n"
+        "            self.writer.close()",
+    )
+    assert _only(fixed) == []
+    default = DBLOG.replace(
+        "        if self.tensorboard_enable and config['local_rank'] == 0:\n",
+        "        self.writer = None\n        if self.tensorboard_enable and config['local_rank'] == 0:\n",
+    )
+    assert _only(default) == []
+    tested = DBLOG.replace(
+        "        if self.tensorboard_enable:\n", '        if hasattr(self, "writer"):\n'
+    )
+    assert _only(tested) == []
+    # `if self.writer:` reads it too: the test itself raises on the other ranks
+    bare = DBLOG.replace("        if self.tensorboard_enable:\n", "        if self.writer:\n")
+    assert _only(bare) == [(CLOSE - 1, "error")]
+    outside = DBLOG + "\n\ndef attach(trainer, writer):\n    trainer.writer = writer\n"
+    assert _only(outside) == []
+
+
+# ecmwf/WeatherGenerator @ 1582dc63ea82a5a2894269b627652b25bffd865c (as handed in blind
+# batch AI1), src/weathergen/train/trainer.py 160-183 and 297-301 (cut); fixed in 0e154a1
+# (PR #1227: the model materialised on its GPU before the DDP-only wrap).
+WGEN = """\
+import torch
+
+
+class Trainer:
+    def init_model_and_shard(self, cf, devices):
+        with torch.device("meta"):
+            model = Model(cf).create()
+
+        if cf.with_ddp and not cf.with_fsdp:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model,
+                broadcast_buffers=True,
+                find_unused_parameters=True,
+            )
+        return model
+
+    def run(self, cf, devices):
+        torch.distributed.init_process_group("nccl")
+        self.model = self.init_model_and_shard(cf, devices)
+        self.model.to_empty(device="cuda")
+        self.model.reset_parameters()
+"""
+WRAP = next(i + 1 for i, line in enumerate(WGEN.splitlines()) if "DistributedDataParallel(" in line)
+
+
+def _wrap(text: str) -> list[tuple[int, str]]:
+    return [(f.line, f.severity) for f in lint_source(text, "train.py") if f.id == "DDP-WRAP-BEFORE-TO"]
+
+
+def test_a_model_built_on_the_meta_device_and_wrapped_before_it_has_storage() -> None:
+    assert _wrap(WGEN) == [(WRAP, "error")]
+
+
+def test_materialised_first_or_built_on_a_gpu_stays_silent() -> None:
+    fixed = WGEN.replace(
+        "        if cf.with_ddp and not cf.with_fsdp:\n",
+        "        model = model.to_empty(device=\"cuda\")\n        if cf.with_ddp and not cf.with_fsdp:\n",
+    )
+    assert _wrap(fixed) == []
+    on_gpu = WGEN.replace('torch.device("meta")', 'torch.device("cuda")')
+    assert _wrap(on_gpu) == []
