@@ -111,3 +111,45 @@ def first_binding(s: Script, use: ast.expr) -> ast.expr | None:
     ]
     values = [v for v in values if not isinstance(v, ast.Constant)]  # `model = None`
     return min(values, key=lambda v: v.lineno) if values else None
+
+
+def run_level_site(s: Script, f: Flow, node: ast.AST, anchor: ast.AST) -> ast.AST:
+    """`anchor` is the entry's call of a function that runs the whole training (it wraps
+    the model, or its callees reach backward()): a rank guard there would skip training on
+    the other ranks, so the place to guard is the call that leads to the write from inside
+    that run, the one unguarded call site at each hop (RUCAIBox/TextBox: `run_textbox(...)`
+    in run_textbox.py; `init_logger(config)` in quick_start.py's `run_textbox`, which the
+    fix put under `if local_rank == 0`). `anchor` itself when no such site is found."""
+    if s.module_of(anchor) is not s.entry or not isinstance(anchor, ast.Call):
+        return anchor
+    if not any(_runs_training(s, f, fn) for fn in s.callees(anchor)):
+        return anchor
+    here = node
+    for _ in range(_HOPS + 2):
+        site = _one_site(s, f, here)
+        if site is None or site is anchor:
+            break
+        caller = s.scope_of(site)
+        if (
+            s.module_of(site) is not s.entry
+            and isinstance(caller, ast.FunctionDef | ast.AsyncFunctionDef)
+            and _runs_training(s, f, caller)
+        ):
+            return site
+        here = site
+    return anchor
+
+
+def _one_site(s: Script, f: Flow, node: ast.AST) -> ast.Call | None:
+    """The one unguarded call of the function holding `node`, if it has exactly one."""
+    fn = s.scope_of(node)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    sites = [c for c in s.call_sites(fn) if not f.guarded(c)]
+    return sites[0] if len(sites) == 1 else None
+
+
+def _runs_training(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """`fn` wraps the model in DDP itself or runs a backward pass (through its callees)."""
+    wraps = set(f.wrapper_calls)
+    return any(n in wraps for n in own_nodes(fn)) or f.has_backward(fn)

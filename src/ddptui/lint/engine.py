@@ -34,7 +34,9 @@ from ddptui.lint import (
     lint50,
     rules_accum,
     rules_branch_lint6,
+    rules_closure,
     rules_data,
+    rules_device_ctx,
     rules_flag,
     rules_frameworks,
     rules_io,
@@ -51,6 +53,7 @@ from ddptui.lint import (
     rules_notapplied,
     rules_poll,
     rules_project,
+    rules_rank_attr,
     rules_reach,
     rules_save_wrapper,
     rules_seed,
@@ -128,6 +131,9 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_poll.RULES,
     *rules_lint19.RULES,
     *rules_loss_reduce.RULES,
+    *rules_closure.RULES,
+    *rules_device_ctx.RULES,
+    *rules_rank_attr.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

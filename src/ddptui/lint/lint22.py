@@ -95,10 +95,6 @@ def _fallback_device(s: Script, node: ast.AST) -> str | None:
         at = s.parents.get(at)
     if not isinstance(at, ast.If) or _in_orelse(s, node, at):
         return None
-    tested = none_test(at.test)
-    if tested is None or not tested[1]:
-        return None
-    name = ast.unparse(tested[0])
     targets = {
         ast.unparse(t)
         for b in at.body
@@ -106,12 +102,35 @@ def _fallback_device(s: Script, node: ast.AST) -> str | None:
         if isinstance(n, ast.Assign)
         for t in n.targets
     }
-    if name not in targets:
+    # `x is None`, and within an `and` `x.index is None` (a device given without an index:
+    # NVIDIA/physicsnemo's datapipes fill in `cuda:0`), or `not hasattr(obj, "_device")`
+    # (a default its initialiser replaces: physicsnemo's DistributedManager)
+    ops = at.test.values if isinstance(at.test, ast.BoolOp) else [at.test]
+    tested = [ast.unparse(x[0]) for op in ops if (x := none_test(op)) is not None and x[1]]
+    tested += [_unset_attr(op) for op in ops if _unset_attr(op)]
+    if not any(n == t or n.startswith(t + ".") for n in tested for t in targets):
         return None
     return (
         f"not certain: a default for when no device was given (`if {ast.unparse(at.test)}:`); "
         "the code does not show a distributed run reaching it"
     )
+
+
+def _unset_attr(test: ast.expr) -> str:
+    """`obj._device` of `not hasattr(obj, "_device")`, else ""."""
+    if not (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)):
+        return ""
+    call = test.operand
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "hasattr"
+        and len(call.args) == 2
+        and isinstance(call.args[1], ast.Constant)
+        and isinstance(call.args[1].value, str)
+    ):
+        return f"{ast.unparse(call.args[0])}.{call.args[1].value}"
+    return ""
 
 
 def _in_orelse(s: Script, node: ast.AST, branch: ast.If) -> bool:
@@ -178,7 +197,47 @@ def _guarded_doubt(
             f"not certain: the collective is reached only through calls ({len(hops)} deep); "
             "a flag, a backend branch or a world-size test on the way may keep it off"
         )
+    gate = _argument_gate(s, node) if len(hops) == 1 else None
+    if gate is not None:
+        fn, test = gate
+        return (
+            f"not certain: in `{fn}()` the collective runs only when `{test}` holds, which "
+            "the arguments decide"
+        )
     return None
+
+
+def _argument_gate(s: Script, call: ast.Call) -> tuple[str, str] | None:
+    """The callee holds its collectives only under tests its arguments decide:
+    NVIDIA/physicsnemo's `save_checkpoint(path, models=...)` barriers under `if
+    is_distributed:`, which is true only for FSDP-wrapped models (blind batch AI4: a DDP
+    example calls it on rank 0 alone, rightly). A test on a parameter, or on a local name
+    assigned from one."""
+    f = _flow(s)
+    for fn in s.callees(call):
+        params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+        derived = set(params)
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and _names(n.value) & derived:
+                derived |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+        colls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and f.collective(c)]
+        tests = [_gate(s, f, c, fn, derived) for c in colls]
+        if colls and all(tests):
+            return fn.name, ast.unparse(tests[0])[:40]  # type: ignore[arg-type]
+    return None
+
+
+def _gate(s: Script, f: Flow, c: ast.AST, fn: ast.AST, derived: set[str]) -> ast.expr | None:
+    for a in s.ancestors(c):
+        if a is fn:
+            return None
+        if isinstance(a, ast.If) and _names(a.test) & derived and not f.is_rank_test(a.test):
+            return a.test
+    return None
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 def _config_flag(s: Script, guard: ast.If) -> str | None:

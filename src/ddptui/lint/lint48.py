@@ -105,4 +105,64 @@ def bare_cuda_beside_rank_gpu(s: Script, f: Flow) -> Iterator[Hit]:
     )
 
 
-RULES = (bare_cuda_beside_rank_gpu,)
+def _plain_cuda(s: Script, expr: ast.expr) -> ast.expr | None:
+    """What makes `expr` the device "cuda" with no index (`torch.device("cuda")`, the
+    string "cuda"): the current GPU, whatever the rank."""
+    for o in [expr, *s.origins(expr)]:
+        if const(o) == "cuda":
+            return o
+        if (
+            isinstance(o, ast.Call)
+            and s.call_name(o) == "torch.device"
+            and len(o.args) == 1
+            and not o.keywords
+            and const(o.args[0]) == "cuda"
+        ):
+            return o
+    return None
+
+
+def cuda_device_beside_rank_gpu(s: Script, f: Flow) -> Iterator[Hit]:
+    """`self.device = torch.device("cuda")`, then `self.featurizer.to(self.device)`, in a
+    project whose processes never set their current GPU but place the model by rank
+    (`self.model.to(local_rank)`, `device_ids=[local_rank]`): "cuda" is GPU 0 in every
+    process (yeyupiaoling/VoiceprintRecognition-Pytorch and AudioClassification-Pytorch,
+    their trainers before the fix that gave the featurizer the rank's device; blind AH2)."""
+    if not _no_current_gpu(s, f):
+        return
+    placed = rank_placed(s, f)
+    picked = _picks_per_rank_gpu(s, f)
+    if not placed and picked is None:
+        return
+    moved = [
+        (c, dev)
+        for c in s.calls
+        if isinstance(c.func, ast.Attribute)
+        and c.func.attr == "to"
+        and len(c.args) == 1
+        and not c.keywords
+        and (dev := _plain_cuda(s, c.args[0])) is not None
+        and not f.guarded(c)
+        and not _mode_arm(s, c)
+    ]
+    if not moved:
+        return
+    moved.sort(key=lambda m: (s.path_of(m[0]), m[0].lineno))
+    (first, dev), *more = moved
+    ref = picked[1] if picked is not None else ast.unparse(placed[0])[:40]
+    yield Hit(
+        "DDP-HARDCODED-DEVICE",
+        first.lineno,
+        (
+            f"`{ast.unparse(first)[:50]}` moves to `{ast.unparse(dev)[:30]}` (line {dev.lineno}), "
+            f"the current GPU, which no process ever sets (no `torch.cuda.set_device`): GPU 0 "
+            f"in every process, while the rest is placed on the rank's GPU (`{ref}`)"
+        ),
+        {"seen": 'a device "cuda" with no index beside the rank\'s GPU, the current GPU never set'},
+        "warning",  # the "cuda" device may serve a single-GPU arm only
+        first,
+        tuple((m, "also moved to the current GPU (0) at") for m, _ in more[:4]),
+    )
+
+
+RULES = (bare_cuda_beside_rank_gpu, cuda_device_beside_rank_gpu)

@@ -130,6 +130,9 @@ class Module:
     key: str = ""  # the resolved path
     inits: list[str] = field(default_factory=list)  # packages' __init__.py an import runs
     loaded: list[str] = field(default_factory=list)  # what its run-time loaders import
+    # modules imported under a name that another import rebinds (`if cfg.x: from a import
+    # f` / `else: from b import f`): either may run, so both are followed
+    rebound: list[tuple[str, str | None]] = field(default_factory=list)  # (path, attr)
     # `from pkg import name` where `name` is also pkg's submodule: name -> (pkg's
     # __init__.py, name); the package's own binding of it wins (script.py's resolve)
     shadowed: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -208,7 +211,7 @@ class Project:
             # core` runs core/__init__.py (hzxie/CityDreamer run.py: its trainers are
             # reached only so)
             dotted = mod.dotted.values()
-            for path in dict.fromkeys([*local, *mod.inits, *dotted, *mod.loaded]):
+            for path in dict.fromkeys([*local, *mod.inits, *dotted, *mod.loaded, *(p for p, _ in mod.rebound)]):
                 if key(path) in seen:
                     continue
                 if len(order) >= MAX_MODULES:
@@ -284,7 +287,10 @@ class Project:
         puts rtdetr_pytorch/ there; its solver's `from src.misc import dist` needs it)."""
         own = self._sys_path_dirs(nodes, here)
         if self._carried is None:
-            self._carried = own
+            # the entry's own folder is sys.path[0]: a module elsewhere may import a
+            # sibling of the entry by bare name (caiyuanhao1998/OSX: common/base.py's `from
+            # OSX import get_model` finds main/OSX.py because main/train.py runs)
+            self._carried = [*own, here]
         return list(dict.fromkeys([*own, *self._carried]))
 
     def _sys_path_dirs(self, nodes: list[ast.AST], here: Path) -> list[Path]:
@@ -338,6 +344,9 @@ class Project:
                     mod.local[f"*{target}"] = (target, None)
                 continue
             sub = self._find(f"{name}.{a.name}" if name else a.name, here, node.level)
+            before = mod.local.get(bound)
+            if before is not None and before[0] not in (sub, target):
+                mod.rebound.append(before)
             if sub is not None:  # `from pkg import submodule`
                 mod.local[bound] = (sub, None)
                 if target is not None and target.endswith("__init__.py"):

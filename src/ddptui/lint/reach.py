@@ -10,7 +10,7 @@ import weakref
 from pathlib import Path
 from typing import Protocol
 
-from ddptui.lint.project import FuncNode, Module, Shared
+from ddptui.lint.project import FuncNode, Module, Shared, key
 
 Scope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Module
 Resolved = FuncNode | ast.ClassDef | Module | str | None
@@ -80,6 +80,14 @@ def reached(self: Script) -> list[ast.AST]:
                 seeded.add(st)  # run through a registry: `get_trainer(name)` finds it
                 out += walked(self, st)
                 roots.append(st)
+    for m in self.modules:  # `else: from b import f` rebinding `from a import f`: a's f
+        for path, attr in m.rebound:  # may be the one that runs
+            alt = self._by_key.get(key(path)) if attr else None
+            found = self.resolve_in(alt, attr) if alt is not None and attr else None
+            if isinstance(found, (*_FUNC, ast.ClassDef)) and found not in seeded:
+                seeded.add(found)
+                out += walked(self, found)
+                roots.append(found)
     done: set[ast.AST] = set()
     while roots and len(done) < _MAX_DEFS:
         root = roots.pop()

@@ -8,7 +8,7 @@ import ast
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.anchor import deep_worker_write, io_helper_call, owning_method
+from ddptui.lint.anchor import deep_worker_write, io_helper_call, owning_method, run_level_site
 from ddptui.lint.flow import Flow, calls_in, ident
 from ddptui.lint.lint15 import (
     dunder_used,
@@ -249,7 +249,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             c if method is None and (deep_worker_write(s, c) or guards_nearby(s, f, c)) else method
         )
         method = c if fallback_write(s, c) else guarded_sibling(s, f, c) or method
-        anchor = method or io_helper_call(s, f, s.entry_anchor(c))
+        anchor = method or run_level_site(s, f, c, io_helper_call(s, f, s.entry_anchor(c)))
         at = c if _class_owned(s, c) else anchor
         if at is c and anchor is not c:  # once per entry line, as when said there
             if anchor in owned:

@@ -10,6 +10,7 @@ from typing import Final
 
 from ddptui.lint.anchor import first_binding
 from ddptui.lint.callers import moved_with_owner
+from ddptui.lint.device_facts import on_meta, sets_visible_devices
 from ddptui.lint.flow import Flow, ident
 from ddptui.lint.frameworks import moved_held
 from ddptui.lint.lint13 import rank0_gpu0
@@ -92,10 +93,15 @@ def moved_before(s: Script, expr: ast.expr, line: int) -> bool:
         if _moves(o) or kwarg(o, "device") is not None:
             return True
         if any(
-            isinstance(a, ast.With) and "device" in ast.unparse(a.items[0].context_expr)
+            isinstance(a, ast.With)
+            and "device" in (ctx := ast.unparse(a.items[0].context_expr))
+            and "meta" not in ctx
             for a in s.ancestors(o)
         ):
-            return True  # built under `with torch.device("cuda"):`
+            # built under `with torch.device("cuda"):`; not "meta", where parameters have
+            # no storage until `to_empty` (ecmwf/WeatherGenerator's trainer wrapped its meta
+            # model in DDP first: blind AI1)
+            return True
         parent = s.parents.get(o)
         if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
             here = s.scope_of(o) is places[0][1]
@@ -169,7 +175,20 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
             and not _after_or_wrapper(s, f, o, call, end)
             for o in s.origins(arg)
         )
-        if later:
+        meta = on_meta(s, arg)
+        if meta is not None:
+            yield Hit.at(
+                "DDP-WRAP-BEFORE-TO",
+                call,
+                (
+                    f"`{ast.unparse(arg)}` is built on the meta device (line {meta.lineno}: no "
+                    "storage) and wrapped in DDP before it is materialised on its GPU "
+                    "(`to_empty(device=...)`): DDP's first broadcast of rank 0's weights has "
+                    "nothing to send"
+                ),
+                model=ast.unparse(arg),
+            )
+        elif later:
             yield Hit.at(
                 "DDP-WRAP-BEFORE-TO",
                 call,
@@ -222,7 +241,7 @@ def _is_constructor(s: Script, call: ast.Call) -> bool:
 
 
 def hardcoded_device(s: Script, f: Flow) -> Iterator[Hit]:
-    if not f.distributed or _sets_visible_devices(s):
+    if not f.distributed or sets_visible_devices(s):
         return
     seen: set[int] = set()
     for node in s.nodes:
@@ -344,16 +363,6 @@ def _cuda_n(e: ast.expr | None) -> bool:
 def _int(e: ast.expr) -> bool:
     v = const(e)
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _sets_visible_devices(s: Script) -> bool:
-    return any(
-        isinstance(n, ast.Constant)
-        and n.value == "CUDA_VISIBLE_DEVICES"
-        and isinstance(s.parents.get(n), ast.Subscript)
-        and isinstance(s.parents.get(s.parents[n]), ast.Assign)
-        for n in s.nodes
-    )
 
 
 def find_unused(s: Script, f: Flow) -> Iterator[Hit]:

@@ -1,0 +1,671 @@
+"""Round 17 (misses of blind batches AH1 and AH2, tuned after their scores), each on the
+real lines (cited with repository and commit) beside twins that must stay silent: a
+closure that reads the model after the wrap (DDP-WRAPPER-ATTR); a device "cuda" with no
+index in a project that never sets the current GPU but places the rest by rank
+(DDP-HARDCODED-DEVICE); a module imported by bare name from the entry's folder, and
+both arms of `if ...: from a import f` / `else: from b import f` followed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lintproject import lint_project, severities
+
+from ddptui.lint import lint_source
+
+# neulab/awesome-align @ 19f002f4dada0cb6cd1a4ff81920c57f2b9f965e (as handed in blind
+# batch AH2), awesome_align/run_train.py 161-165, 234, 238-241, 271-279, 300-305; fixed by
+# PR #12 (`model.module.get_aligned_word` when wrapped).
+ALIGN = """\
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data.distributed import DistributedSampler
+
+
+class BertForMaskedLM(torch.nn.Module):  # modeling.py: the project's model defines it
+    def get_aligned_word(self, inputs_src, inputs_tgt, device, align_layer=8):
+        return []
+
+
+def train(args, train_dataset, model, tokenizer):
+    def collate(examples):
+        model.eval()
+        examples_src, examples_tgt = [], []
+        guides = model.get_aligned_word(examples_src, examples_tgt, args.device, align_layer=args.align_layer)
+        return examples_src, examples_tgt, guides
+
+    train_sampler = RandomSampler(train_dataset) if args.local_rank == -1 else DistributedSampler(train_dataset)
+    train_dataloader = DataLoader(
+        train_dataset, sampler=train_sampler, batch_size=args.train_batch_size, collate_fn=collate
+    )
+    if args.local_rank != -1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[args.local_rank], output_device=args.local_rank, find_unused_parameters=True
+        )
+    for _ in range(int(args.num_train_epochs)):
+        train_sampler.set_epoch(_)
+        for step, batch in enumerate(train_dataloader):
+            model.train()
+            loss = model(batch[0], batch[1], guides=batch[2])
+            loss.backward()
+"""
+READ = next(i + 1 for i, line in enumerate(ALIGN.splitlines()) if "model.get_aligned_word" in line)
+
+
+def _attr(text: str) -> list[tuple[int, str]]:
+    return [(f.line, f.severity) for f in lint_source(text, "train.py") if f.id == "DDP-WRAPPER-ATTR"]
+
+
+def test_a_closure_called_by_the_loader_after_the_wrap_reads_the_wrapper() -> None:
+    assert _attr(ALIGN) == [(READ, "error")]
+
+
+def test_the_fix_and_a_closure_with_its_own_model_stay_silent() -> None:
+    fixed = ALIGN.replace("guides = model.get_aligned_word(", "guides = model.module.get_aligned_word(")
+    assert _attr(fixed) == []
+    own = ALIGN.replace("def collate(examples):", "def collate(examples, model=model):")
+    assert _attr(own) == []
+
+
+def test_a_closure_called_only_before_the_wrap_stays_silent() -> None:
+    # the closure runs at once, while `model` is still the plain model
+    early = ALIGN.replace(
+        "    train_sampler = RandomSampler",
+        "    first = collate([])\n    train_sampler = RandomSampler",
+    ).replace("collate_fn=collate", "collate_fn=None")
+    assert _attr(early) == []
+
+
+def test_a_name_rebound_after_the_wrap_stays_silent() -> None:
+    # `model = model.module` before the loop: what the closure sees is not the wrapper
+    rebound = ALIGN.replace(
+        "    for _ in range(int(args.num_train_epochs)):",
+        "    model = model.module\n    for _ in range(int(args.num_train_epochs)):",
+    )
+    assert _attr(rebound) == []
+
+
+# yeyupiaoling/VoiceprintRecognition-Pytorch @ 532f8bd5e73790a5ace4de11fd9d11736ae456cb (as
+# handed in blind batch AH2), mvector/trainer.py 33-58, 223-236, 290-313; fixed in 074281c
+# (the featurizer moved to the rank's device).
+VOICE = """\
+import os
+
+import torch
+import torch.distributed as dist
+
+from mvector.data_utils.featurizer import AudioFeaturizer
+
+
+class MVectorTrainer(object):
+    def __init__(self, configs, use_gpu=True):
+        if use_gpu:
+            assert (torch.cuda.is_available()), 'GPU unavailable'
+            self.device = torch.device("cuda")
+        else:
+            os.environ['CUDA_VISIBLE_DEVICES'] = '-1'
+            self.device = torch.device("cpu")
+        self.configs = configs
+        self.model = None
+        self.audio_featurizer = AudioFeaturizer(feature_conf=self.configs.feature_conf)
+        self.audio_featurizer.to(self.device)
+
+    def __train_epoch(self, epoch_id, local_rank, nranks=0):
+        for batch_id, (audio, label, input_lens_ratio) in enumerate(self.train_loader):
+            if nranks > 1:
+                audio = audio.to(local_rank)
+                input_lens_ratio = input_lens_ratio.to(local_rank)
+                label = label.to(local_rank).long()
+            else:
+                audio = audio.to(self.device)
+                input_lens_ratio = input_lens_ratio.to(self.device)
+                label = label.to(self.device).long()
+            features, _ = self.audio_featurizer(audio, input_lens_ratio)
+            output = self.model(features)
+            los = self.loss(output, label)
+            los.backward()
+            self.optimizer.step()
+
+    def train(self, epochs):
+        nranks = torch.cuda.device_count()
+        local_rank = 0
+        if nranks > 1:
+            dist.init_process_group(backend='nccl')
+            local_rank = int(os.environ["LOCAL_RANK"])
+        self.model = build(self.configs)
+        if nranks > 1:
+            self.model.to(local_rank)
+            self.model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=[local_rank])
+        for epoch_id in range(epochs):
+            self.__train_epoch(epoch_id, local_rank, nranks)
+
+
+if __name__ == "__main__":
+    MVectorTrainer({}).train(10)
+"""
+MOVE = next(
+    i + 1 for i, line in enumerate(VOICE.splitlines()) if "audio_featurizer.to(self.device)" in line
+)
+
+
+def _device(text: str) -> list[tuple[int, str]]:
+    return [
+        (f.line, f.severity)
+        for f in lint_source(text, "train.py")
+        if f.id == "DDP-HARDCODED-DEVICE" and "current GPU" in f.summary
+    ]
+
+
+def test_a_plain_cuda_device_beside_the_ranks_gpu_is_said_where_it_is_used() -> None:
+    assert _device(VOICE) == [(MOVE, "warning")]
+
+
+def test_set_device_or_an_indexed_device_stays_silent() -> None:
+    picked = VOICE.replace(
+        "            local_rank = int(os.environ[\"LOCAL_RANK\"])\n",
+        "            local_rank = int(os.environ[\"LOCAL_RANK\"])\n"
+        "            torch.cuda.set_device(local_rank)\n",
+    )
+    assert _device(picked) == []
+    indexed = VOICE.replace(
+        'self.device = torch.device("cuda")',
+        'self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))',
+    )
+    assert _device(indexed) == []
+
+
+def test_a_project_that_names_no_gpu_per_rank_stays_silent() -> None:
+    # every process on the current GPU, and nothing placed by rank: another rule's case
+    plain = VOICE.replace("self.model.to(local_rank)", "self.model.to(self.device)").replace(
+        ", device_ids=[local_rank]", ""
+    ).replace(".to(local_rank)", ".to(self.device)")
+    assert _device(plain) == []
+
+
+# caizhongang/SMPLer-X @ 07d9834450f78241e243bdd1d3f28bbd39749899 (as handed in blind batch
+# AH1), main/train.py, common/base.py 9-14, main/OSX.py 436-441, main/OSX_WoDecoder.py
+# 373-377 (cut down; fixed in cad7deb: map_location on both loads). common/base.py imports
+# `OSX` by bare name: it is found because main/train.py, its sibling, is the script run.
+SMPLER_TRAIN = """\
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from base import Trainer
+
+
+def main():
+    trainer = Trainer()
+    trainer._make_model()
+    for epoch in range(10):
+        for itr, batch in enumerate(trainer.batch_generator):
+            loss = trainer.model(batch)
+            loss.backward()
+
+
+if __name__ == "__main__":
+    main()
+"""
+SMPLER_BASE = """\
+import os
+
+import torch
+import torch.distributed as dist
+from config import cfg
+if not cfg.agora_benchmark:
+    from OSX import get_model
+else:
+    from OSX_WoDecoder import get_model
+
+
+class Trainer:
+    def _make_model(self):
+        dist.init_process_group(backend="nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = get_model("train")
+        model = torch.nn.parallel.DistributedDataParallel(model.cuda(), device_ids=[local_rank])
+        self.model = model
+"""
+SMPLER_CONFIG = "class Config:\n    agora_benchmark = False\n\n\ncfg = Config()\n"
+SMPLER_OSX = """\
+import torch
+
+
+def get_model(mode):
+    vit = build_vit()
+    if mode == 'train':
+        encoder_pretrained_model_path = torch.load(cfg.encoder_pretrained_model_path)['state_dict']
+        vit.load_state_dict(encoder_pretrained_model_path, strict=False)
+    return vit
+"""
+
+
+def test_both_arms_of_a_rebound_import_and_the_entrys_siblings_are_followed(
+    tmp_path: Path,
+) -> None:
+    files = {
+        "main/train.py": SMPLER_TRAIN,
+        "main/config.py": SMPLER_CONFIG,
+        "common/base.py": SMPLER_BASE,
+        "main/OSX.py": SMPLER_OSX,
+        "main/OSX_WoDecoder.py": SMPLER_OSX.replace("encoder_pretrained_model_path =", "enc ="),
+    }
+    found = severities(lint_project(tmp_path, files, "main/train.py"), "DDP-LOAD-MAP-LOCATION")
+    assert sorted(found) == [("OSX.py", 7, "warning"), ("OSX_WoDecoder.py", 7, "warning")]
+
+
+def test_the_fixed_loads_stay_silent(tmp_path: Path) -> None:
+    fixed = SMPLER_OSX.replace(
+        "torch.load(cfg.encoder_pretrained_model_path)",
+        "torch.load(cfg.encoder_pretrained_model_path, map_location='cpu')",
+    )
+    files = {
+        "main/train.py": SMPLER_TRAIN,
+        "main/config.py": SMPLER_CONFIG,
+        "common/base.py": SMPLER_BASE,
+        "main/OSX.py": fixed,
+        "main/OSX_WoDecoder.py": fixed,
+    }
+    found = severities(lint_project(tmp_path, files, "main/train.py"), "DDP-LOAD-MAP-LOCATION")
+    assert found == []
+
+
+# RUCAIBox/TextBox @ 040b65c0767eab860bc02393b0b58ebe74012648 (as handed in blind batch
+# AH2): run_textbox.py 7-23, textbox/quick_start/quick_start.py 19-25 and 28-64 (cut),
+# textbox/utils/logger.py 14-31 and 55-58 (cut); fixed in 2453775 (`init_logger` on rank 0
+# only). The entry is a thin launcher: a guard around its `run_textbox(...)` would skip the
+# training too, so the finding names the call inside the run.
+TB_ENTRY = """\
+import argparse
+
+from textbox.quick_start import run_textbox
+
+if __name__ == '__main__':
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--model', '-m', type=str, default='RNN', help='name of models')
+    args, _ = parser.parse_known_args()
+    run_textbox(model=args.model, config_dict={})
+"""
+TB_QUICK = """\
+import torch
+from logging import getLogger
+from textbox.utils.logger import init_logger
+
+
+def run_textbox(model=None, config_dict=None):
+    config = dict(config_dict)
+    if (config['DDP'] == True):
+        local_rank = torch.distributed.get_rank()
+        torch.cuda.set_device(local_rank)
+        config['device'] = torch.device("cuda", local_rank)
+    # logger initialization
+    init_logger(config)
+    logger = getLogger()
+    logger.info(config)
+    sig_model = build(config).to(config['device'])
+    if (config['DDP'] == True):
+        model = torch.nn.parallel.DistributedDataParallel(sig_model, device_ids=[local_rank], output_device=local_rank)
+    else:
+        model = sig_model
+    for batch in loader:
+        model(batch).sum().backward()
+"""
+TB_LOGGER = """\
+import logging
+import os
+
+
+def init_logger(config):
+    LOGROOT = './log/'
+    os.makedirs(LOGROOT, exist_ok=True)
+    logfilepath = os.path.join(LOGROOT, config['filename'] + '.log')
+    fh = logging.FileHandler(logfilepath)
+    sh = logging.StreamHandler()
+    logging.basicConfig(level=logging.INFO, handlers=[fh, sh])
+"""
+TB_CALL = next(i + 1 for i, line in enumerate(TB_QUICK.splitlines()) if "init_logger(config)" in line)
+
+
+def _tb(tmp_path: Path, quick: str) -> list[tuple[str, int, str]]:
+    files = {
+        "run_textbox.py": TB_ENTRY,
+        "textbox/__init__.py": "",
+        "textbox/quick_start/__init__.py": "from textbox.quick_start.quick_start import run_textbox\n",
+        "textbox/quick_start/quick_start.py": quick,
+        "textbox/utils/__init__.py": "",
+        "textbox/utils/logger.py": TB_LOGGER,
+    }
+    return severities(lint_project(tmp_path, files, "run_textbox.py"), "DDP-ALL-RANKS-IO")
+
+
+def test_a_write_reached_through_a_launcher_is_said_inside_the_run(tmp_path: Path) -> None:
+    assert _tb(tmp_path / "a", TB_QUICK) == [("quick_start.py", TB_CALL, "warning")]
+
+
+def test_the_fix_on_rank_zero_stays_silent(tmp_path: Path) -> None:
+    fixed = TB_QUICK.replace(
+        "    init_logger(config)\n",
+        "    if not config['DDP'] or torch.distributed.get_rank() == 0:\n        init_logger(config)\n",
+    )
+    assert _tb(tmp_path / "b", fixed) == []
+
+
+# theolepage/sslsv @ 7336e157e504032a9a1a6f1ed91cc80b65947ed2 (as handed in blind batch AI2),
+# train_distributed.py 1-8 and 11-37; fixed in 793bc69 (`torch.cuda.set_device(rank)`).
+SSLSV = """\
+import os
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+
+def train(args):
+    world_size = int(os.environ['WORLD_SIZE'])
+    rank = int(os.environ["LOCAL_RANK"])
+
+    torch.distributed.init_process_group(
+        'nccl',
+        rank=rank,
+        world_size=world_size
+    )
+    torch.cuda.device(rank)
+
+    model = load_model(config).to(rank)
+    model = DistributedDataParallel(model, device_ids=[rank])
+    for batch in loader:
+        model(batch).sum().backward()
+"""
+CTX = next(i + 1 for i, line in enumerate(SSLSV.splitlines()) if "torch.cuda.device(rank)" in line)
+
+
+def _picks(text: str) -> list[tuple[int, str]]:
+    return [
+        (f.line, f.severity)
+        for f in lint_source(text, "train.py")
+        if f.id == "DDP-INIT-BEFORE-SET-DEVICE"
+    ]
+
+
+def test_the_device_context_called_as_a_statement_picks_no_gpu() -> None:
+    assert _picks(SSLSV) == [(CTX, "warning")]
+
+
+def test_set_device_or_the_context_in_a_with_stays_silent() -> None:
+    fixed = SSLSV.replace("torch.cuda.device(rank)", "torch.cuda.set_device(rank)")
+    assert _picks(fixed) == []
+    with_ = SSLSV.replace(
+        "    torch.cuda.device(rank)\n\n    model = load_model(config).to(rank)\n",
+        "    with torch.cuda.device(rank):\n        model = load_model(config).to(rank)\n",
+    )
+    assert _picks(with_) == []
+
+
+# WenmuZhou/DBNet.pytorch @ dc21fd8a219b0592aaced71c284c3726d12f643d (as handed in blind
+# batch AI2), tools/train.py 22-32 and 55-63, base/base_trainer.py 44-52 and 85-91 (cut);
+# fixed in 5247f1b (the rank's device, device_ids=[local_rank]).
+DBNET = """\
+import os
+
+import torch
+
+
+class BaseTrainer:
+    def __init__(self, config, model):
+        self.config = config
+        if len(self.config['trainer']['gpus']) > 0 and torch.cuda.is_available():
+            self.with_cuda = True
+            self.device = torch.device("cuda:0")
+        else:
+            self.device = torch.device("cpu")
+        self.model = model.to(self.device)
+        if self.config['distributed']:
+            self.model = torch.nn.parallel.DistributedDataParallel(self.model)
+
+
+def main(config, args):
+    if torch.cuda.device_count() > 1:
+        import torch.distributed as dist
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend='nccl', init_method='env://')
+    trainer = BaseTrainer(config, build(config))
+    for batch in loader:
+        trainer.model(batch).sum().backward()
+
+
+if __name__ == '__main__':
+    args = init_args()
+    config = load(args.config_path)
+    os.environ['CUDA_VISIBLE_DEVICES'] = ','.join([str(i) for i in config['trainer']['gpus']])
+    main(config, args)
+"""
+CUDA0 = next(i + 1 for i, line in enumerate(DBNET.splitlines()) if '"cuda:0"' in line)
+
+
+def _hard(text: str) -> list[tuple[int, str]]:
+    return [
+        (f.line, f.severity)
+        for f in lint_source(text, "train.py")
+        if f.id == "DDP-HARDCODED-DEVICE" and "cuda:0" in f.summary
+    ]
+
+
+def test_visible_devices_set_to_every_gpu_does_not_excuse_cuda_0() -> None:
+    assert _hard(DBNET) == [(CUDA0, "error")]
+
+
+def test_one_visible_gpu_per_process_excuses_cuda_0() -> None:
+    one = DBNET.replace(
+        "','.join([str(i) for i in config['trainer']['gpus']])", "str(args.local_rank)"
+    )
+    assert _hard(one) == []
+
+
+# NVIDIA/physicsnemo @ 94b355108c (as handed in blind batch AI4, a correct project):
+# physicsnemo/datapipes/cae/mesh_datapipe.py 120-126 and physicsnemo/distributed/
+# manager.py 95-104 (cut): defaults filled in where no device (or no index) was given.
+PNEMO = """\
+import torch
+import torch.distributed as dist
+
+
+class MeshDatapipe:
+    def __init__(self, data_dir, device="cuda"):
+        if isinstance(device, str):
+            device = torch.device(device)
+        # Need a index id if cuda
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda:0")
+        self.device = device
+
+
+class DistributedManager:
+    def __init__(self):
+        obj = self
+        if not hasattr(obj, "_device"):
+            obj._device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+    def initialize(self):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        self._device = torch.device(f"cuda:{local_rank}")
+        torch.cuda.set_device(self._device)
+
+
+def main():
+    dm = DistributedManager()
+    dm.initialize()
+    pipe = MeshDatapipe("data", device=dm._device)
+    model = torch.nn.parallel.DistributedDataParallel(build().to(dm._device), device_ids=[dm._device])
+    for batch in pipe:
+        model(batch).sum().backward()
+"""
+
+
+def test_device_defaults_for_a_missing_index_or_attribute_are_warnings() -> None:
+    found = [
+        (f.severity, "not certain: a default" in f.summary)
+        for f in lint_source(PNEMO, "train.py")
+        if f.id == "DDP-HARDCODED-DEVICE"
+    ]
+    assert found == [("warning", True), ("warning", True)]
+
+
+# NVIDIA/physicsnemo @ 94b355108c (blind batch AI4, correct): examples/cfd/
+# vortex_shedding_mgn/train.py 206-212 and physicsnemo/utils/checkpoint.py 724-733 and
+# 816-845 (cut): rank 0 alone calls save_checkpoint, whose barrier runs only for FSDP models.
+VORTEX = """\
+import torch
+import torch.distributed
+
+
+def save_checkpoint(path, models=None, optimizer=None, epoch=None):
+    is_distributed = False
+    if models:
+        if not isinstance(models, list):
+            models = [models]
+        is_distributed = any(_is_distributed_model(m) for m in models)
+    if is_distributed:
+        torch.distributed.barrier()
+    torch.save({"epoch": epoch}, path)
+
+
+def main(dist, trainer, cfg):
+    model = torch.nn.parallel.DistributedDataParallel(trainer.model, device_ids=[dist.local_rank])
+    for epoch in range(cfg.epochs):
+        for graph in trainer.dataloader:
+            model(graph).sum().backward()
+        if dist.world_size > 1:
+            torch.distributed.barrier()
+        if dist.rank == 0:
+            save_checkpoint(cfg.ckpt_path, models=model, epoch=epoch)
+"""
+
+
+def test_a_barrier_the_callees_arguments_gate_is_a_warning() -> None:
+    found = [
+        (f.severity, "which the arguments decide" in f.summary)
+        for f in lint_source(VORTEX, "train.py")
+        if f.id == "DDP-RANK-DIVERGENCE"
+    ]
+    assert found == [("warning", True)]
+    ungated = VORTEX.replace("    if is_distributed:\n        torch.distributed.barrier()\n",
+                             "    torch.distributed.barrier()\n")
+    assert [
+        f.severity for f in lint_source(ungated, "train.py") if f.id == "DDP-RANK-DIVERGENCE"
+    ] == ["error"]
+
+
+# WenmuZhou/DBNet.pytorch @ bd4ce4888b7f9be08b12c5d75c2a3995cf57510c (as handed in blind
+# batch AI2), base/base_trainer.py 16-17, 71-73 and 96-109 (cut); fixed in 0c8ec35 (the
+# close under the rank test too).
+DBLOG = """\
+import torch
+import torch.distributed as dist
+
+
+class BaseTrainer:
+    def __init__(self, config, model):
+        self.config = config
+        self.tensorboard_enable = config['trainer']['tensorboard']
+        self.model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[config['local_rank']])
+        if self.tensorboard_enable and config['local_rank'] == 0:
+            from torch.utils.tensorboard import SummaryWriter
+            self.writer = SummaryWriter(config['save_dir'])
+
+    def train(self):
+        for epoch in range(1, 10):
+            for batch in self.loader:
+                loss = self.model(batch).sum()
+                loss.backward()
+                if self.tensorboard_enable and self.config['local_rank'] == 0:
+                    self.writer.add_scalar('TRAIN/LOSS', loss.item(), epoch)
+        if self.tensorboard_enable:
+            self.writer.close()
+
+
+def main(config):
+    dist.init_process_group("nccl")
+    BaseTrainer(config, build()).train()
+"""
+CLOSE = next(i + 1 for i, line in enumerate(DBLOG.splitlines()) if "self.writer.close()" in line)
+
+
+def _only(text: str) -> list[tuple[int, str]]:
+    return [
+        (f.line, f.severity) for f in lint_source(text, "train.py") if f.id == "DDP-RANK-ONLY-NAME"
+    ]
+
+
+def test_an_attribute_set_on_rank_zero_only_and_read_on_every_rank_is_an_error() -> None:
+    assert _only(DBLOG) == [(CLOSE, "error")]
+
+
+def test_the_fix_a_default_or_a_test_of_the_attribute_stays_silent() -> None:
+    fixed = DBLOG.replace(
+        "        if self.tensorboard_enable:\n            self.writer.close()",
+        "        if self.tensorboard_enable and self.config['local_rank'] == 0:\n"
+        "            self.writer.close()",
+    )
+    assert _only(fixed) == []
+    default = DBLOG.replace(
+        "        if self.tensorboard_enable and config['local_rank'] == 0:\n",
+        "        self.writer = None\n        if self.tensorboard_enable and config['local_rank'] == 0:\n",
+    )
+    assert _only(default) == []
+    tested = DBLOG.replace(
+        "        if self.tensorboard_enable:\n", '        if hasattr(self, "writer"):\n'
+    )
+    assert _only(tested) == []
+    # `if self.writer:` reads it too: the test itself raises on the other ranks
+    bare = DBLOG.replace("        if self.tensorboard_enable:\n", "        if self.writer:\n")
+    assert _only(bare) == [(CLOSE - 1, "error")]
+    outside = DBLOG + "\n\ndef attach(trainer, writer):\n    trainer.writer = writer\n"
+    assert _only(outside) == []
+
+
+# ecmwf/WeatherGenerator @ 1582dc63ea82a5a2894269b627652b25bffd865c (as handed in blind
+# batch AI1), src/weathergen/train/trainer.py 160-183 and 297-301 (cut); fixed in 0e154a1
+# (PR #1227: the model materialised on its GPU before the DDP-only wrap).
+WGEN = """\
+import torch
+
+
+class Trainer:
+    def init_model_and_shard(self, cf, devices):
+        with torch.device("meta"):
+            model = Model(cf).create()
+
+        if cf.with_ddp and not cf.with_fsdp:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model,
+                broadcast_buffers=True,
+                find_unused_parameters=True,
+            )
+        return model
+
+    def run(self, cf, devices):
+        torch.distributed.init_process_group("nccl")
+        self.model = self.init_model_and_shard(cf, devices)
+        self.model.to_empty(device="cuda")
+        self.model.reset_parameters()
+"""
+WRAP = next(i + 1 for i, line in enumerate(WGEN.splitlines()) if "DistributedDataParallel(" in line)
+
+
+def _wrap(text: str) -> list[tuple[int, str]]:
+    return [(f.line, f.severity) for f in lint_source(text, "train.py") if f.id == "DDP-WRAP-BEFORE-TO"]
+
+
+def test_a_model_built_on_the_meta_device_and_wrapped_before_it_has_storage() -> None:
+    assert _wrap(WGEN) == [(WRAP, "error")]
+
+
+def test_materialised_first_or_built_on_a_gpu_stays_silent() -> None:
+    fixed = WGEN.replace(
+        "        if cf.with_ddp and not cf.with_fsdp:\n",
+        "        model = model.to_empty(device=\"cuda\")\n        if cf.with_ddp and not cf.with_fsdp:\n",
+    )
+    assert _wrap(fixed) == []
+    on_gpu = WGEN.replace('torch.device("meta")', 'torch.device("cuda")')
+    assert _wrap(on_gpu) == []
