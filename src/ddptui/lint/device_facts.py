@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import ast
 
-from ddptui.lint.script import Script, const, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, last
 
 
 def on_meta(s: Script, expr: ast.expr) -> ast.With | None:

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_set_device import _cuda_picker
-from ddptui.lint.script import Script, kwarg, last
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import kwarg, last
 
 
 def device_context_as_statement(s: Script, f: Flow) -> Iterator[Hit]:
