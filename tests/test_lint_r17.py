@@ -669,3 +669,120 @@ def test_materialised_first_or_built_on_a_gpu_stays_silent() -> None:
     assert _wrap(fixed) == []
     on_gpu = WGEN.replace('torch.device("meta")', 'torch.device("cuda")')
     assert _wrap(on_gpu) == []
+
+
+# usnistgov/alignn @ 12f664f1a93a16b8fa6e7a5a10234652daef56cd (as handed in blind batch AI1),
+# alignn/data.py 118-126, 167-184, 355-366 and 441-497 (cut): the loaders come from a saved
+# file when one exists, else they are built on rank 0 only, and are read on every rank;
+# fixed in 575216b (built on every rank).
+ALIGNN = """\
+import os
+
+import torch
+from torch.utils.data.distributed import DistributedSampler
+
+
+def get_train_val_loaders(dataset, output_dir, world_size=0, rank=0, save_dataloader=False):
+    train_sample = os.path.join(output_dir, "train_data.pt")
+    if os.path.exists(train_sample):
+        train_loader = torch.load(train_sample)
+    else:
+        train_sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+        if rank == 0:
+            train_data = get_torch_dataset(dataset)
+            train_loader = GraphDataLoader(train_data, sampler=train_sampler)
+            if save_dataloader:
+                torch.save(train_loader, train_sample)
+    print("n_train:", len(train_loader.dataset))
+    return train_loader
+"""
+AL_BIND = next(i + 1 for i, line in enumerate(ALIGNN.splitlines()) if "GraphDataLoader(" in line)
+AL_TEST = next(i + 1 for i, line in enumerate(ALIGNN.splitlines()) if "if rank == 0:" in line)
+AL_READ = next(i + 1 for i, line in enumerate(ALIGNN.splitlines()) if '"n_train:"' in line)
+
+
+def test_a_name_bound_on_rank_zero_on_one_path_is_said_with_its_test_and_read() -> None:
+    found = [f for f in lint_source(ALIGNN, "data.py") if f.id == "DDP-RANK-ONLY-NAME"]
+    assert [(f.line, f.severity) for f in found] == [(AL_BIND, "error")]
+    assert [line for _, line in found[0].lines()] == [AL_BIND, AL_TEST, AL_READ]
+
+
+def test_bound_on_every_rank_on_each_path_stays_silent() -> None:
+    other = ALIGNN.replace(
+        "            if save_dataloader:\n",
+        "        else:\n            train_loader = None\n        if save_dataloader and rank == 0:\n",
+    )
+    assert _only(other) == []
+    leaves = ALIGNN.replace(
+        "        if rank == 0:\n",
+        "        if rank != 0:\n            return None\n        if rank == 0:\n",
+    )
+    assert _only(leaves) == []
+    everywhere = ALIGNN.replace("        if rank == 0:\n", "        if True:\n")
+    assert _only(everywhere) == []
+
+
+def _not_applied(text: str) -> list[tuple[int, str]]:
+    return [(f.line, f.severity) for f in lint_source(text, "train.py") if f.id == "DDP-NOT-APPLIED"]
+
+
+# NCAR/miles-credit @ 92e7454b6366867b873e6cf09d206261bf8d3bbb (as handed in blind batch
+# AI1), credit/trainers/base_trainer.py 46-54, credit/trainers/trainer.py (a subclass's train step, cut),
+# credit/distributed.py 138-164 (cut) and applications/train.py 560-583 (cut); fixed by
+# PR #153, c820b44 (the trainer keeps the wrapper).
+CREDIT = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class BaseTrainer:
+    def __init__(self, model: torch.nn.Module, rank: int, module: bool = False):
+        super(BaseTrainer, self).__init__()
+        self.model = model.module if module else model
+        self.rank = rank
+
+
+class Trainer(BaseTrainer):
+    def train_one_epoch(self, loader, optimizer):
+        for batch in loader:
+            loss = self.model(batch).mean()
+            loss.backward()
+            optimizer.step()
+
+
+def distributed_model_wrapper(conf, neural_network, device):
+    if conf["trainer"]["mode"] == "ddp":
+        model = DDP(neural_network, device_ids=[device])
+    else:
+        model = neural_network
+    return model
+
+
+trainer_types = {"standard": Trainer}
+
+
+def main(conf, m, device, rank, loader, optimizer):
+    torch.distributed.init_process_group("nccl")
+    model = distributed_model_wrapper(conf, m, device)
+    trainer_cls = trainer_types[conf["trainer"]["type"]]
+    trainer = trainer_cls(model, rank, module=(conf["trainer"]["mode"] == "ddp"))
+    trainer.train_one_epoch(loader, optimizer)
+"""
+KEEP = next(i + 1 for i, line in enumerate(CREDIT.splitlines()) if "model.module if module" in line)
+
+
+def test_a_trainer_that_keeps_the_model_inside_the_wrapper_trains_it_bare() -> None:
+    assert _not_applied(CREDIT) == [(KEEP, "error")]
+
+
+def test_the_fix_or_an_unwrapped_copy_not_trained_stays_silent() -> None:
+    fixed = CREDIT.replace("model.module if module else model", "model")
+    assert _not_applied(fixed) == []
+    # the usual correct shape: the bare model kept beside the wrapper, for saving
+    kept = CREDIT.replace(
+        "        self.model = model.module if module else model\n",
+        "        self.model = model\n        self.model_without_ddp = model.module if module else model\n",
+    )
+    assert _not_applied(kept) == []
+    off = CREDIT.replace('module=(conf["trainer"]["mode"] == "ddp")', "module=False")
+    assert _not_applied(off) == []

@@ -32,6 +32,7 @@ from ddptui.lint import (
     lint47,
     lint48,
     lint50,
+    rank_bound,
     rules_accum,
     rules_branch_lint6,
     rules_closure,
@@ -61,6 +62,7 @@ from ddptui.lint import (
     rules_setup,
     rules_sync,
     rules_uneven,
+    rules_unwrapped_train,
 )
 from ddptui.lint.flow import Flow
 from ddptui.lint.frameworks import framework_called, quiet_alternative
@@ -134,6 +136,8 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_closure.RULES,
     *rules_device_ctx.RULES,
     *rules_rank_attr.RULES,
+    *rank_bound.RULES,
+    *rules_unwrapped_train.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

@@ -1,0 +1,154 @@
+"""DDP-NOT-APPLIED where a trainer keeps the model inside the wrapper, from a miss of blind
+batch AI1 (NCAR/miles-credit, credit/trainers/base_trainer.py before PR #153): the caller
+wraps the model in DDP and builds `trainer_cls(model, rank, module=(mode == "ddp"))`, and
+`BaseTrainer.__init__` stores `self.model = model.module if module else model`. Every
+forward and backward then runs on the bare model: no gradient is all-reduced, and the
+ranks train replicas that drift apart without an error.
+
+The reading: a method stores `self.X = P.module` (or `P.module if flag else P`) for a
+parameter P; a call of the class (or of that method) passes for P a value that holds a DDP
+wrapper, and, for the conditional form, a flag that is not the constant False; the class
+calls `self.X(...)` and runs a backward pass. An unwrapped copy kept for saving, EMA or
+evaluation (not called, or in a class with no backward) stays silent."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddptui.lint.flow import Flow
+from ddptui.lint.model import Hit
+from ddptui.lint.rules_rank_attr import _family
+from ddptui.lint.script import Script
+from ddptui.lint.syntax import const, kwarg
+
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _unwrap_of(value: ast.expr, params: list[str]) -> tuple[str, ast.expr | None] | None:
+    """(P, flag) for `P.module` (flag None) or `P.module if flag else P`."""
+    if (
+        isinstance(value, ast.Attribute)
+        and value.attr == "module"
+        and isinstance(value.value, ast.Name)
+        and value.value.id in params
+    ):
+        return value.value.id, None
+    if isinstance(value, ast.IfExp):
+        inner = _unwrap_of(value.body, params)
+        if inner is not None and isinstance(value.orelse, ast.Name) and value.orelse.id == inner[0]:
+            return inner[0], value.test
+    return None
+
+
+def _argument(call: ast.Call, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
+    names = [a.arg for a in fn.args.args]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    pos = names.index(name) if name in names else None
+    return kwarg(call, name, pos)
+
+
+def unwrapped_trainer(s: Script, f: Flow) -> Iterator[Hit]:
+    if not f.ddp_calls:
+        return
+    for cls in dict.fromkeys(s.classes.values()):
+        methods = [m for m in cls.body if isinstance(m, _FUNCS)]
+        family = [m for c in _family(s, cls) for m in c.body if isinstance(m, _FUNCS)]
+        calls = {
+            n.func.attr
+            for m in family
+            for n in ast.walk(m)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == "self"
+        }
+        if not any(f.has_backward(m) for m in family):  # a subclass's train step too
+            continue
+        for m in methods:
+            params = [a.arg for a in m.args.args[1:]]
+            for st in ast.walk(m):
+                if not (isinstance(st, ast.Assign) and len(st.targets) == 1):
+                    continue
+                tgt = st.targets[0]
+                if not (
+                    isinstance(tgt, ast.Attribute)
+                    and isinstance(tgt.value, ast.Name)
+                    and tgt.value.id == "self"
+                    and tgt.attr in calls
+                ):
+                    continue
+                found = _unwrap_of(st.value, params)
+                if found is None:
+                    continue
+                param, flag = found
+                site = _wrapped_site(s, f, m, param, flag)
+                if site is None:
+                    continue
+                yield Hit.at(
+                    "DDP-NOT-APPLIED",
+                    st,
+                    (
+                        f"`{ast.unparse(st)}` keeps the model inside the DDP wrapper that "
+                        f"{s.path_of(site)}:{site.lineno} passes, and the class trains "
+                        f"`self.{tgt.attr}`: no gradient is all-reduced"
+                    ),
+                    also=((site, "the wrapper is passed at"),),
+                    why=(
+                        f"The trainer stores `{ast.unparse(st.value)}`: the model inside the "
+                        f"wrapper, whose forward and backward never reach DDP's reducer."
+                    ),
+                )
+
+
+def _wrapped_site(
+    s: Script, f: Flow, m: ast.FunctionDef | ast.AsyncFunctionDef, param: str, flag: ast.expr | None
+) -> ast.Call | None:
+    """A call of the method (or of its class, for `__init__`) passing a DDP wrapper for
+    `param`, and for `flag` (a parameter) anything but False."""
+    for site in [*s.call_sites(m), *_unresolved_lookalikes(s, m, flag)]:
+        arg = _argument(site, m, param)
+        if arg is None or not _holds_ddp(s, f, arg):
+            continue
+        if isinstance(flag, ast.Name):
+            given = _argument(site, m, flag.id)
+            if given is None or const(given) is False:
+                continue
+        return site
+    return None
+
+
+def _holds_ddp(s: Script, f: Flow, arg: ast.expr) -> bool:
+    """`arg` holds a DDP wrapper: made by a DDP call, or returned by a project function that
+    makes one (`model = distributed_model_wrapper(conf, m, device)`)."""
+    ddp = set(f.ddp_calls)
+    for o in [arg, *s.origins(arg)]:
+        if o in ddp:
+            return True
+        if isinstance(o, ast.Call) and any(
+            n in ddp for fn in s.callees(o) for n in ast.walk(fn)
+        ):
+            return True
+    return False
+
+
+def _unresolved_lookalikes(
+    s: Script, m: ast.FunctionDef | ast.AsyncFunctionDef, flag: ast.expr | None
+) -> list[ast.Call]:
+    """For an `__init__` reached through a registry (`trainer_cls = load_trainer(conf)`,
+    then `trainer_cls(model, rank, module=...)`): calls that resolve to nothing and pass the
+    flag by its keyword, every keyword a parameter of the method."""
+    if m.name != "__init__" or not isinstance(flag, ast.Name):
+        return []
+    names = {a.arg for a in [*m.args.args, *m.args.kwonlyargs]}
+    return [
+        c
+        for c in s.calls
+        if not s.callees(c)
+        and any(k.arg == flag.id for k in c.keywords)
+        and all(k.arg in names for k in c.keywords)
+    ]
+
+
+RULES = (unwrapped_trainer,)
