@@ -786,3 +786,42 @@ def test_the_fix_or_an_unwrapped_copy_not_trained_stays_silent() -> None:
     assert _not_applied(kept) == []
     off = CREDIT.replace('module=(conf["trainer"]["mode"] == "ddp")', "module=False")
     assert _not_applied(off) == []
+
+
+# microsoft/Cream @ 4a13c4091e78f9abd2160e7e01c02e48c1cf8fb9 (as handed in blind batch AJ2,
+# a correct project), AutoFormer/supernet_engine.py 26-31 and 64-100 (cut): timm's NativeScaler, handed in as `loss_scaler`,
+# scales the float16 loss (it holds a GradScaler).
+CREAM = """\
+import torch
+
+
+def train_one_epoch(model, criterion, data_loader, optimizer, device, loss_scaler, amp=True):
+    model.train()
+    for samples, targets in data_loader:
+        if amp:
+            with torch.cuda.amp.autocast():
+                outputs = model(samples)
+                loss = criterion(outputs, targets)
+        else:
+            outputs = model(samples)
+            loss = criterion(outputs, targets)
+        optimizer.zero_grad()
+        if amp:
+            loss_scaler(loss, optimizer, parameters=model.parameters())
+        else:
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def _amp(text: str) -> list[str]:
+    return [f.severity for f in lint_source(text, "train.py") if f.id == "DDP-AUTOCAST-SCALER"]
+
+
+def test_a_scaler_object_called_with_the_loss_is_a_scaler() -> None:
+    assert _amp(CREAM) == []
+    unscaled = CREAM.replace(
+        "            loss_scaler(loss, optimizer, parameters=model.parameters())\n",
+        "            loss.backward()\n            optimizer.step()\n",
+    )
+    assert _amp(unscaled) == ["error"]

@@ -34,6 +34,7 @@ from ddptui.lint import (
     lint50,
     rank_bound,
     rules_accum,
+    rules_amp,
     rules_branch_lint6,
     rules_closure,
     rules_data,
@@ -86,6 +87,7 @@ __all__ = ["RULE_IDS", "lint_paths", "lint_project", "lint_source", "parse", "re
 Rule = Callable[[Script, Flow], Iterable[Hit]]
 RULES: Final[tuple[Rule, ...]] = (
     *rules_model.RULES,
+    *rules_amp.RULES,
     *rules_data.RULES,
     *rules_uneven.RULES,
     *rules_sync.RULES,

@@ -555,32 +555,6 @@ def seed(s: Script, f: Flow) -> Iterator[Hit]:
         )
 
 
-def autocast_scaler(s: Script, f: Flow) -> Iterator[Hit]:
-    if f.uses("GradScaler", "ShardedGradScaler") or not any(f.is_backward(c) for c in s.calls):
-        return
-    for c in s.calls:
-        qn = s.call_name(c)
-        if (
-            last(qn) != "autocast"
-            or not qn.startswith("torch")
-            or const(kwarg(c, "enabled")) is False
-        ):
-            continue
-        dtype = kwarg(c, "dtype", None if "amp.autocast" in qn and "cuda" in qn else 1)
-        if dtype is not None:
-            fp16 = ident(dtype) in ("float16", "half")
-        else:
-            device = const(kwarg(c, "device_type", 0))
-            fp16 = ".cuda." in qn or device == "cuda"
-        if fp16:
-            yield Hit.at(
-                "DDP-AUTOCAST-SCALER",
-                c,
-                (f"`{ast.unparse(c)}` runs in float16 and no GradScaler scales the loss"),
-            )
-            return
-
-
 RULES = (
     dataparallel,
     wrap_before_to,
@@ -591,5 +565,4 @@ RULES = (
     loss_device,
     seed,
     rank_seed,
-    autocast_scaler,
 )
