@@ -789,8 +789,8 @@ def test_the_fix_or_an_unwrapped_copy_not_trained_stays_silent() -> None:
 
 
 # microsoft/Cream @ 4a13c4091e78f9abd2160e7e01c02e48c1cf8fb9 (as handed in blind batch AJ2,
-# a correct project), AutoFormer/supernet_engine.py 26-31 and 64-100 (cut): timm's NativeScaler, handed in as `loss_scaler`,
-# scales the float16 loss (it holds a GradScaler).
+# a correct project), AutoFormer/supernet_engine.py 26-31 and 64-100 (cut): timm's
+# NativeScaler, handed in as `loss_scaler`, scales the float16 loss (it holds a GradScaler).
 CREAM = """\
 import torch
 
@@ -825,3 +825,77 @@ def test_a_scaler_object_called_with_the_loss_is_a_scaler() -> None:
         "            loss.backward()\n            optimizer.step()\n",
     )
     assert _amp(unscaled) == ["error"]
+
+
+# neuralmagic/sparseml @ cdca9b94ccdf885eb113e9469d7831ec31d67aa1 (as handed in blind batch
+# AJ2), src/sparseml/pytorch/utils/helpers.py 789-800 and scripts/pytorch_vision.py 895-912
+# (cut): the val dataset is built only on the main process, inside the zero-first helper,
+# whose closing barrier rank 0 then waits in alone; fixed in b0fc815.
+ZERO_FIRST = """\
+from contextlib import contextmanager
+
+import torch
+
+
+@contextmanager
+def torch_distributed_zero_first(local_rank: int):
+    if local_rank not in [-1, 0]:
+        torch.distributed.barrier()
+    yield
+    if local_rank == 0:
+        torch.distributed.barrier()
+"""
+SPARSEML = ZERO_FIRST + """
+
+def _create_val_dataset_and_loader(args, image_size):
+    if not (args.is_main_process and args.dataset != "imagefolder"):
+        return None, None  # val dataset not needed
+    with torch_distributed_zero_first(args.local_rank):  # only download once locally
+        val_dataset = DatasetRegistry.create(args.dataset, root=args.dataset_path, train=False)
+    return val_dataset, None
+
+
+def main(args, model):
+    torch.distributed.init_process_group("nccl")
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank])
+    val_dataset, _ = _create_val_dataset_and_loader(args, 224)
+    for batch in loader:
+        model(batch).sum().backward()
+"""
+ZF = next(i + 1 for i, line in enumerate(SPARSEML.splitlines()) if "with torch_distributed_zero_first(args" in line)
+
+
+def _div(text: str) -> list[tuple[int, str]]:
+    return [(f.line, f.severity) for f in lint_source(text, "train.py") if f.id == "DDP-RANK-DIVERGENCE"]
+
+
+def test_a_zero_first_helper_entered_by_rank_zero_alone_hangs() -> None:
+    assert _div(SPARSEML) == [(ZF, "error")]
+
+
+def test_every_rank_entering_it_or_the_single_process_rank_stays_silent() -> None:
+    every = SPARSEML.replace(
+        '    if not (args.is_main_process and args.dataset != "imagefolder"):\n'
+        "        return None, None  # val dataset not needed\n",
+        "",
+    )
+    assert _div(every) == []
+    # ultralytics/yolov5's val loader: built on rank 0 with rank=-1, so no barrier runs
+    yolo = ZERO_FIRST + """
+
+def create_dataloader(path, imgsz, batch_size, rank=-1):
+    with torch_distributed_zero_first(rank):
+        dataset = LoadImagesAndLabels(path, imgsz, batch_size)
+    return dataset
+
+
+def train(opt, model, RANK, LOCAL_RANK):
+    torch.distributed.init_process_group("nccl")
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[LOCAL_RANK])
+    train_loader = create_dataloader(opt.train, 640, 16, rank=LOCAL_RANK)
+    if RANK in {-1, 0}:
+        val_loader = create_dataloader(opt.val, 640, 32, rank=-1)
+    for batch in train_loader:
+        model(batch).sum().backward()
+"""
+    assert _div(yolo) == []

@@ -14,6 +14,7 @@ from typing import Final
 from ddptui.lint.flagoff import flag_guarded, switched_off
 from ddptui.lint.frameworks import ddp_kind, engine_collective, keyed_value
 from ddptui.lint.project import FuncNode
+from ddptui.lint.rank_pairs import PAIRED, paired_rank_sync, rank_minus_one
 from ddptui.lint.script import Pick, Script
 from ddptui.lint.syntax import const, last
 
@@ -256,6 +257,8 @@ class Flow:
             return here
         for func in self.s.callees(call):
             inner = self.function_sync(func)
+            if inner and PAIRED in inner and rank_minus_one(self.s, call):
+                continue  # `zero_first(-1)`: the single-process value takes neither barrier
             if inner and not switched_off(self.s, call, func, self._func_syncs(func)):
                 return f"{inner} in `{func.name}()`"
         return None
@@ -295,7 +298,7 @@ class Flow:
                     found = self.call_sync(call)
                     if found:
                         return found
-            return None
+            return paired_rank_sync(self, calls_in(func.body))  # zero-first helpers
         finally:
             self._busy.discard(func)
 
