@@ -55,8 +55,9 @@ def _in_comprehension(s: Script, node: ast.AST, fn: ast.AST) -> bool:
     return False
 
 
-def _arm(s: Script, f: Flow, node: ast.AST, fn: ast.AST) -> tuple[ast.If, str] | None:
-    """The rank `if` whose body (or else) holds `node`, and which arm."""
+def rank_arm(f: Flow, node: ast.AST) -> tuple[ast.If, str] | None:
+    """The rank `if` whose body (or else) holds `node`, and which arm (rules_rank_attr
+    asks it too)."""
     guard = f.local_guard(node)
     if not isinstance(guard, ast.If):
         return None
@@ -109,7 +110,7 @@ def _candidates(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) 
             continue
         if any(_in_comprehension(s, b, fn) for b in sites):
             continue  # a comprehension's own variable
-        arms = {_arm(s, f, b, fn) for b in sites}
+        arms = {rank_arm(f, b) for b in sites}
         if len(arms) != 1 or None in arms:
             continue
         arm = next(iter(arms))

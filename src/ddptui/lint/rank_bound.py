@@ -102,7 +102,12 @@ def _candidates(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) 
     a = fn.args
     params = {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
     params |= {p.arg for p in (a.vararg, a.kwarg) if p is not None}
-    bound = {x for n in nodes for x in _bound_names(n)} - free - params
+    # only names some binding of which sits under a rank test can be bound on one rank only
+    bound = {
+        x for n in nodes for x in _bound_names(n) if isinstance(f.local_guard(n), ast.If)
+    } - free - params
+    if not bound:
+        return
     found: dict[ast.If, list[tuple[str, ast.AST, ast.Name]]] = {}  # by rank test
     reads = sorted(
         (

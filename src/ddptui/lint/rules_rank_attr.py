@@ -20,7 +20,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddptui.lint.families import dynamic, family, self_attrs
 from ddptui.lint.flow import Flow
+from ddptui.lint.lint50 import rank_arm
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 
@@ -28,51 +30,7 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _CATCHES = frozenset({"AttributeError", "Exception", "BaseException"})
 
 
-def _family(s: Script, cls: ast.ClassDef) -> list[ast.ClassDef]:
-    out = [cls]
-    todo = [cls]
-    while todo:  # project bases
-        c = todo.pop()
-        for b in c.bases:
-            base = s.class_named(b)
-            if base is not None and base not in out:
-                out.append(base)
-                todo.append(base)
-    for c in dict.fromkeys(s.classes.values()):  # project subclasses
-        if c not in out and any(s.class_named(b) in out for b in c.bases):
-            out.append(c)
-    return out
-
-
-def _self_attrs(cls: ast.ClassDef, ctx: type) -> Iterator[ast.Attribute]:
-    for fn in cls.body:
-        if not isinstance(fn, _FUNCS) or not fn.args.args:
-            continue
-        me = fn.args.args[0].arg
-        for n in ast.walk(fn):
-            if (
-                isinstance(n, ast.Attribute)
-                and isinstance(n.ctx, ctx)
-                and isinstance(n.value, ast.Name)
-                and n.value.id == me
-            ):
-                yield n
-
-
-def _dynamic(family: list[ast.ClassDef]) -> bool:
-    """The family sets or answers attributes by name: what it holds is not visible."""
-    for cls in family:
-        for n in ast.walk(cls):
-            if isinstance(n, _FUNCS) and n.name in ("__getattr__", "__setattr__"):
-                return True
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "setattr":
-                return True
-            if isinstance(n, ast.Attribute) and n.attr == "__dict__":
-                return True
-    return False
-
-
-def _class_level(family: list[ast.ClassDef], attr: str) -> bool:
+def _class_level(fam: list[ast.ClassDef], attr: str) -> bool:
     """The class itself has `attr`: a class attribute, a method or a property
     (openpifpaf's trainer replaces its own `self.train_batch` method on rank 0 only)."""
     return any(
@@ -82,7 +40,7 @@ def _class_level(family: list[ast.ClassDef], attr: str) -> bool:
             for t in (st.targets if isinstance(st, ast.Assign) else [st.target])
         ))
         or (isinstance(st, (*_FUNCS, ast.ClassDef)) and st.name == attr)
-        for cls in family
+        for cls in fam
         for st in cls.body
     )
 
@@ -101,16 +59,6 @@ def _runs(s: Script, read: ast.AST) -> bool:
         and isinstance(n.ctx, ast.Load)
         for n in s.nodes
     )
-
-
-def _arm(f: Flow, node: ast.AST, s: Script) -> tuple[ast.If, str] | None:
-    guard = f.local_guard(node)
-    if not isinstance(guard, ast.If):
-        return None
-    for side in ("body", "orelse"):
-        if any(node is n for st in getattr(guard, side) for n in ast.walk(st)):
-            return guard, side
-    return None
 
 
 def _tested(s: Script, read: ast.Attribute, attr: str) -> bool:
@@ -162,18 +110,29 @@ def rank_only_attribute(s: Script, f: Flow) -> Iterator[Hit]:
         and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))
     }
     said: set[tuple[int, str]] = set()
-    for cls in dict.fromkeys(s.classes.values()):
-        family = _family(s, cls)
-        if _dynamic(family):
+    # the classes that set an attribute of their own under a rank test
+    candidates = {
+        cls: None
+        for n in s.nodes
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Store)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+        and (cls := s.class_of(n)) is not None
+        and isinstance(f.local_guard(n), ast.If)
+    }
+    for cls in candidates:
+        fam = family(s, cls)
+        if any(dynamic(s, c) for c in fam):
             continue
         stores: dict[str, list[ast.Attribute]] = {}
-        for c in family:
-            for n in _self_attrs(c, ast.Store):
+        for c in fam:
+            for n in self_attrs(s, c)[0]:
                 stores.setdefault(n.attr, []).append(n)
         for attr, sites in stores.items():
-            if attr in foreign or _class_level(family, attr):
+            if attr in foreign or _class_level(fam, attr):
                 continue
-            arms = {_arm(f, n, s) for n in sites}
+            arms = {rank_arm(f, n) for n in sites}
             if len(arms) != 1 or None in arms:
                 continue
             arm = next(iter(arms))
@@ -182,8 +141,8 @@ def rank_only_attribute(s: Script, f: Flow) -> Iterator[Hit]:
             reads = sorted(
                 (
                     n
-                    for c in family
-                    for n in _self_attrs(c, ast.Load)
+                    for c in fam
+                    for n in self_attrs(s, c)[1]
                     if n.attr == attr
                     and not f.guarded(n)
                     and not _tested(s, n, attr)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddptui.lint.families import family, self_attrs
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
-from ddptui.lint.rules_rank_attr import _family
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg
 
@@ -54,17 +54,24 @@ def unwrapped_trainer(s: Script, f: Flow) -> Iterator[Hit]:
         return
     for cls in dict.fromkeys(s.classes.values()):
         methods = [m for m in cls.body if isinstance(m, _FUNCS)]
-        family = [m for c in _family(s, cls) for m in c.body if isinstance(m, _FUNCS)]
+        if not any(  # a `.module` stored on self: the only classes worth the family walk
+            isinstance(st, ast.Assign)
+            and any(isinstance(x, ast.Attribute) and x.attr == "module" for x in ast.walk(st.value))
+            for n in self_attrs(s, cls)[0]
+            if isinstance(st := s.parents.get(n), ast.Assign)
+        ):
+            continue
+        fam = [m for c in family(s, cls) for m in c.body if isinstance(m, _FUNCS)]
         calls = {
             n.func.attr
-            for m in family
+            for m in fam
             for n in ast.walk(m)
             if isinstance(n, ast.Call)
             and isinstance(n.func, ast.Attribute)
             and isinstance(n.func.value, ast.Name)
             and n.func.value.id == "self"
         }
-        if not any(f.has_backward(m) for m in family):  # a subclass's train step too
+        if not any(f.has_backward(m) for m in fam):  # a subclass's train step too
             continue
         for m in methods:
             params = [a.arg for a in m.args.args[1:]]
