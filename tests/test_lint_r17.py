@@ -899,3 +899,138 @@ def train(opt, model, RANK, LOCAL_RANK):
         model(batch).sum().backward()
 """
     assert _div(yolo) == []
+
+
+# yzhangcs/parser @ 612316962a2fffac633b64dc7ae90dc4392e0253 (as handed in blind batch AK2),
+# run.py 5-27, supar/parsers/biaffine_parser.py (cut), supar/parsers/parser.py 13, 40-48 and
+# 161-168, supar/utils/parallel.py (whole); fixed in 647dac8 (the plain model's state). The
+# entry picks its parser module from a dict and calls its `run`: the project is read through
+# it; the project's DDP subclass forwards attributes to the model, so `self.model.loss`
+# raises nothing.
+SUPAR = {
+    "run.py": """\
+import argparse
+
+from supar.parsers import biaffine_parser, crf_dependency
+
+PARSERS = {'biaffine-parser': biaffine_parser, 'crf-dependency': crf_dependency}
+
+if __name__ == '__main__':
+    parser = argparse.ArgumentParser(description='Create syntactic parsing models.')
+    parser.add_argument('--model', default='biaffine-parser', choices=PARSERS.keys())
+    args, _ = parser.parse_known_args()
+    PARSERS[args.model].run(args)
+""",
+    "supar/__init__.py": "",
+    "supar/parsers/__init__.py": "",
+    "supar/parsers/biaffine_parser.py": """\
+import torch.distributed as dist
+
+from supar.parsers.parser import Parser
+
+
+class BiaffineParser(Parser):
+    def _train(self, loader):
+        for words, arcs in loader:
+            loss = self.model.loss(self.model(words), arcs)
+            loss.backward()
+            self.optimizer.step()
+
+
+def run(args):
+    dist.init_process_group("nccl")
+    parser = BiaffineParser(args, build_model(args))
+    parser.train(args.train)
+    parser.save(args.path)
+""",
+    "supar/parsers/crf_dependency.py": "def run(args):\n    return None\n",
+    "supar/parsers/parser.py": """\
+import torch
+import torch.distributed as dist
+
+from supar.utils.parallel import DistributedDataParallel as DDP
+
+
+class Parser(object):
+    def __init__(self, args, model):
+        self.args = args
+        self.model = model
+        if dist.is_initialized():
+            self.model = self.model.to(args.device)
+            self.model = DDP(self.model, device_ids=[args.local_rank])
+
+    def train(self, path):
+        self._train(load(path))
+
+    def save(self, path):
+        state_dict = {k: v.cpu() for k, v in self.model.state_dict().items()}
+        state = {'args': self.args, 'state_dict': state_dict}
+        torch.save(state, path)
+""",
+    "supar/utils/__init__.py": "",
+    "supar/utils/parallel.py": """\
+import torch.nn as nn
+
+
+class DistributedDataParallel(nn.parallel.DistributedDataParallel):
+
+    def __init__(self, module, **kwargs):
+        super(DistributedDataParallel, self).__init__(module, **kwargs)
+
+    def __getattr__(self, name):
+        wrapped = super().__getattr__('module')
+        if hasattr(wrapped, name):
+            return getattr(wrapped, name)
+        return super().__getattr__(name)
+""",
+}
+SAVE = next(i + 1 for i, line in enumerate(SUPAR["supar/parsers/parser.py"].splitlines()) if "state_dict()" in line)
+
+
+def test_a_parser_module_picked_from_a_dict_is_read_and_its_wrapper_save_said(tmp_path: Path) -> None:
+    found = lint_project(tmp_path / "a", SUPAR, "run.py")
+    assert severities(found, "DDP-SAVE-WRAPPER") == [("parser.py", SAVE, "warning")]
+    # the project's DDP forwards attributes: `self.model.loss` is no AttributeError
+    assert severities(found, "DDP-WRAPPER-ATTR") == []
+
+
+def test_a_plain_ddp_makes_the_attribute_read_an_error_again(tmp_path: Path) -> None:
+    plain = dict(SUPAR)
+    plain["supar/parsers/parser.py"] = SUPAR["supar/parsers/parser.py"].replace(
+        "from supar.utils.parallel import DistributedDataParallel as DDP",
+        "from torch.nn.parallel import DistributedDataParallel as DDP",
+    )
+    found = lint_project(tmp_path / "b", plain, "run.py")
+    assert [sev for _, _, sev in severities(found, "DDP-WRAPPER-ATTR")] == ["error"]
+
+
+# flairNLP/flair @ 0becfed167bcdd4a7104671ead854821529f1c24 (as handed in blind batch AK2, a
+# correct project), flair/models/sequence_tagger_model.py 201-210 and flair/trainers/
+# trainer.py 514-521 (cut): the model moves itself to its device in its constructor.
+FLAIR = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+import flair
+
+
+class SequenceTagger(torch.nn.Module):
+    def __init__(self, hidden_size):
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden_size, 2)
+        self.to(flair.device)
+
+
+def train(corpus):
+    torch.distributed.init_process_group("nccl")
+    model = SequenceTagger(256)
+    ddp_model = DistributedDataParallel(model, device_ids=[flair.device.index], find_unused_parameters=True)
+    for batch in corpus:
+        ddp_model(batch).sum().backward()
+"""
+
+
+def test_a_model_that_moves_itself_in_its_constructor_is_on_its_device() -> None:
+    assert _wrap(FLAIR) == []
+    stays = FLAIR.replace("        self.to(flair.device)\n", "")
+    assert [sev for _, sev in _wrap(stays)] == ["error"]

@@ -58,6 +58,10 @@ def resolve_callees(s: Script, call: ast.Call) -> tuple[FuncNode, ...]:  # noqa:
         if module is not None:
             target = s.resolve_in(module, f.attr)
             return (target,) if isinstance(target, FuncNode) else ()
+        entries = R.registry_modules(s, f.value)  # `PARSERS[name].run(...)`
+        if entries:
+            handed = [s.resolve_in(m, f.attr) for m in entries]
+            return tuple(dict.fromkeys(h for h in handed if isinstance(h, FuncNode)))
         methods: list[FuncNode] = []
         for origin in s.origins(f.value, 1, params=False):
             if isinstance(origin, ast.Call):

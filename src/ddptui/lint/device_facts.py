@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from ddptui.lint.reach import built_classes
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, last
 
@@ -58,3 +59,22 @@ def _joined(value: ast.expr) -> bool:
         and value.func.attr == "join"
         and isinstance(value.func.value, ast.Constant)
     )
+
+
+def moves_itself(s: Script, call: ast.Call) -> bool:
+    """The class `call` builds puts itself on its device in its own `__init__` (or a
+    base's): `self.to(flair.device)` at the end of flairNLP/flair's SequenceTagger
+    constructor (a correct blind AK2 project, wrapped with device_ids right after)."""
+    for cls in built_classes(s, call):
+        for init in s._methods(cls, "__init__"):
+            for n in ast.walk(init):
+                if (
+                    isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Attribute)
+                    and n.func.attr in ("to", "cuda")
+                    and isinstance(n.func.value, ast.Name)
+                    and n.func.value.id == "self"
+                    and (n.args or n.keywords or n.func.attr == "cuda")
+                ):
+                    return True
+    return False

@@ -65,6 +65,7 @@ from ddptui.lint import (
     rules_uneven,
     rules_unwrapped_train,
 )
+from ddptui.lint.families import forwarding_wrappers_only
 from ddptui.lint.flow import Flow
 from ddptui.lint.frameworks import framework_called, quiet_alternative
 from ddptui.lint.lint13 import demoted
@@ -240,6 +241,8 @@ def _finding(script: Script, hit: Hit, path: str) -> LintFinding | None:
     """The finding a rule's hit becomes, or None where a later reading drops it."""
     if dropped36(script, hit):
         return None  # a reading real projects show to be false (lint36)
+    if hit.id == "DDP-WRAPPER-ATTR" and forwarding_wrappers_only(script):
+        return None  # the project's DDP subclass forwards attributes to the model
     built = (
         hit.id == "DDP-ALL-RANKS-IO" and hit.node is not None and built_here(script, hit.node)
     )

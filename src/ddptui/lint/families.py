@@ -10,6 +10,7 @@ import ast
 import weakref
 from dataclasses import dataclass, field
 
+from ddptui.lint.frameworks import ddp_kind
 from ddptui.lint.script import Script
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -92,3 +93,25 @@ def dynamic(s: Script, cls: ast.ClassDef) -> bool:
             for n in ast.walk(cls)
         )
     return known
+
+
+_forwarding: weakref.WeakKeyDictionary[Script, bool] = weakref.WeakKeyDictionary()
+
+
+def forwarding_wrappers_only(s: Script) -> bool:
+    """Every DDP the project builds is a project subclass that answers attributes of the
+    model itself (`def __getattr__(self, name): ... getattr(self.module, name)`:
+    yzhangcs/parser's `supar.utils.parallel.DistributedDataParallel`, ShiqiYu/OpenGait's
+    `DDPPassthrough`): `wrapper.loss(...)` then reaches the model, no AttributeError."""
+    known = _forwarding.get(s)
+    if known is not None:
+        return known
+    built = [c for c in s.calls if ddp_kind(s, c)]
+    classes = [s.class_named(c.func) for c in built]
+    answer = bool(built) and all(
+        cls is not None
+        and any(isinstance(m, _FUNCS) and m.name == "__getattr__" for m in cls.body)
+        for cls in classes
+    )
+    _forwarding[s] = answer
+    return answer

@@ -158,10 +158,31 @@ def refs(self: Script, root: ast.AST) -> list[FuncNode | ast.ClassDef]:
             base = self._module_value(node.value)
             if base is not None:
                 target = self.resolve_in(base, node.attr)
+            for entry in registry_modules(self, node.value):
+                handed = self.resolve_in(entry, node.attr)
+                if isinstance(handed, (*_FUNC, ast.ClassDef)):
+                    out[handed] = None
         if isinstance(target, (*_FUNC, ast.ClassDef)):
             out[target] = None
     self.shared.refs[root] = list(out)
     return self.shared.refs[root]
+
+
+def registry_modules(self: Script, expr: ast.expr) -> list[Module]:
+    """The project modules a registry dict hands out: `PARSERS[args.model]` where
+    `PARSERS = {'biaffine-parser': biaffine_parser, ...}` maps names to modules
+    (yzhangcs/parser's run.py, then `PARSERS[args.model].run(...)`; blind AK2)."""
+    if not (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name)):
+        return []
+    scope = self.scope_of(expr)
+    values = self.assigned(scope, expr.value.id, module_too=True)
+    return [
+        m
+        for d in values
+        if isinstance(d, ast.Dict)
+        for v in d.values
+        if v is not None and (m := self._module_value(v)) is not None
+    ]
 
 
 def star(self: Script, mod: Module, name: str, depth: int) -> Resolved:

@@ -10,7 +10,7 @@ from typing import Final
 
 from ddptui.lint.anchor import first_binding
 from ddptui.lint.callers import moved_with_owner
-from ddptui.lint.device_facts import on_meta, sets_visible_devices
+from ddptui.lint.device_facts import moves_itself, on_meta, sets_visible_devices
 from ddptui.lint.flow import Flow, ident
 from ddptui.lint.frameworks import moved_held
 from ddptui.lint.lint13 import rank0_gpu0
@@ -172,6 +172,7 @@ def wrap_before_to(s: Script, f: Flow) -> Iterator[Hit]:
             isinstance(o, ast.Call)
             and _is_constructor(s, o)
             and not _holds_moved(s, o)
+            and not moves_itself(s, o)
             and not _after_or_wrapper(s, f, o, call, end)
             for o in s.origins(arg)
         )
