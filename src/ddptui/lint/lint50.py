@@ -90,23 +90,34 @@ def _caught(s: Script, node: ast.AST, fn: ast.AST) -> bool:
     return False
 
 
-def _candidates(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[Hit]:
-    nodes = list(own_nodes(fn))
+def names_from_outside(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.AST]
+) -> set[str] | None:
+    """The names `fn` takes from outside its own bindings (parameters, `global`,
+    `nonlocal`); None when it reads its locals by name (`locals()`, `exec`): then what it
+    binds is not visible (rank_bound asks it too)."""
     if any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _INTROSPECT
         for n in nodes
     ):
-        return
+        return None
     free = {x for n in nodes if isinstance(n, ast.Global | ast.Nonlocal) for x in n.names}
     a = fn.args
     params = {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
-    params |= {p.arg for p in (a.vararg, a.kwarg) if p is not None}
+    return free | params | {p.arg for p in (a.vararg, a.kwarg) if p is not None}
+
+
+def _candidates(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[Hit]:
+    nodes = list(own_nodes(fn))
+    outside = names_from_outside(fn, nodes)
+    if outside is None:
+        return
     binds: dict[str, list[ast.AST]] = {}
     for n in nodes:
         for name in _bound_names(n):
             binds.setdefault(name, []).append(n)
     for name, sites in binds.items():
-        if name in free or name in params:
+        if name in outside:
             continue
         if any(_in_comprehension(s, b, fn) for b in sites):
             continue  # a comprehension's own variable

@@ -19,13 +19,12 @@ import ast
 from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow, own_nodes
-from ddptui.lint.lint50 import _bound_names, _caught, _in_comprehension
+from ddptui.lint.lint50 import _bound_names, _caught, _in_comprehension, names_from_outside
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
-_INTROSPECT = frozenset({"locals", "vars", "globals", "exec", "eval"})
 
 
 def _binds(f: Flow, stmts: list[ast.stmt], name: str, lenient: bool) -> bool:
@@ -93,19 +92,13 @@ def _rank_binding(s: Script, f: Flow, fn: ast.AST, name: str) -> ast.AST | None:
 
 def _candidates(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[Hit]:
     nodes = list(own_nodes(fn))
-    if any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _INTROSPECT
-        for n in nodes
-    ):
+    outside = names_from_outside(fn, nodes)
+    if outside is None:
         return
-    free = {x for n in nodes if isinstance(n, ast.Global | ast.Nonlocal) for x in n.names}
-    a = fn.args
-    params = {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
-    params |= {p.arg for p in (a.vararg, a.kwarg) if p is not None}
     # only names some binding of which sits under a rank test can be bound on one rank only
     bound = {
         x for n in nodes for x in _bound_names(n) if isinstance(f.local_guard(n), ast.If)
-    } - free - params
+    } - outside
     if not bound:
         return
     found: dict[ast.If, list[tuple[str, ast.AST, ast.Name]]] = {}  # by rank test
