@@ -12,6 +12,9 @@
   entry's call of the object.
 - A model built without a seed: the first line that binds the wrapped model in the
   function that wraps it (the seed goes before it), not the DDP call.
+- A write reached from the entry only through its call of the function that runs the
+  whole training (a thin launcher script): the call inside that run which leads to the
+  write, since a guard around the launcher's call would skip the training too.
 """
 
 from __future__ import annotations

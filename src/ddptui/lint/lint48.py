@@ -7,9 +7,13 @@ lightweight_gan/lightweight_gan.py:70, `gradient_penalty`'s `torch.ones(t.size()
 fixed in 353a427, which gives it the rank's device).
 
 Said at the bare `.cuda()`, not at the process start: the rest of the code is placed
-right. A project that names its GPU in `device_ids=[rank]` or `f"cuda:{rank}"` is
-rules_set_device.never_set_device's; one that names no GPU per rank anywhere is
-lint40.spawned_never_pick_gpu's."""
+right. A bare `.cuda()` in a project that names its GPU in `device_ids=[rank]` or
+`f"cuda:{rank}"` is rules_set_device.never_set_device's; one that names no GPU per rank
+anywhere is lint40.spawned_never_pick_gpu's.
+
+Round 17 (blind AH2: two audio projects' featurizers): a `.to(d)` where `d` is
+`torch.device("cuda")` with no index, in such a project, whether it places work with
+`.to(rank)` or names the GPU in `device_ids=[rank]`: said at the first such move."""
 
 from __future__ import annotations
 

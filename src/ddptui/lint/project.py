@@ -211,7 +211,8 @@ class Project:
             # core` runs core/__init__.py (hzxie/CityDreamer run.py: its trainers are
             # reached only so)
             dotted = mod.dotted.values()
-            for path in dict.fromkeys([*local, *mod.inits, *dotted, *mod.loaded, *(p for p, _ in mod.rebound)]):
+            rebound = (p for p, _ in mod.rebound)
+            for path in dict.fromkeys([*local, *mod.inits, *dotted, *mod.loaded, *rebound]):
                 if key(path) in seen:
                     continue
                 if len(order) >= MAX_MODULES:
@@ -288,7 +289,7 @@ class Project:
         own = self._sys_path_dirs(nodes, here)
         if self._carried is None:
             # the entry's own folder is sys.path[0]: a module elsewhere may import a
-            # sibling of the entry by bare name (caiyuanhao1998/OSX: common/base.py's `from
+            # sibling of the entry by bare name (caizhongang/SMPLer-X: common/base.py's `from
             # OSX import get_model` finds main/OSX.py because main/train.py runs)
             self._carried = [*own, here]
         return list(dict.fromkeys([*own, *self._carried]))
