@@ -33,6 +33,19 @@ async def wait_for(pilot: Any, cond: Any, timeout: float = 60.0) -> None:
         await pilot.pause(0.1)
 
 
+async def settled_lines(pilot: Any, log: Any, timeout: float = 15.0) -> list[str]:
+    """The Log widget's lines once their count stops growing: a screen of 300 lines is
+    written over several refreshes, and on a loaded machine a fixed pause read it half
+    written (CI, round 17: the live view ended mid-way through the allreduce's output)."""
+    deadline = time.monotonic() + timeout
+    count, steady = -1, 0
+    while steady < 3 and time.monotonic() < deadline:
+        await pilot.pause(0.1)
+        steady = steady + 1 if log.line_count == count else 0
+        count = log.line_count
+    return [str(log.lines[i]) for i in range(log.line_count)]
+
+
 def app_state(pilot: Any) -> str:
     app = pilot.app
     return (
@@ -73,7 +86,7 @@ async def replay_state(path: Path, node: str) -> tuple[dict[str, Any], list[str]
         await pilot.press("l")
         await pilot.pause(0.3)
         log = app.screen.query_one(Log)
-        lines = [str(log.lines[i]) for i in range(log.line_count)]
+        lines = await settled_lines(pilot, log)
         await pilot.press("escape")
         await pilot.press("r")  # read-only: nothing runs
         await pilot.pause(0.1)
@@ -196,8 +209,8 @@ def test_healthy_testbed_all_green_with_live_metrics(testbed: Testbed) -> None:
             from textual.widgets import Log
 
             log = app.screen.query_one(Log)
+            live_log = await settled_lines(pilot, log)
             assert log.line_count > 10, (len(app.logs["node0"]), log.line_count, app.checklist.selected())
-            live_log = [str(log.lines[i]) for i in range(log.line_count)]
             await pilot.press("escape")
             seen = screen_state(app)
             await pilot.press("q")

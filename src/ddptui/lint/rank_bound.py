@@ -92,6 +92,8 @@ def _rank_binding(s: Script, f: Flow, fn: ast.AST, name: str) -> ast.AST | None:
 
 def _candidates(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[Hit]:
     nodes = list(own_nodes(fn))
+    if not any(isinstance(n, ast.If) and f.is_rank_test(n.test) for n in nodes):
+        return  # no rank test of its own: nothing is bound on some ranks only here
     outside = names_from_outside(fn, nodes)
     if outside is None:
         return

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddptui.lint.families import family, self_attrs
+from ddptui.lint.families import family
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
@@ -52,15 +52,19 @@ def _argument(call: ast.Call, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: 
 def unwrapped_trainer(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.ddp_calls:
         return
-    for cls in dict.fromkeys(s.classes.values()):
+    # the classes that store a `.module` on self: the only ones worth the family walk
+    keeping = {
+        cls: None
+        for n in s.nodes
+        if isinstance(n, ast.Assign)
+        and len(n.targets) == 1
+        and isinstance(n.targets[0], ast.Attribute)
+        and isinstance(n.value, ast.Attribute | ast.IfExp)
+        and "module" in ast.unparse(n.value)
+        and (cls := s.class_of(n)) is not None
+    }
+    for cls in keeping:
         methods = [m for m in cls.body if isinstance(m, _FUNCS)]
-        if not any(  # a `.module` stored on self: the only classes worth the family walk
-            isinstance(st, ast.Assign)
-            and any(isinstance(x, ast.Attribute) and x.attr == "module" for x in ast.walk(st.value))
-            for n in self_attrs(s, cls)[0]
-            if isinstance(st := s.parents.get(n), ast.Assign)
-        ):
-            continue
         fam = [m for c in family(s, cls) for m in c.body if isinstance(m, _FUNCS)]
         calls = {
             n.func.attr
