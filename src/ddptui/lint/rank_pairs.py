@@ -30,7 +30,7 @@ class _Flow(Protocol):
 
 def paired_rank_sync(flow: _Flow, calls: Iterable[ast.Call]) -> str | None:
     """The sync point of two collectives under complementary tests of one rank name
-    (`== 0` and `!= 0` / `not in [-1, 0]` / `> 0`), each the first in its branch."""
+    (`== 0` and `!= 0` / `not in [-1, 0]` / `> 0`, or the two arms of one such test)."""
     sides: dict[str, dict[str, str]] = {}
     for call in calls:
         guard = flow.local_guard(call)
