@@ -237,6 +237,16 @@ def test_the_fix_or_an_unwrapped_copy_not_trained_stays_silent() -> None:
     assert _not_applied(kept) == []
     off = CREDIT.replace('module=(conf["trainer"]["mode"] == "ddp")', "module=False")
     assert _not_applied(off) == []
+    # the unwrapped copy called only to evaluate, the wrapper trained
+    evaluated = CREDIT.replace(
+        "        self.model = model.module if module else model\n",
+        "        self.model = model\n        self.bare = model.module if module else model\n",
+    ).replace(
+        "            optimizer.step()\n",
+        "            optimizer.step()\n\n    def validate(self, loader):\n"
+        "        with torch.no_grad():\n            return [self.bare(b) for b in loader]\n",
+    )
+    assert _not_applied(evaluated) == []
 
 
 # neuralmagic/sparseml @ cdca9b94ccdf885eb113e9469d7831ec31d67aa1 (as handed in blind batch

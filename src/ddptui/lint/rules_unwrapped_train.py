@@ -66,16 +66,19 @@ def unwrapped_trainer(s: Script, f: Flow) -> Iterator[Hit]:
     for cls in keeping:
         methods = [m for m in cls.body if isinstance(m, _FUNCS)]
         fam = [m for c in family(s, cls) for m in c.body if isinstance(m, _FUNCS)]
+        # `self.X(...)` called in a method that runs a backward pass (a subclass's train
+        # step too): an unwrapped copy called only to evaluate or export is no pitfall
         calls = {
             n.func.attr
             for m in fam
+            if f.has_backward(m)
             for n in ast.walk(m)
             if isinstance(n, ast.Call)
             and isinstance(n.func, ast.Attribute)
             and isinstance(n.func.value, ast.Name)
             and n.func.value.id == "self"
         }
-        if not any(f.has_backward(m) for m in fam):  # a subclass's train step too
+        if not calls:
             continue
         for m in methods:
             params = [a.arg for a in m.args.args[1:]]
