@@ -14,7 +14,7 @@ from ddptui.lint.script import Script
 _MISSING = object()
 
 
-def _arg_for(s: Script, call: ast.Call, func: FuncNode, name: str) -> object:
+def arg_for(s: Script, call: ast.Call, func: FuncNode, name: str) -> object:
     """The expression `call` gives parameter `name` of `func` (its default when left
     out); _MISSING when the code cannot tell (`*args`, `**kwargs`)."""
     for kw in call.keywords:
@@ -84,7 +84,7 @@ def _off(s: Script, call: ast.Call, func: FuncNode, node: ast.AST) -> bool:
         if isinstance(a, ast.If) and child is not a.test:
             flag = _flag_test(a.test)
             if flag is not None:
-                given = _arg_for(s, call, func, flag[0])
+                given = arg_for(s, call, func, flag[0])
                 if isinstance(given, ast.Constant):
                     runs_when = flag[1] if child in a.body else not flag[1]
                     if bool(given.value) is not runs_when:

@@ -14,7 +14,7 @@ from typing import Final
 from ddptui.lint.flagoff import flag_guarded, switched_off
 from ddptui.lint.frameworks import ddp_kind, engine_collective, keyed_value
 from ddptui.lint.project import FuncNode
-from ddptui.lint.rank_pairs import PAIRED, paired_rank_sync, rank_minus_one
+from ddptui.lint.rank_pairs import paired_rank_sync, rank_minus_one
 from ddptui.lint.script import Pick, Script
 from ddptui.lint.syntax import const, last
 
@@ -172,6 +172,7 @@ class Flow:
         self._bw_cuts = 0  # call cycles cut so far (see _func_backward)
         self.memo: dict[tuple[str, ast.AST, int], object] = {}  # rules' own answers
         self._re_memo: dict[ast.AST, bool] = {}
+        self._paired: set[FuncNode] = set()  # functions whose sync is a zero-first pair
         kinds = {c: ddp_kind(script, c) for c in script.calls}
         self.wrapper_calls = [c for c in script.calls if self._is_wrapper(c) or kinds[c]]
         # torch's DDP, its subclasses (mmcv, mmengine, the project's) and apex's: the
@@ -257,7 +258,7 @@ class Flow:
             return here
         for func in self.s.callees(call):
             inner = self.function_sync(func)
-            if inner and PAIRED in inner and rank_minus_one(self.s, call):
+            if inner and func in self._paired and rank_minus_one(self.s, call):
                 continue  # `zero_first(-1)`: the single-process value takes neither barrier
             if inner and not switched_off(self.s, call, func, self._func_syncs(func)):
                 return f"{inner} in `{func.name}()`"
@@ -298,7 +299,10 @@ class Flow:
                     found = self.call_sync(call)
                     if found:
                         return found
-            return paired_rank_sync(self, calls_in(func.body))  # zero-first helpers
+            paired = paired_rank_sync(self, calls_in(func.body))  # zero-first helpers
+            if paired:
+                self._paired.add(func)
+            return paired
         finally:
             self._busy.discard(func)
 

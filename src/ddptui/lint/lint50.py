@@ -67,8 +67,9 @@ def rank_arm(f: Flow, node: ast.AST) -> tuple[ast.If, str] | None:
     return None
 
 
-def _caught(s: Script, node: ast.AST, fn: ast.AST) -> bool:
-    """Inside the body of a `try` whose handler takes NameError (or anything wider)."""
+def caught(s: Script, node: ast.AST, fn: ast.AST, catches: frozenset[str] = _CATCHES) -> bool:
+    """Inside the body of a `try` (within `fn`) whose handler takes one of `catches`:
+    NameError or anything wider by default (rules_rank_attr asks for AttributeError)."""
     child = node
     for a in s.ancestors(node):
         if a is fn:
@@ -82,7 +83,7 @@ def _caught(s: Script, node: ast.AST, fn: ast.AST) -> bool:
                 )
                 if h.type is None or any(
                     isinstance(t, ast.Name | ast.Attribute)
-                    and (t.id if isinstance(t, ast.Name) else t.attr) in _CATCHES
+                    and (t.id if isinstance(t, ast.Name) else t.attr) in catches
                     for t in names
                 ):
                     return True
@@ -141,7 +142,7 @@ def _candidates(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) 
                 and n.lineno > end
                 and not _in_comprehension(s, n, fn)
                 and not f.guarded(n)
-                and not _caught(s, n, fn)
+                and not caught(s, n, fn)
             ),
             key=lambda n: (n.lineno, n.col_offset),
         )

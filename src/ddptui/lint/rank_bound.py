@@ -19,7 +19,7 @@ import ast
 from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow, own_nodes
-from ddptui.lint.lint50 import _bound_names, _caught, _in_comprehension, names_from_outside
+from ddptui.lint.lint50 import _bound_names, _in_comprehension, caught, names_from_outside
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 
@@ -117,7 +117,7 @@ def _candidates(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) 
         name = read.id
         if name in seen or f.guarded(read) or _in_comprehension(s, read, fn):
             continue
-        if _caught(s, read, fn):
+        if caught(s, read, fn):
             continue
         blocks = _before(s, read, fn)
         if any(_binds(f, b, name, lenient=False) for b in blocks):

@@ -15,8 +15,6 @@ from typing import Protocol
 
 from ddptui.lint.syntax import const
 
-PAIRED = "one per rank"
-
 
 class _Script(Protocol):
     def scope_of(self, node: ast.AST) -> ast.AST: ...
@@ -46,7 +44,7 @@ def paired_rank_sync(flow: _Flow, calls: Iterable[ast.Call]) -> str | None:
         sides.setdefault(subject, {}).setdefault("zero" if zero else "other", name)
     for subject, found in sides.items():
         if "zero" in found and "other" in found:
-            return f"{found['zero']} ({PAIRED}: `{subject}` 0 and the others each reach one)"
+            return f"{found['zero']} (one per rank: `{subject}` 0 and the others each reach one)"
     return None
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from ddptui.lint.families import dynamic, family, self_attrs
 from ddptui.lint.flow import Flow
-from ddptui.lint.lint50 import rank_arm
+from ddptui.lint.lint50 import caught, rank_arm
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 
@@ -64,6 +64,9 @@ def _runs(s: Script, read: ast.AST) -> bool:
 def _tested(s: Script, read: ast.Attribute, attr: str) -> bool:
     """Under `if self.A`, `if self.A is not None`, `if hasattr(self, "A")`, or in a `try`
     that catches AttributeError."""
+    fn = next((a for a in s.ancestors(read) if isinstance(a, _FUNCS)), None)
+    if fn is not None and caught(s, read, fn, _CATCHES):
+        return True
     child: ast.AST = read
     for a in s.ancestors(read):
         if (
@@ -76,16 +79,6 @@ def _tested(s: Script, read: ast.Attribute, attr: str) -> bool:
             _mentions(v, attr) for v in a.values if v is not child
         ):  # `self.writer is not None and self.writer.flush()`
             return True
-        if isinstance(a, ast.Try) and child in a.body:
-            for h in a.handlers:
-                types = (
-                    list(h.type.elts) if isinstance(h.type, ast.Tuple) else [h.type]
-                ) if h.type is not None else []
-                if h.type is None or any(
-                    (t.id if isinstance(t, ast.Name) else getattr(t, "attr", "")) in _CATCHES
-                    for t in types
-                ):
-                    return True
         if isinstance(a, _FUNCS):
             return False
         child = a

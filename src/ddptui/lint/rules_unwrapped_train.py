@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from typing import TypeGuard
 
 from ddptui.lint.families import family
+from ddptui.lint.flagoff import arg_for
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
-from ddptui.lint.syntax import const, kwarg
+from ddptui.lint.syntax import const
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -41,14 +43,6 @@ def _unwrap_of(value: ast.expr, params: list[str]) -> tuple[str, ast.expr | None
     return None
 
 
-def _argument(call: ast.Call, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
-    names = [a.arg for a in fn.args.args]
-    if names and names[0] in ("self", "cls"):
-        names = names[1:]
-    pos = names.index(name) if name in names else None
-    return kwarg(call, name, pos)
-
-
 def unwrapped_trainer(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.ddp_calls:
         return
@@ -60,7 +54,7 @@ def unwrapped_trainer(s: Script, f: Flow) -> Iterator[Hit]:
         and len(n.targets) == 1
         and isinstance(n.targets[0], ast.Attribute)
         and isinstance(n.value, ast.Attribute | ast.IfExp)
-        and "module" in ast.unparse(n.value)
+        and any(isinstance(x, ast.Attribute) and x.attr == "module" for x in ast.walk(n.value))
         and (cls := s.class_of(n)) is not None
     }
     for cls in keeping:
@@ -122,15 +116,22 @@ def _wrapped_site(
     """A call of the method (or of its class, for `__init__`) passing a DDP wrapper for
     `param`, and for `flag` (a parameter) anything but False."""
     for site in [*s.call_sites(m), *_unresolved_lookalikes(s, m, flag)]:
-        arg = _argument(site, m, param)
-        if arg is None or not _holds_ddp(s, f, arg):
+        defaults = [*m.args.defaults, *m.args.kw_defaults]
+        arg = arg_for(s, site, m, param)
+        if not _passed(arg, defaults) or not _holds_ddp(s, f, arg):
             continue
         if isinstance(flag, ast.Name):
-            given = _argument(site, m, flag.id)
-            if given is None or const(given) is False:
+            given = arg_for(s, site, m, flag.id)
+            if not _passed(given, defaults) or const(given) is False:
                 continue
         return site
     return None
+
+
+def _passed(value: object, defaults: list[ast.expr | None]) -> TypeGuard[ast.expr]:
+    """The call site gives this argument itself: not left to the parameter's default, not
+    hidden in `*args`/`**kwargs`."""
+    return isinstance(value, ast.expr) and not any(value is d for d in defaults)
 
 
 def _holds_ddp(s: Script, f: Flow, arg: ast.expr) -> bool:
