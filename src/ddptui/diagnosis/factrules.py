@@ -40,6 +40,7 @@ from ddptui.diagnosis.factrules_gpu7 import lightning_gpus, lightning_gpus_slurm
 from ddptui.diagnosis.factrules_gpu9 import left_early
 from ddptui.diagnosis.factrules_gpu10 import kept_running, sizes_differ
 from ddptui.diagnosis.factrules_gpu11 import comm_not_joined
+from ddptui.diagnosis.factrules_gpu12 import lost_midrun, same_address
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     nccl_predates_gpu,
@@ -116,6 +117,7 @@ HINTS: Final = frozenset(
     | {"comm_destroyed", "exit_barrier_error"}  # gpu9
     | {"exit_no_destroy"}  # gpu11
     | {"ops_failed_alone", "teardown", "agent_stopped"}  # gpu10
+    | {"net_gone", "store_client_failed"}  # gpu12
 )
 _PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
@@ -541,6 +543,8 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "kept_running": kept_running,
     # gpu11 (real captures on a lent GPU)
     "comm_not_joined": comm_not_joined,
+    "same_address": same_address,  # gpu12
+    "lost_midrun": lost_midrun,  # gpu12
 }
 
 

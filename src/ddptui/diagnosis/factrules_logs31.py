@@ -44,6 +44,9 @@ def store_alone(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     if line is None or m is None or int(m["total"]) < 2:
         return None
     total = int(m["total"])
+    client = ctx.hints.get("store_client_failed")
+    if client is not None and client.split(":", 1)[0] != line.split(":", 1)[0]:
+        return None  # gpu12: another file's rank did start and could not reach the store
     said = (
         f"the master's store waited for {total} clients and only its own process joined: "
         "no other rank of the job ever started"

@@ -52,6 +52,13 @@ def noroute_on_subnet(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | N
                 f"{m['port']}, an address on its own network: a firewall rejects the "
                 "connection (icmp-host-prohibited)"
             )
+            if p.nccl_env.get("NCCL_SOCKET_IFNAME", "").lstrip("=") == iface:
+                # gpu12: the interface was named by hand; a network that joins nothing (no
+                # neighbour answers) says the same "no route" on the same /24
+                said += (
+                    f", or {iface}, which NCCL_SOCKET_IFNAME names, is not the network that "
+                    "joins the hosts (no neighbour answers there)"
+                )
             where = p.evidence.get("bootstrap") or p.evidence.get("socket")
             evidence = [line] + ([where] if where else [])
             fill = {"neigh": "not in the log", "culprits": str(peer)}

@@ -430,6 +430,8 @@ def _init(p: ProcFacts, m: re.Match[str], said: str) -> None:
     elif m["commId"]:
         p.comm_pending.pop(m["commId"], None)
     p.evidence.setdefault("init", said)
+    if m["what"] == "COMPLETE":
+        p.evidence.setdefault("complete", said)  # gpu12: where its init completed
     p.init_complete = p.init_complete or m["what"] == "COMPLETE"
 
 

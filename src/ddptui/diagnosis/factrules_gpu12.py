@@ -1,0 +1,85 @@
+"""Rules over a log's facts added in round gpu12 (real captures on one lent H200,
+tests/fixtures/gpu-h200/fail12/: two ranks in two network namespaces, cross-host faults).
+
+same_address: NCCL prints the address it bootstraps on ("Bootstrap: Using br0:10.200.0.1<0>").
+Two different hosts bootstrapping on one and the same address is never a working set-up: the
+address is host-local (a bridge every host makes alike: libvirt's, a container runtime's, a
+NAT'd network of cloned VMs), so a rank that connects to "its peer" there reaches its own host
+(refused) or nothing at all.  The interface's name does not matter (a `br0` is as likely the
+host's real uplink as not); the same address on two hosts does.
+
+lost_midrun: NCCL's socket connect failing with a network errno (unreachable, no route, timed
+out) on a process whose communicator of two or more ranks had completed its init earlier in
+the same log (Init COMPLETE: every connection of the bootstrap, on the same interfaces and
+ports, had worked): the network these ranks used has gone away during the run (a link or a
+NIC down, a switch port, a node that vanished), which no configuration change explains.  A
+refused connection (a peer process gone) is not read.  The channels' transports are not
+asked for: NCCL prints a line per channel, and passing those through the reader cost a 1 GB
+log ten times its time.  Core layer, stdlib only."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Final
+
+from ddptui.diagnosis.factcontext import Context, Hit
+
+if TYPE_CHECKING:
+    from ddptui.diagnosis.factmodel import FactRule, FactRules
+
+_WHERE: Final = re.compile(r"^(?P<src>.*?):(?P<line>\d+): ")
+_CONNECT: Final = re.compile(
+    r"[Cc]onnect(?:ing)? to \[?(?P<addr>[0-9A-Fa-f:.]+?)\]?<(?P<port>\d+)> "
+    r"(?:failed ?: ?|returned )(?P<why>Network is unreachable|No route to host|Connection timed out)"
+)
+
+
+def _at(said: str) -> tuple[str, int] | None:
+    m = _WHERE.match(said)
+    return (m["src"], int(m["line"])) if m else None
+
+
+def same_address(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Two hosts bootstrap NCCL on the same (non-loopback) address."""
+    by_addr: dict[str, dict[str, tuple[str, str]]] = {}
+    for p in ctx.procs:
+        if not p.host:
+            continue
+        for role, iface, addr in p.interfaces:
+            if role != "bootstrap" or rules.is_of("loopback", iface, addr):
+                continue
+            said = p.evidence.get("bootstrap", f"{p.ident}: bootstrap {iface}:{addr}")
+            by_addr.setdefault(addr, {}).setdefault(p.host, (iface, said))
+    for addr, hosts in by_addr.items():
+        if len(hosts) < 2:
+            continue
+        names = sorted(hosts)
+        ifaces = ", ".join(dict.fromkeys(i for i, _ in hosts.values()))
+        ranks = [p.rank for p in ctx.procs if p.host in hosts and p.rank is not None]
+        said = f"hosts {', '.join(names[:4])} all bootstrap on {addr} ({ifaces})"
+        fill = {"addr": addr, "iface": ifaces, "hosts": ", ".join(names[:4])}
+        return sorted(set(ranks)), [hosts[h][1] for h in names[:2]], said, fill
+    return None
+
+
+def lost_midrun(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """A network connect failure after the same process's NCCL init had completed."""
+    line = ctx.hints.get("net_gone")
+    m = _CONNECT.search(line or "")
+    at = _at(line or "")
+    if line is None or m is None or at is None:
+        return None
+    for p in ctx.procs:
+        done = _at(p.evidence.get("complete", ""))
+        if done is None or done[0] != at[0] or done[1] >= at[1]:
+            continue
+        if (p.world_size or 0) < 2:
+            continue  # a communicator of one rank connects to no one
+        said = (
+            f"{p.ident}'s NCCL completed its init (line {done[1]}), then its connection "
+            f"to {m['addr']} failed with "
+            f"'{m['why']}' (line {at[1]}): the network went away during the run"
+        )
+        fill = {"peer": m["addr"], "why": m["why"]}
+        return ([p.rank] if p.rank is not None else []), [line, p.evidence["complete"]], said, fill
+    return None

@@ -1,0 +1,153 @@
+"""Real cross-host faults from one lent H200 (tests/fixtures/gpu-h200/fail12/, run12.sh): two
+ranks, each in a network and UTS namespace of its own (hosts gpu01, gpu02; x12_net.py), the
+one GPU shared, NCCL_DEBUG=INFO, eager NCCL init (device_id). One file per rank, the exit code
+last (124: killed by `timeout` while it waited).
+
+- samebr: both hosts have a bridge br0 with the same address 10.200.0.1, first in interface
+  order; NCCL bootstraps on it on both, rank 1 connects to its own host: refused 35 times.
+- vbr: the same with a libvirt-named bridge virbr0: NCCL 2.28.9 skips virbr* and runs on eth0.
+- blackhole: NCCL_SOCKET_IFNAME=eth1 on both, eth1 a bridge with no port in 192.168.77.0/24:
+  "No route to host" retries (INFO lines) until the kill.
+- dup0: both processes RANK=0: each hosts its own store and NCCL waits for a rank 1.
+- linkdown: after rank 1's step 3 gpu02's eth0 goes down: NCCL RAS's reconnects fail with
+  "Network is unreachable", rank 0's watchdog times out in ALLREDUCE #5.
+- hosts: MASTER_ADDR=gpu01, gpu02's /etc/hosts names gpu01 10.77.7.9 (nobody): rank 1's store
+  client gets "No route to host", rank 0's store waits alone.
+
+Each case's files are diagnosed together (as a user pastes them), then the twins that change
+the one fact a rule reads."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from capturecases import Case, assert_case, assert_healthy, diagnose_in, ids, variant_in
+
+FAIL12 = Path(__file__).parent / "fixtures" / "gpu-h200" / "fail12"
+XR = FAIL12 / "xr"
+
+CASES: dict[str, Case] = {
+    "samebr": (("samebr-rank0.log", "samebr-rank1.log"), "LOGS-IF-SAME-ADDR", None, ("BOOT-CONN",)),
+    "blackhole": (("blackhole-rank0.log", "blackhole-rank1.log"), "PORT-PAIR-NOROUTE", 1, ()),
+    "dup0": (("dup0-rank0.log", "dup0-rank0b.log"), "LOGS-DUP-RANK", 0, ()),
+    "linkdown": (("linkdown-rank0.log", "linkdown-rank1.log"), "LOGS-NET-LOST", 1, ("BOOT-CONN",)),
+    "hosts": (("hosts-rank0.log", "hosts-rank1.log"), "PORT-NOROUTE", None, ()),
+}
+HEALTHY = {
+    "ok": ("ok-rank0.log", "ok-rank1.log"),
+    "vbr": ("vbr-rank0.log", "vbr-rank1.log"),
+}
+
+
+def diagnose(*files: str) -> tuple[int, dict[str, Any]]:
+    return diagnose_in(XR, *files)
+
+
+def test_every_capture_is_a_case() -> None:
+    logs = {p.name for p in XR.glob("*.log")}
+    named = {f for files, *_ in CASES.values() for f in files}
+    named |= {f for files in HEALTHY.values() for f in files}
+    assert logs == named
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_failure_gets_its_cause(case: str) -> None:
+    assert_case(XR, CASES[case])
+
+
+@pytest.mark.parametrize("case", sorted(HEALTHY))
+def test_healthy_runs_have_no_finding_worth_a_warning(case: str) -> None:
+    assert_healthy(XR, *HEALTHY[case])
+
+
+def test_the_shared_address_and_its_hosts_are_named() -> None:
+    _, doc = diagnose("samebr-rank0.log", "samebr-rank1.log")
+    first = doc["first_failure"]
+    assert "hosts gpu01, gpu02 all bootstrap on 10.200.0.1 (br0)" in first["summary"]
+    assert "NCCL_SOCKET_IFNAME" in first["fix"] and "^br0" in first["fix"]
+
+
+def test_two_hosts_on_one_subnet_with_their_own_addresses_are_no_shared_address(tmp_path: Path) -> None:
+    # twin: gpu02's br0 holds 10.200.0.2 (a real bridged LAN): the refusal stays a
+    # connect failure, not a shared address
+    files = ("samebr-rank0.log", "samebr-rank1.log")
+    _, doc = variant_in(
+        XR, tmp_path, files,
+        lambda t: t.replace("br0:10.200.0.1", "br0:10.200.0.2") if t.startswith("gpu02") else t,
+    )
+    assert "LOGS-IF-SAME-ADDR" not in ids(doc), ids(doc)
+    assert doc["first_failure"]["finding"] == "BOOT-CONN"
+
+
+def test_the_network_lost_mid_run_names_the_peer_and_the_completed_init() -> None:
+    _, doc = diagnose("linkdown-rank1.log")
+    first = doc["first_failure"]
+    assert first["finding"] == "LOGS-NET-LOST", ids(doc)
+    assert "completed its init (line 28)" in first["summary"]
+    assert "10.77.6.1 failed with 'Network is unreachable' (line 41)" in first["summary"]
+    assert "firewall" not in first["fix"] and "ip -s link" in first["fix"]
+
+
+def test_a_connect_failure_during_init_is_not_a_network_lost_mid_run(tmp_path: Path) -> None:
+    # twin: the same failure where the communicator never completed its init (no Init
+    # COMPLETE line): a set-up problem, the generic connect failure's
+    _, doc = variant_in(XR, tmp_path, ("linkdown-rank1.log",), lambda t: None if "Init COMPLETE" in t else t)
+    assert "LOGS-NET-LOST" not in ids(doc), ids(doc)
+
+
+def test_a_refused_connection_after_init_is_not_the_network(tmp_path: Path) -> None:
+    # twin: the same connects refused (the peer process gone, its host still answering):
+    # not the network lost
+    def refused(t: str) -> str:
+        return t.replace("failed : Network is unreachable", "failed : Connection refused")
+
+    _, doc = variant_in(XR, tmp_path, ("linkdown-rank1.log",), refused)
+    assert "LOGS-NET-LOST" not in ids(doc), ids(doc)
+
+
+def test_a_rank_that_could_not_reach_the_store_is_not_a_rank_that_never_started() -> None:
+    _, doc = diagnose("hosts-rank0.log", "hosts-rank1.log")
+    assert doc["first_failure"]["finding"] == "PORT-NOROUTE"
+    assert "getent hosts gpu01" in doc["first_failure"]["fix"]
+    assert "LOGS-MISSING-RANKS" not in ids(doc), ids(doc)
+    # the master's file alone still says no other rank joined
+    _, alone = diagnose("hosts-rank0.log")
+    assert alone["first_failure"]["finding"] == "LOGS-MISSING-RANKS"
+
+
+def test_a_hand_named_interface_is_said_beside_the_firewall() -> None:
+    _, doc = diagnose("blackhole-rank0.log", "blackhole-rank1.log")
+    summary = doc["first_failure"]["summary"]
+    assert "eth1, which NCCL_SOCKET_IFNAME names, is not the network that joins the hosts" in summary
+
+
+def test_an_interface_nccl_picked_itself_gets_the_firewall_alone(tmp_path: Path) -> None:
+    files = ("blackhole-rank0.log", "blackhole-rank1.log")
+    _, doc = variant_in(XR, tmp_path, files, lambda t: None if "NCCL_SOCKET_IFNAME set by" in t else t)
+    summary = doc["first_failure"]["summary"]
+    assert doc["first_failure"]["finding"] == "PORT-PAIR-NOROUTE"
+    assert "NCCL_SOCKET_IFNAME" not in summary and "icmp-host-prohibited" in summary
+
+
+def test_the_bootstrap_lines_say_what_nccl_picked() -> None:
+    # NCCL 2.28.9 skips virbr* by default (vbr's virbr0 came first and eth0 was used); the
+    # knowledge says so where it names what NCCL skips
+    first = (XR / "vbr-rank0.log").read_text()
+    assert "Bootstrap: Using eth0:10.77.2.1<0>" in first
+    assert re.search(r"\('virbr0', 2\)", (XR / "net-up.txt").read_text())
+    from ddptui.diagnosis.kb import load_kb
+
+    kb = load_kb()
+    assert "virbr" in kb["LOGS-IF-SAME-ADDR"].cause and "virbr" in kb["LOGS-IF-TUNNEL"].cause
+
+
+def test_check_beside_the_cases_passed_on_nccl() -> None:
+    doc = json.loads((FAIL12 / "check-2hosts.json").read_text())
+    steps = {s["id"]: s["status"] for s in doc["steps"]}
+    assert set(steps) >= {"ssh", "inventory", "port", "env", "allreduce", "fabric", "ddp"}
+    assert set(steps.values()) <= {"pass", "warn"} and steps["allreduce"] == "pass", steps
+    assert doc["first_failure"] is None
