@@ -13,6 +13,13 @@ last (124: killed by `timeout` while it waited).
   "Network is unreachable", rank 0's watchdog times out in ALLREDUCE #5.
 - hosts: MASTER_ADDR=gpu01, gpu02's /etc/hosts names gpu01 10.77.7.9 (nobody): rank 1's store
   client gets "No route to host", rank 0's store waits alone.
+- run12b.sh, tun: a tun0 (10.8.0.N, no process behind it) first on both hosts: NCCL skips a
+  device with no carrier and runs on eth0.
+- run12b.sh, linkinit: lazy init; gpu02's eth0 goes down after both ranks joined the store:
+  gpu01's eth0 has lost its carrier too, NCCL there bootstraps on lo (NCCL_SOCKET_IFNAME unset)
+  and waits in init; gpu02 prints nothing more.
+- run12b.sh, late: gpu02's rank starts 45 s after gpu01's: the store's server gave up after
+  41 s ("1/2 clients joined"), the late client times out connecting to it.
 
 Each case's files are diagnosed together (as a user pastes them), then the twins that change
 the one fact a rule reads."""
@@ -36,10 +43,13 @@ CASES: dict[str, Case] = {
     "dup0": (("dup0-rank0.log", "dup0-rank0b.log"), "LOGS-DUP-RANK", 0, ()),
     "linkdown": (("linkdown-rank0.log", "linkdown-rank1.log"), "LOGS-NET-LOST", 1, ("BOOT-CONN",)),
     "hosts": (("hosts-rank0.log", "hosts-rank1.log"), "PORT-NOROUTE", None, ()),
+    "linkinit": (("linkinit-rank0.log", "linkinit-rank1.log"), "AR-BOOT-LOOPBACK", 0, ()),
+    "late": (("late-rank0.log", "late-rank1.log"), "C10D-CLIENT-TIMEOUT", None, ("C10D-CLIENTS-JOINED",)),
 }
 HEALTHY = {
     "ok": ("ok-rank0.log", "ok-rank1.log"),
     "vbr": ("vbr-rank0.log", "vbr-rank1.log"),
+    "tun": ("tun-rank0.log", "tun-rank1.log"),
 }
 
 
@@ -151,3 +161,19 @@ def test_check_beside_the_cases_passed_on_nccl() -> None:
     assert set(steps) >= {"ssh", "inventory", "port", "env", "allreduce", "fabric", "ddp"}
     assert set(steps.values()) <= {"pass", "warn"} and steps["allreduce"] == "pass", steps
     assert doc["first_failure"] is None
+
+
+def test_loopback_chosen_by_nccl_itself_says_no_other_interface_was_up(tmp_path: Path) -> None:
+    _, doc = diagnose("linkinit-rank0.log", "linkinit-rank1.log")
+    assert "NCCL_SOCKET_IFNAME is not set, and NCCL falls back to lo only when no other interface is up" in (
+        doc["first_failure"]["summary"]
+    )
+    # twin: the same log with NCCL_SOCKET_IFNAME=lo set by hand: the setting, not a fallback
+    def named(t: str) -> str:
+        if "Bootstrap: Using lo" in t:
+            return t.split(" NCCL INFO ", 1)[0] + " NCCL INFO NCCL_SOCKET_IFNAME set by environment to lo\n" + t
+        return t
+
+    _, twin = variant_in(XR, tmp_path, ("linkinit-rank0.log", "linkinit-rank1.log"), named)
+    assert twin["first_failure"]["finding"] == "AR-BOOT-LOOPBACK"
+    assert "falls back" not in twin["first_failure"]["summary"]

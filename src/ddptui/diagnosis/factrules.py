@@ -329,7 +329,28 @@ def _iface_class(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     if not seen:
         return None
     chosen = ", ".join(dict.fromkeys(seen))
-    return ranks, ev, f"NCCL chose {chosen} ({rule.param})", {"iface": chosen}
+    said = f"NCCL chose {chosen} ({rule.param})"
+    if rule.param == "loopback" and _fell_back(ctx, seen):
+        # gpu12: NCCL_SOCKET_IFNAME unset (NCCL prints it at INFO when it is set): NCCL takes
+        # lo only after every other interface, i.e. none other was up (linkinit: eth0 had
+        # lost its carrier when the lazy init ran)
+        said += (
+            "; NCCL_SOCKET_IFNAME is not set, and NCCL falls back to lo only when no other "
+            "interface is up (a link down, a container started without a network)"
+        )
+    return ranks, ev, said, {"iface": chosen}
+
+
+def _fell_back(ctx: Context, seen: list[str]) -> bool:
+    """Every process that bootstraps on one of `seen` logged NCCL's INFO lines (its version)
+    and no NCCL_SOCKET_IFNAME: NCCL chose the interface itself."""
+    procs = [
+        p for p in ctx.procs
+        if any(f"{i}:{a}" in seen for role, i, a in p.interfaces if role == "bootstrap")
+    ]
+    return bool(procs) and all(
+        p.nccl_version is not None and "NCCL_SOCKET_IFNAME" not in p.nccl_env for p in procs
+    )
 
 
 def _aspect(rules: FactRules, aspect: str, iface: str, addr: str) -> str | None:
