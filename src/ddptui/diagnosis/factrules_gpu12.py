@@ -83,3 +83,25 @@ def lost_midrun(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         fill = {"peer": m["addr"], "why": m["why"]}
         return ([p.rank] if p.rank is not None else []), [line, p.evidence["complete"]], said, fill
     return None
+
+
+_TARGET: Final = re.compile(r"\b[Cc]onnect to \[?(?P<addr>[0-9A-Fa-f:.]+?)\]?<(?P<port>\d+)> (?:failed|returned)\b")
+
+
+def peer_on_bridge(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """Round 18 (blind AM3, NVIDIA/nccl#331): from inside a container, NCCL fails to connect to
+    an address of a virtual bridge's network (docker's default 172.17.0.0/16): the peer
+    advertised its container address, which is reachable from its own host only.  The log
+    need not hold the peer's Bootstrap line; the address it failed to reach says it.  Only
+    where the log shows a container (a host named by a container id, docker's words): a LAN
+    may use 172.17.x addresses too."""
+    line, inside = ctx.hints.get("connect_failed"), ctx.hints.get("container")
+    m = _TARGET.search(line or "")
+    if line is None or inside is None or m is None or not rules.is_of("virtual", "", m["addr"]):
+        return None
+    said = (
+        f"NCCL, inside a container, could not connect to {m['addr']} port {m['port']}, an "
+        "address of docker's default bridge network: the peer advertised its container "
+        "address, which other hosts cannot reach"
+    )
+    return [], [line, inside], said, {"iface": m["addr"]}
