@@ -18,6 +18,10 @@ last (124: killed by `timeout` while it waited).
 - run12b.sh, linkinit: lazy init; gpu02's eth0 goes down after both ranks joined the store:
   gpu01's eth0 has lost its carrier too, NCCL there bootstraps on lo (NCCL_SOCKET_IFNAME unset)
   and waits in init; gpu02 prints nothing more.
+- run12c.sh, twonic: a second NIC eth1 (192.168.88.N, after eth0, up, its peer in a dead-end
+  namespace) on both hosts: NCCL bootstraps on eth0 and stripes its socket channels over eth0
+  and eth1; the first collective's connects to the peer's eth1 get "No route to host".
+  twonicpfx: the same with NCCL_SOCKET_IFNAME=eth (a prefix that matches both).
 - run12b.sh, late: gpu02's rank starts 45 s after gpu01's: the store's server gave up after
   41 s ("1/2 clients joined"), the late client times out connecting to it.
 
@@ -45,6 +49,8 @@ CASES: dict[str, Case] = {
     "hosts": (("hosts-rank0.log", "hosts-rank1.log"), "PORT-NOROUTE", None, ()),
     "linkinit": (("linkinit-rank0.log", "linkinit-rank1.log"), "AR-BOOT-LOOPBACK", 0, ()),
     "late": (("late-rank0.log", "late-rank1.log"), "C10D-CLIENT-TIMEOUT", None, ("C10D-CLIENTS-JOINED",)),
+    "twonic": (("twonic-rank0.log", "twonic-rank1.log"), "LOGS-IF-SOCKET-EXTRA", 1, ("BOOT-CONN-RETRY",)),
+    "twonicpfx": (("twonicpfx-rank0.log", "twonicpfx-rank1.log"), "LOGS-IF-SOCKET-EXTRA", 1, ()),
 }
 HEALTHY = {
     "ok": ("ok-rank0.log", "ok-rank1.log"),
@@ -177,3 +183,35 @@ def test_loopback_chosen_by_nccl_itself_says_no_other_interface_was_up(tmp_path:
     _, twin = variant_in(XR, tmp_path, ("linkinit-rank0.log", "linkinit-rank1.log"), named)
     assert twin["first_failure"]["finding"] == "AR-BOOT-LOOPBACK"
     assert "falls back" not in twin["first_failure"]["summary"]
+
+
+@pytest.mark.parametrize("name", ["twonic-rank0.log", "twonic-rank1.log", "twonicpfx-rank0.log"])
+def test_one_hosts_file_alone_names_the_second_nic(name: str) -> None:
+    _, doc = diagnose(name)
+    first = doc["first_failure"]
+    assert first["finding"] == "LOGS-IF-SOCKET-EXTRA", ids(doc)
+    assert "(eth1) failed while the bootstrap over eth0 had worked" in first["summary"]
+    assert "NCCL_SOCKET_IFNAME==eth0 " in first["fix"]
+
+
+def test_channels_built_after_init_are_no_network_lost() -> None:
+    # NCCL 2.28.9 connects its data channels lazily, after Init COMPLETE: the second NIC's
+    # failure at the first collective is not a network that worked and went away
+    _, doc = diagnose("twonic-rank0.log", "twonic-rank1.log")
+    assert "LOGS-NET-LOST" not in ids(doc), ids(doc)
+    # ... while the link lost on the bootstrap's own network still is (linkdown)
+    _, lost = diagnose("linkdown-rank0.log", "linkdown-rank1.log")
+    assert lost["first_failure"]["finding"] == "LOGS-NET-LOST"
+
+
+def test_one_socket_interface_is_no_second_nic(tmp_path: Path) -> None:
+    # twin: NCCL's socket transport lists eth1 alone (NCCL_SOCKET_IFNAME==eth1, bootstrap on
+    # it too): the same failures are the blackhole case's, not a second NIC
+    files = ("twonic-rank0.log", "twonic-rank1.log")
+
+    def one(t: str) -> str:
+        t = re.sub(r"Bootstrap: Using eth0:10\.77\.11\.(\d)<0>", r"Bootstrap: Using eth1:192.168.88.\1<0>", t)
+        return re.sub(r"NET/Socket : Using \[0\]eth0:\S+ \[1\]eth1:(\S+)", r"NET/Socket : Using [0]eth1:\1", t)
+
+    _, doc = variant_in(XR, tmp_path, files, one)
+    assert "LOGS-IF-SOCKET-EXTRA" not in ids(doc), ids(doc)

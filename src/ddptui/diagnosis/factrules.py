@@ -40,7 +40,7 @@ from ddptui.diagnosis.factrules_gpu7 import lightning_gpus, lightning_gpus_slurm
 from ddptui.diagnosis.factrules_gpu9 import left_early
 from ddptui.diagnosis.factrules_gpu10 import kept_running, sizes_differ
 from ddptui.diagnosis.factrules_gpu11 import comm_not_joined
-from ddptui.diagnosis.factrules_gpu12 import lost_midrun, peer_on_bridge, same_address
+from ddptui.diagnosis.factrules_gpu12 import lost_midrun, peer_on_bridge, same_address, socket_extra
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     nccl_predates_gpu,
@@ -567,6 +567,7 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "same_address": same_address,  # gpu12
     "lost_midrun": lost_midrun,  # gpu12
     "peer_on_bridge": peer_on_bridge,  # round 18 (blind AM3)
+    "socket_extra": socket_extra,  # gpu12c
 }
 
 

@@ -10,9 +10,12 @@ host's real uplink as not); the same address on two hosts does.
 
 lost_midrun: NCCL's socket connect failing with a network errno (unreachable, no route, timed
 out) on a process whose communicator of two or more ranks had completed its init earlier in
-the same log (Init COMPLETE: every connection of the bootstrap, on the same interfaces and
-ports, had worked): the network these ranks used has gone away during the run (a link or a
-NIC down, a switch port, a node that vanished), which no configuration change explains.  A
+the same log (Init COMPLETE: every connection of the bootstrap had worked), to a peer address
+on the bootstrap's own network (a rank's bootstrap address, or the /24 of this process's):
+the network these ranks used has gone away during the run (a link or a NIC down, a switch
+port, a node that vanished), which no configuration change explains.  NCCL builds its data
+channels lazily, after Init COMPLETE (gpu12c): a failure to reach a second NIC's address is
+not a lost network but a NIC that never joined the hosts (socket_extra).  A
 refused connection (a peer process gone) is not read.  The channels' transports are not
 asked for: NCCL prints a line per channel, and passing those through the reader cost a 1 GB
 log ten times its time.  Core layer, stdlib only."""
@@ -62,6 +65,15 @@ def same_address(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     return None
 
 
+def _boot_addrs(ctx: Context) -> set[str]:
+    return {a for p in ctx.procs for role, _, a in p.interfaces if role == "bootstrap"}
+
+
+def _same_24(a: str, b: str) -> bool:
+    pa, pb = a.split("."), b.split(".")
+    return len(pa) == len(pb) == 4 and pa[:3] == pb[:3]
+
+
 def lost_midrun(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """A network connect failure after the same process's NCCL init had completed."""
     line = ctx.hints.get("net_gone")
@@ -69,12 +81,18 @@ def lost_midrun(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     at = _at(line or "")
     if line is None or m is None or at is None:
         return None
+    boot = _boot_addrs(ctx)
     for p in ctx.procs:
         done = _at(p.evidence.get("complete", ""))
         if done is None or done[0] != at[0] or done[1] >= at[1]:
             continue
         if (p.world_size or 0) < 2:
             continue  # a communicator of one rank connects to no one
+        own = [a for role, _, a in p.interfaces if role == "bootstrap"]
+        if m["addr"] not in boot and not any(_same_24(m["addr"], a) for a in own):
+            # gpu12c: NCCL connects its data channels lazily, after Init COMPLETE; a peer
+            # address off the bootstrap's network never worked (a second NIC, twonic)
+            continue
         said = (
             f"{p.ident}'s NCCL completed its init (line {done[1]}), then its connection "
             f"to {m['addr']} failed with "
@@ -105,3 +123,41 @@ def peer_on_bridge(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None
         "address, which other hosts cannot reach"
     )
     return [], [line, inside], said, {"iface": m["addr"]}
+
+
+def socket_extra(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
+    """gpu12c: NCCL's socket transport lists several interfaces (`NET/Socket : Using
+    [0]eth0:... [1]eth1:...`, all that pass NCCL_SOCKET_IFNAME or its default filter); a
+    connect failed to a peer's address on one of them that is not the interface NCCL
+    bootstraps on, the one proven to join the hosts.  That NIC does not join them (a private
+    or storage network, a bridge, a cable not plugged), and NCCL stripes its channels over
+    every listed interface."""
+    line = ctx.hints.get("net_gone") or ctx.hints.get("connect_failed")
+    m = _TARGET.search(line or "")
+    if line is None or m is None:
+        return None
+    for exact in (True, False):  # the address's owner first, else a process on its /24
+        for q in ctx.procs:
+            boot = {i for role, i, _ in q.interfaces if role == "bootstrap"}
+            socks = [(i, a) for role, i, a in q.interfaces if role == "NET/Socket"]
+            hit = next(
+                (
+                    i
+                    for i, a in socks
+                    if i not in boot and (a == m["addr"] if exact else _same_24(a, m["addr"]))
+                ),
+                None,
+            )
+            if hit is None or not boot or len(socks) < 2:
+                continue
+            used = ", ".join(dict.fromkeys(i for i, _ in socks))
+            via = ", ".join(sorted(boot))
+            said = (
+                f"NCCL's socket transport on {q.host or q.ident} uses {used}; the connection to "
+                f"{m['addr']} ({hit}) failed while the bootstrap over {via} had worked: {hit} "
+                "does not join the hosts"
+            )
+            fill = {"iface": hit, "boot": via, "used": used}
+            ranks = [q.rank] if q.rank is not None else []
+            return ranks, [line, q.evidence.get("socket", q.ident)], said, fill
+    return None
