@@ -48,8 +48,18 @@ CASES: dict[str, Case] = {
     "linkdown": (("linkdown-rank0.log", "linkdown-rank1.log"), "LOGS-NET-LOST", 1, ("BOOT-CONN",)),
     "hosts": (("hosts-rank0.log", "hosts-rank1.log"), "PORT-NOROUTE", None, ()),
     "linkinit": (("linkinit-rank0.log", "linkinit-rank1.log"), "AR-BOOT-LOOPBACK", 0, ()),
-    "late": (("late-rank0.log", "late-rank1.log"), "C10D-CLIENT-TIMEOUT", None, ("C10D-CLIENTS-JOINED",)),
-    "twonic": (("twonic-rank0.log", "twonic-rank1.log"), "LOGS-IF-SOCKET-EXTRA", 1, ("BOOT-CONN-RETRY",)),
+    "late": (
+        ("late-rank0.log", "late-rank1.log"),
+        "C10D-CLIENT-TIMEOUT",
+        None,
+        ("C10D-CLIENTS-JOINED",),
+    ),
+    "twonic": (
+        ("twonic-rank0.log", "twonic-rank1.log"),
+        "LOGS-IF-SOCKET-EXTRA",
+        1,
+        ("BOOT-CONN-RETRY",),
+    ),
     "twonicpfx": (("twonicpfx-rank0.log", "twonicpfx-rank1.log"), "LOGS-IF-SOCKET-EXTRA", 1, ()),
 }
 HEALTHY = {
@@ -87,12 +97,16 @@ def test_the_shared_address_and_its_hosts_are_named() -> None:
     assert "NCCL_SOCKET_IFNAME" in first["fix"] and "^br0" in first["fix"]
 
 
-def test_two_hosts_on_one_subnet_with_their_own_addresses_are_no_shared_address(tmp_path: Path) -> None:
+def test_two_hosts_on_one_subnet_with_their_own_addresses_are_no_shared_address(
+    tmp_path: Path,
+) -> None:
     # twin: gpu02's br0 holds 10.200.0.2 (a real bridged LAN): the refusal stays a
     # connect failure, not a shared address
     files = ("samebr-rank0.log", "samebr-rank1.log")
     _, doc = variant_in(
-        XR, tmp_path, files,
+        XR,
+        tmp_path,
+        files,
         lambda t: t.replace("br0:10.200.0.1", "br0:10.200.0.2") if t.startswith("gpu02") else t,
     )
     assert "LOGS-IF-SAME-ADDR" not in ids(doc), ids(doc)
@@ -111,7 +125,9 @@ def test_the_network_lost_mid_run_names_the_peer_and_the_completed_init() -> Non
 def test_a_connect_failure_during_init_is_not_a_network_lost_mid_run(tmp_path: Path) -> None:
     # twin: the same failure where the communicator never completed its init (no Init
     # COMPLETE line): a set-up problem, the generic connect failure's
-    _, doc = variant_in(XR, tmp_path, ("linkdown-rank1.log",), lambda t: None if "Init COMPLETE" in t else t)
+    _, doc = variant_in(
+        XR, tmp_path, ("linkdown-rank1.log",), lambda t: None if "Init COMPLETE" in t else t
+    )
     assert "LOGS-NET-LOST" not in ids(doc), ids(doc)
 
 
@@ -138,12 +154,16 @@ def test_a_rank_that_could_not_reach_the_store_is_not_a_rank_that_never_started(
 def test_a_hand_named_interface_is_said_beside_the_firewall() -> None:
     _, doc = diagnose("blackhole-rank0.log", "blackhole-rank1.log")
     summary = doc["first_failure"]["summary"]
-    assert "eth1, which NCCL_SOCKET_IFNAME names, is not the network that joins the hosts" in summary
+    assert (
+        "eth1, which NCCL_SOCKET_IFNAME names, is not the network that joins the hosts" in summary
+    )
 
 
 def test_an_interface_nccl_picked_itself_gets_the_firewall_alone(tmp_path: Path) -> None:
     files = ("blackhole-rank0.log", "blackhole-rank1.log")
-    _, doc = variant_in(XR, tmp_path, files, lambda t: None if "NCCL_SOCKET_IFNAME set by" in t else t)
+    _, doc = variant_in(
+        XR, tmp_path, files, lambda t: None if "NCCL_SOCKET_IFNAME set by" in t else t
+    )
     summary = doc["first_failure"]["summary"]
     assert doc["first_failure"]["finding"] == "PORT-PAIR-NOROUTE"
     assert "NCCL_SOCKET_IFNAME" not in summary and "icmp-host-prohibited" in summary
@@ -171,13 +191,19 @@ def test_check_beside_the_cases_passed_on_nccl() -> None:
 
 def test_loopback_chosen_by_nccl_itself_says_no_other_interface_was_up(tmp_path: Path) -> None:
     _, doc = diagnose("linkinit-rank0.log", "linkinit-rank1.log")
-    assert "NCCL_SOCKET_IFNAME is not set, and NCCL falls back to lo only when no other interface is up" in (
-        doc["first_failure"]["summary"]
+    assert (
+        "NCCL_SOCKET_IFNAME is not set, and NCCL falls back to lo only when no other interface is up"
+        in (doc["first_failure"]["summary"])
     )
+
     # twin: the same log with NCCL_SOCKET_IFNAME=lo set by hand: the setting, not a fallback
     def named(t: str) -> str:
         if "Bootstrap: Using lo" in t:
-            return t.split(" NCCL INFO ", 1)[0] + " NCCL INFO NCCL_SOCKET_IFNAME set by environment to lo\n" + t
+            return (
+                t.split(" NCCL INFO ", 1)[0]
+                + " NCCL INFO NCCL_SOCKET_IFNAME set by environment to lo\n"
+                + t
+            )
         return t
 
     _, twin = variant_in(XR, tmp_path, ("linkinit-rank0.log", "linkinit-rank1.log"), named)
@@ -210,8 +236,14 @@ def test_one_socket_interface_is_no_second_nic(tmp_path: Path) -> None:
     files = ("twonic-rank0.log", "twonic-rank1.log")
 
     def one(t: str) -> str:
-        t = re.sub(r"Bootstrap: Using eth0:10\.77\.11\.(\d)<0>", r"Bootstrap: Using eth1:192.168.88.\1<0>", t)
-        return re.sub(r"NET/Socket : Using \[0\]eth0:\S+ \[1\]eth1:(\S+)", r"NET/Socket : Using [0]eth1:\1", t)
+        t = re.sub(
+            r"Bootstrap: Using eth0:10\.77\.11\.(\d)<0>",
+            r"Bootstrap: Using eth1:192.168.88.\1<0>",
+            t,
+        )
+        return re.sub(
+            r"NET/Socket : Using \[0\]eth0:\S+ \[1\]eth1:(\S+)", r"NET/Socket : Using [0]eth1:\1", t
+        )
 
     _, doc = variant_in(XR, tmp_path, files, one)
     assert "LOGS-IF-SOCKET-EXTRA" not in ids(doc), ids(doc)

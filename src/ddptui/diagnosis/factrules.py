@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from ddptui.diagnosis import factrules_gpu12 as gpu12
 from ddptui.diagnosis.factcontext import (
     Context,
     Hit,
@@ -40,7 +41,6 @@ from ddptui.diagnosis.factrules_gpu7 import lightning_gpus, lightning_gpus_slurm
 from ddptui.diagnosis.factrules_gpu9 import left_early
 from ddptui.diagnosis.factrules_gpu10 import kept_running, sizes_differ
 from ddptui.diagnosis.factrules_gpu11 import comm_not_joined
-from ddptui.diagnosis.factrules_gpu12 import lost_midrun, peer_on_bridge, same_address, socket_extra
 from ddptui.diagnosis.factrules_logs6 import independent_rank0, registered_block_missing
 from ddptui.diagnosis.factrules_logs7 import (
     nccl_predates_gpu,
@@ -330,27 +330,10 @@ def _iface_class(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         return None
     chosen = ", ".join(dict.fromkeys(seen))
     said = f"NCCL chose {chosen} ({rule.param})"
-    if rule.param == "loopback" and _fell_back(ctx, seen):
-        # gpu12: NCCL_SOCKET_IFNAME unset (NCCL prints it at INFO when it is set): NCCL takes
-        # lo only after every other interface, i.e. none other was up (linkinit: eth0 had
-        # lost its carrier when the lazy init ran)
-        said += (
-            "; NCCL_SOCKET_IFNAME is not set, and NCCL falls back to lo only when no other "
-            "interface is up (a link down, a container started without a network)"
-        )
+    if rule.param == "loopback":
+        said += gpu12.fell_back(ctx, seen)  # gpu12: NCCL_SOCKET_IFNAME unset, nothing else up
     return ranks, ev, said, {"iface": chosen}
 
-
-def _fell_back(ctx: Context, seen: list[str]) -> bool:
-    """Every process that bootstraps on one of `seen` logged NCCL's INFO lines (its version)
-    and no NCCL_SOCKET_IFNAME: NCCL chose the interface itself."""
-    procs = [
-        p for p in ctx.procs
-        if any(f"{i}:{a}" in seen for role, i, a in p.interfaces if role == "bootstrap")
-    ]
-    return bool(procs) and all(
-        p.nccl_version is not None and "NCCL_SOCKET_IFNAME" not in p.nccl_env for p in procs
-    )
 
 
 def _aspect(rules: FactRules, aspect: str, iface: str, addr: str) -> str | None:
@@ -564,10 +547,10 @@ PREDICATES: Final[dict[str, Callable[[FactRules, FactRule, Context], Hit | None]
     "kept_running": kept_running,
     # gpu11 (real captures on a lent GPU)
     "comm_not_joined": comm_not_joined,
-    "same_address": same_address,  # gpu12
-    "lost_midrun": lost_midrun,  # gpu12
-    "peer_on_bridge": peer_on_bridge,  # round 18 (blind AM3)
-    "socket_extra": socket_extra,  # gpu12c
+    "same_address": gpu12.same_address,  # round 18: gpu12, blind AM3
+    "lost_midrun": gpu12.lost_midrun,
+    "peer_on_bridge": gpu12.peer_on_bridge,
+    "socket_extra": gpu12.socket_extra,
 }
 
 

@@ -1,12 +1,15 @@
-"""Rules over a log's facts added in round gpu12 (real captures on one lent H200,
-tests/fixtures/gpu-h200/fail12/: two ranks in two network namespaces, cross-host faults).
+"""Rules over a log's facts added in round 18: same_address, lost_midrun and socket_extra
+from real captures on one lent H200 (tests/fixtures/gpu-h200/fail12/: two ranks in two
+network namespaces, cross-host faults), peer_on_bridge from blind batch AM3 (NVIDIA/nccl#331).
 
 same_address: NCCL prints the address it bootstraps on ("Bootstrap: Using br0:10.200.0.1<0>").
 Two different hosts bootstrapping on one and the same address is never a working set-up: the
 address is host-local (a bridge every host makes alike: libvirt's, a container runtime's, a
 NAT'd network of cloned VMs), so a rank that connects to "its peer" there reaches its own host
 (refused) or nothing at all.  The interface's name does not matter (a `br0` is as likely the
-host's real uplink as not); the same address on two hosts does.
+host's real uplink as not); the same address on two hosts does.  (Two containers of one
+machine on its host network under different host names would share an address rightly; the
+rule needs a failure to explain, so their healthy runs stay silent.)
 
 lost_midrun: NCCL's socket connect failing with a network errno (unreachable, no route, timed
 out) on a process whose communicator of two or more ranks had completed its init earlier in
@@ -103,7 +106,9 @@ def lost_midrun(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     return None
 
 
-_TARGET: Final = re.compile(r"\b[Cc]onnect to \[?(?P<addr>[0-9A-Fa-f:.]+?)\]?<(?P<port>\d+)> (?:failed|returned)\b")
+_TARGET: Final = re.compile(
+    r"\b[Cc]onnect to \[?(?P<addr>[0-9A-Fa-f:.]+?)\]?<(?P<port>\d+)> (?:failed|returned)\b"
+)
 
 
 def peer_on_bridge(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
@@ -161,3 +166,23 @@ def socket_extra(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
             ranks = [q.rank] if q.rank is not None else []
             return ranks, [line, q.evidence.get("socket", q.ident)], said, fill
     return None
+
+
+def fell_back(ctx: Context, seen: list[str]) -> str:
+    """gpu12b (linkinit): what to add where NCCL bootstraps on loopback `seen` by itself.
+    Every process on it logged NCCL's INFO lines (its version) and no NCCL_SOCKET_IFNAME
+    (NCCL prints the variable at INFO when it is set): NCCL takes lo only after every other
+    interface, i.e. none other was up (eth0 had lost its carrier when the lazy init ran)."""
+    procs = [
+        p
+        for p in ctx.procs
+        if any(f"{i}:{a}" in seen for role, i, a in p.interfaces if role == "bootstrap")
+    ]
+    if procs and all(
+        p.nccl_version is not None and "NCCL_SOCKET_IFNAME" not in p.nccl_env for p in procs
+    ):
+        return (
+            "; NCCL_SOCKET_IFNAME is not set, and NCCL falls back to lo only when no other "
+            "interface is up (a link down, a container started without a network)"
+        )
+    return ""
