@@ -100,6 +100,11 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
     for c in s.calls:
         if not torch_call(s, c, "save") or not c.args or (consistent and not plain_reload(s, f, c)):
             continue
+        whole = _whole_wrapper(s, f, c.args[0])
+        if whole is not None:
+            yield whole
+            said = True
+            continue
         for recv in _state_dict_receivers(s, c.args[0]):
             if (
                 f.is_ddp_value(recv)
@@ -131,6 +136,31 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                 break
     if said and reader is not None:
         yield from resume_into_wrapper(reader, loads)
+
+
+def _whole_wrapper(s: Script, f: Flow, saved: ast.expr) -> Hit | None:
+    """`torch.save(model, path)` of the wrapper object itself (round 18's blind AM1): it
+    pickles DistributedDataParallel, whose unpickling asks for the default process group (a
+    single-GPU or inference load fails) and whose module's keys start with `module.`."""
+    if not (
+        isinstance(saved, ast.Name | ast.Attribute)
+        and f.is_ddp_value(saved)
+        and not _unwrapped(s, saved)
+        and not (_given(s, saved) and called_before_wrap(s, f, s.scope_of(saved)))
+        and not other_branch_takes_module(s, saved)
+    ):
+        return None
+    name = ast.unparse(saved)
+    return Hit.at(
+        "DDP-SAVE-WRAPPER",
+        saved,
+        (
+            f"`torch.save({name}, ...)` pickles the DDP wrapper itself: loading it rebuilds a "
+            "DistributedDataParallel, which needs an initialised process group (a single-GPU "
+            "or inference load fails), and its weights sit under `module.`"
+        ),
+        model=name,
+    )
 
 
 def _given(s: Script, recv: ast.expr) -> bool:

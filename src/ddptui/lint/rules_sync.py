@@ -194,9 +194,17 @@ def _paired(
         other is not call
         and w == what
         and g is not guard
+        and not _same_test(g, guard)
         and (s.scope_of(other) is scope or _cm_halves(s, scope, s.scope_of(other)))
         for other, g, w in found
     )
+
+
+def _same_test(a: ast.AST, b: ast.AST) -> bool:
+    """Two guards that test the same condition (`if rank > 1:` twice in one step, round 18's
+    blind AM1): the same ranks reach both collectives, the others neither; no pairing."""
+    ta, tb = getattr(a, "test", None), getattr(b, "test", None)
+    return ta is not None and tb is not None and ast.unparse(ta) == ast.unparse(tb)
 
 
 _CM_HALVES: Final = ({"__enter__", "__exit__"}, {"__aenter__", "__aexit__"})

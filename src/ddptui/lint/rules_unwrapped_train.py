@@ -19,7 +19,7 @@ from typing import TypeGuard
 
 from ddptui.lint.families import family
 from ddptui.lint.flagoff import arg_for
-from ddptui.lint.flow import Flow
+from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const
@@ -141,9 +141,7 @@ def _holds_ddp(s: Script, f: Flow, arg: ast.expr) -> bool:
     for o in [arg, *s.origins(arg)]:
         if o in ddp:
             return True
-        if isinstance(o, ast.Call) and any(
-            n in ddp for fn in s.callees(o) for n in ast.walk(fn)
-        ):
+        if isinstance(o, ast.Call) and any(n in ddp for fn in s.callees(o) for n in ast.walk(fn)):
             return True
     return False
 
@@ -166,4 +164,91 @@ def _unresolved_lookalikes(
     ]
 
 
-RULES = (unwrapped_trainer,)
+def _unwrapper(s: Script, call: ast.Call) -> bool:
+    """A project function whose every path hands back its first parameter's `.module` or
+    the parameter itself (`get_model_or_module(model)`: `return model.module` when
+    wrapped, else `return model`), with at least one `.module`."""
+    for fn in s.callees(call):
+        if not fn.args.args:
+            continue
+        first = fn.args.args[0].arg
+        rets = [r.value for r in own_nodes(fn) if isinstance(r, ast.Return) and r.value is not None]
+        unwrapped = [r for r in rets if _unwrap_of(r, [first]) is not None]
+        if unwrapped and all(
+            r in unwrapped or (isinstance(r, ast.Name) and r.id == first) for r in rets
+        ):
+            return True
+    return False
+
+
+def _trains(
+    s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str
+) -> ast.Call | None:
+    """Where `fn` trains the model held by `name`: calls it in a function that runs a
+    backward pass, or hands it to a project function that does."""
+    for c in own_nodes(fn):
+        if not isinstance(c, ast.Call):
+            continue
+        if isinstance(c.func, ast.Name) and c.func.id == name and f.has_backward(fn):
+            return c
+        passed = any(isinstance(a, ast.Name) and a.id == name for a in c.args)
+        if passed and any(f.has_backward(g) for g in s.callees(c)):
+            return c
+    return None
+
+
+def unwrapped_in_function(s: Script, f: Flow) -> Iterator[Hit]:
+    """Round 18 (blind AM1, ORNL/HydraGNN before PR #136): a function takes the model, rebinds
+    it to the model inside the wrapper (`model = get_model_or_module(model)`, `model =
+    model.module`), then trains it (`train(loader, model, optimizer)`), while a caller passes
+    it a DDP wrapper: every step runs on the bare module, no gradient is all-reduced."""
+    if not f.ddp_calls:
+        return
+    for fn in [n for n in s.nodes if isinstance(n, _FUNCS)]:
+        params = [a.arg for a in fn.args.args]
+        for st in own_nodes(fn):
+            if not (
+                isinstance(st, ast.Assign)
+                and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Name)
+                and st.targets[0].id in params
+            ):
+                continue
+            name, v = st.targets[0].id, st.value
+            direct = _unwrap_of(v, params)
+            if direct is not None:
+                param, flag = direct
+            elif (
+                isinstance(v, ast.Call)
+                and v.args
+                and isinstance(v.args[0], ast.Name)
+                and v.args[0].id == name
+                and _unwrapper(s, v)
+            ):
+                param, flag = name, None
+            else:
+                continue
+            if param != name:
+                continue
+            trained = _trains(s, f, fn, name)
+            site = _wrapped_site(s, f, fn, param, flag) if trained is not None else None
+            if trained is None or site is None:
+                continue
+            yield Hit.at(
+                "DDP-NOT-APPLIED",
+                st,
+                (
+                    f"`{ast.unparse(st)}` takes the model out of the DDP wrapper that "
+                    f"{s.path_of(site)}:{site.lineno} passes, and `{ast.unparse(trained)[:60]}` "
+                    f"(line {trained.lineno}) trains it: no gradient is all-reduced"
+                ),
+                also=((site, "the wrapper is passed at"),),
+                why=(
+                    f"`{ast.unparse(st.value)}` is the model inside the wrapper, whose forward "
+                    "and backward never reach DDP's reducer."
+                ),
+            )
+            break
+
+
+RULES = (unwrapped_trainer, unwrapped_in_function)
