@@ -22,6 +22,10 @@ last (124: killed by `timeout` while it waited).
   namespace) on both hosts: NCCL bootstraps on eth0 and stripes its socket channels over eth0
   and eth1; the first collective's connects to the peer's eth1 get "No route to host".
   twonicpfx: the same with NCCL_SOCKET_IFNAME=eth (a prefix that matches both).
+- run12d.sh, clash: job A (40 steps) runs on both hosts, port 29600; after its step 3 job B
+  starts on the same hosts with the same MASTER_ADDR and MASTER_PORT: B's rank 0 cannot bind
+  (EADDRINUSE), B's rank 1 joins A's store, reads A's NCCL unique id (the same commId as A's)
+  and is refused by A's bootstrap root, which has finished; A runs on unharmed.
 - run12b.sh, late: gpu02's rank starts 45 s after gpu01's: the store's server gave up after
   41 s ("1/2 clients joined"), the late client times out connecting to it.
 
@@ -61,6 +65,12 @@ CASES: dict[str, Case] = {
         ("BOOT-CONN-RETRY",),
     ),
     "twonicpfx": (("twonicpfx-rank0.log", "twonicpfx-rank1.log"), "LOGS-IF-SOCKET-EXTRA", 1, ()),
+    "clash": (
+        ("clashA-rank0.log", "clashA-rank1.log", "clashB-rank0.log", "clashB-rank1.log"),
+        "PORT-INUSE",
+        None,
+        ("BOOT-CONN",),
+    ),
 }
 HEALTHY = {
     "ok": ("ok-rank0.log", "ok-rank1.log"),
@@ -247,3 +257,15 @@ def test_one_socket_interface_is_no_second_nic(tmp_path: Path) -> None:
 
     _, doc = variant_in(XR, tmp_path, files, one)
     assert "LOGS-IF-SOCKET-EXTRA" not in ids(doc), ids(doc)
+
+
+def test_a_second_job_on_the_same_port_is_named_and_the_first_is_left_alone() -> None:
+    # the four files together: B's master could not bind the port A holds; B's rank 1 read
+    # A's communicator id from A's store (the same commId in both jobs' files)
+    a1, b1 = (XR / "clashA-rank1.log").read_text(), (XR / "clashB-rank1.log").read_text()
+    comm = re.search(r"commId (0x[0-9a-f]+)", b1)
+    assert comm is not None and comm.group(1) in a1
+    _, doc = diagnose("clashA-rank0.log", "clashA-rank1.log")
+    assert doc["first_failure"] is None  # job A alone: healthy
+    _, b = diagnose("clashB-rank0.log")
+    assert b["first_failure"]["finding"] == "PORT-INUSE"
