@@ -194,3 +194,98 @@ def test_a_plain_model_passed_in_is_silent() -> None:
 def test_the_fix_keeps_the_wrapper_and_is_silent() -> None:
     text = HYDRA.replace("    model = get_model_or_module(model)\n", "")
     assert _lines(text, "DDP-NOT-APPLIED") == []
+
+
+# ecmwf/WeatherGenerator @ a398ffa6754c5062bb4e71fbb1794728fc918173 (as handed in blind batch
+# AN1), src/weathergen/train/trainer.py 128-136, 193-196, 210-240, 279-282 (one file here);
+# the device fixed to the local rank in 2f8ab495.
+WEATHER = """\
+import torch
+from torch.distributed.fsdp import fully_shard
+
+
+class Trainer:
+    def init_inference(self, cf, run_id_trained, epoch):
+        self.model = Model(cf).create()
+        self.model = self.model.to(self.devices[0])
+        self.model.load(run_id_trained, epoch)
+
+    def init_training(self, cf, run_id_contd=None):
+        device_type = torch.accelerator.current_accelerator()
+        device = torch.device(f"{device_type}:{cf.rank}")
+        with torch.device("meta"):
+            self.model = Model(cf).create()
+        if cf.with_ddp and not cf.with_fsdp:
+            self.model = torch.nn.parallel.DistributedDataParallel(
+                self.model, broadcast_buffers=True, find_unused_parameters=True
+            )
+        if cf.with_ddp and cf.with_fsdp:
+            for module in self.model.embeds.modules():
+                fully_shard(module)
+            for module in self.model.ae_local_blocks.modules():
+                fully_shard(module)
+        if run_id_contd is None:
+            self.model.to_empty(device="cuda")
+            self.model.reset_parameters()
+
+    def train_step(self, batch):
+        loss = self.model(batch).sum()
+        loss.backward()
+
+
+def main(cf):
+    cf.rank = int(os.environ["RANK"])
+    torch.distributed.init_process_group("nccl", rank=cf.rank)
+    t = Trainer()
+    t.init_training(cf)
+    t.train_step(None)
+"""
+
+
+def _attrs(text: str) -> list[tuple[int, str]]:
+    return sorted(
+        (f.line, f.summary.split("`")[1])
+        for f in lint_source(text, "trainer.py")
+        if f.id == "DDP-WRAPPER-ATTR"
+    )
+
+
+def test_reads_under_a_test_that_contradicts_the_wraps_are_not_the_wrappers() -> None:
+    got = _attrs(WEATHER)
+    # the FSDP branch's reads (`cf.with_fsdp` against the wrap's `not cf.with_fsdp`) and the
+    # inference method's own plain model are silent; the read after the wrap on every path
+    # (`reset_parameters`, which the wrapper lacks) stays
+    assert got == [
+        (_line_of(WEATHER, "self.model.reset_parameters()"), "self.model.reset_parameters")
+    ], got
+
+
+def test_reads_under_the_same_test_as_the_wrap_still_read_the_wrapper() -> None:
+    # twin: the sharding branch tests what the wrap tests: its reads see the wrapper
+    text = WEATHER.replace(
+        "if cf.with_ddp and cf.with_fsdp:\n            for",
+        "if cf.with_ddp and not cf.with_fsdp:\n            for",
+    )
+    assert _line_of(text, "self.model.embeds.modules()") in [line for line, _ in _attrs(text)]
+
+
+def test_a_method_that_wraps_nothing_reads_its_own_plain_model() -> None:
+    # twin: the inference method without its own assignment reads the attribute the training
+    # set-up wrapped: said
+    text = WEATHER.replace(
+        "        self.model = Model(cf).create()\n        self.model = self.model.to",
+        "        x = self.model.to",
+        1,
+    )
+    assert _line_of(text, "self.model.load(") in [line for line, _ in _attrs(text)]
+
+
+def test_a_device_string_of_an_accelerator_type_and_the_global_rank() -> None:
+    got = [f for f in lint_source(WEATHER, "trainer.py") if f.id == "DDP-HARDCODED-DEVICE"]
+    assert _line_of(WEATHER, 'f"{device_type}:{cf.rank}"') in [f.line for f in got], got
+    local = WEATHER.replace('f"{device_type}:{cf.rank}"', 'f"{device_type}:{cf.local_rank}"')
+    assert not [
+        f
+        for f in lint_source(local, "trainer.py")
+        if f.id == "DDP-HARDCODED-DEVICE" and "device_type" in f.summary
+    ]

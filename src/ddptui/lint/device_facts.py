@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from ddptui.lint.flow import ident
 from ddptui.lint.reach import built_classes
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, last
@@ -78,3 +79,41 @@ def moves_itself(s: Script, call: ast.Call) -> bool:
                 ):
                     return True
     return False
+
+
+def device_string(c: ast.AST) -> ast.expr | None:
+    """X of `"cuda:{}".format(X)`, `f"cuda:{X}"` and `"cuda:" + str(X)`."""
+    if (
+        isinstance(c, ast.BinOp)
+        and isinstance(c.op, ast.Add)
+        and const(c.left) == "cuda:"
+        and isinstance(c.right, ast.Call)
+        and ident(c.right.func) == "str"
+        and len(c.right.args) == 1
+    ):
+        return c.right.args[0]
+    if (
+        isinstance(c, ast.Call)
+        and isinstance(c.func, ast.Attribute)
+        and c.func.attr == "format"
+        and len(c.args) == 1
+        and const(c.func.value) == "cuda:{}"
+    ):
+        return c.args[0]
+    if (
+        isinstance(c, ast.JoinedStr)
+        and len(c.values) == 2
+        and const(c.values[0]) == "cuda:"
+        and isinstance(c.values[1], ast.FormattedValue)
+    ):
+        return c.values[1].value
+    if (  # f"{device_type}:{rank}" (round 18, blind AN1: torch.accelerator's device type)
+        isinstance(c, ast.JoinedStr)
+        and len(c.values) == 3
+        and isinstance(c.values[0], ast.FormattedValue)
+        and "device" in (ident(c.values[0].value) or "").lower()
+        and const(c.values[1]) == ":"
+        and isinstance(c.values[2], ast.FormattedValue)
+    ):
+        return c.values[2].value
+    return None

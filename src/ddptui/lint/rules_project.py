@@ -8,6 +8,8 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.device_facts import device_string
+from ddptui.lint.exclusive import exclusive
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint27 import layer_attrs
 from ddptui.lint.model import Hit
@@ -106,35 +108,6 @@ def _returned_kind(s: Script, call: ast.Call, depth: int) -> str | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
-def _device_string(c: ast.AST) -> ast.expr | None:
-    """X of `"cuda:{}".format(X)`, `f"cuda:{X}"` and `"cuda:" + str(X)`."""
-    if (
-        isinstance(c, ast.BinOp)
-        and isinstance(c.op, ast.Add)
-        and const(c.left) == "cuda:"
-        and isinstance(c.right, ast.Call)
-        and ident(c.right.func) == "str"
-        and len(c.right.args) == 1
-    ):
-        return c.right.args[0]
-    if (
-        isinstance(c, ast.Call)
-        and isinstance(c.func, ast.Attribute)
-        and c.func.attr == "format"
-        and len(c.args) == 1
-        and const(c.func.value) == "cuda:{}"
-    ):
-        return c.args[0]
-    if (
-        isinstance(c, ast.JoinedStr)
-        and len(c.values) == 2
-        and const(c.values[0]) == "cuda:"
-        and isinstance(c.values[1], ast.FormattedValue)
-    ):
-        return c.values[1].value
-    return None
-
-
 def _visible_devices(s: Script, expr: ast.expr) -> bool:
     """The list of physical GPU numbers read from CUDA_VISIBLE_DEVICES (a name given it)."""
     for o in [expr, *s.origins(expr)]:
@@ -159,7 +132,7 @@ def _sinks(s: Script, f: Flow) -> Iterator[tuple[ast.AST, ast.expr, str]]:
     # device strings anywhere in the project's followed modules (a checkpoint loader
     # reached only through a runner class a config names)
     for n in dict.fromkeys(n for m in s.modules for n in m.nodes):
-        v = _device_string(n)
+        v = device_string(n)
         if v is not None and isinstance(n, ast.expr):
             yield n, v, f"`{ast.unparse(n)}`"
     for c in s.calls:
@@ -527,6 +500,7 @@ def wrapper_attr(s: Script, f: Flow) -> Iterator[Hit]:
                 and not n.attr.startswith("_")
                 and n.attr not in _WRAPPER_API
                 and not _checks_wrapper(s, n)
+                and not exclusive(s, call, n)
             ):
                 yield Hit.at(
                     "DDP-WRAPPER-ATTR",

@@ -9,9 +9,10 @@ import ast
 from collections.abc import Iterator
 from typing import Final
 
+from ddptui.lint.device_facts import device_string
 from ddptui.lint.flow import Flow, own_nodes
 from ddptui.lint.model import Hit
-from ddptui.lint.rules_project import _device_string, rank_kind
+from ddptui.lint.rules_project import rank_kind
 from ddptui.lint.rules_setup import _touches_gpu
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
@@ -47,7 +48,7 @@ def _picks_per_rank_gpu(s: Script, f: Flow) -> tuple[ast.expr, str] | None:
                 return None  # `device_ids=[torch.cuda.current_device()]`: set elsewhere
             return rank, f"device_ids=[{ast.unparse(rank)}]"
     for n in dict.fromkeys(n for m in s.modules for n in m.nodes):  # `"cuda:" + str(rank)`
-        v = _device_string(n)
+        v = device_string(n)
         if v is not None and rank_kind(s, v) in ("local", "global"):
             return v, ast.unparse(n)
     return None
