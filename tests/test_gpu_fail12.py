@@ -26,6 +26,10 @@ last (124: killed by `timeout` while it waited).
   starts on the same hosts with the same MASTER_ADDR and MASTER_PORT: B's rank 0 cannot bind
   (EADDRINUSE), B's rank 1 joins A's store, reads A's NCCL unique id (the same commId as A's)
   and is refused by A's bootstrap root, which has finished; A runs on unharmed.
+- run12e.sh, killpeer: gpu02's rank SIGKILLs itself after its step 3, its host up: gpu01's
+  NCCL "Connection closed by remote peer", ncclRemoteError, the watchdog's abort (134).
+  twonicok: a second NIC eth1 on both hosts that does join them (a veth pair, 192.168.89.N):
+  NCCL stripes over eth0 and eth1, healthy.
 - run12b.sh, late: gpu02's rank starts 45 s after gpu01's: the store's server gave up after
   41 s ("1/2 clients joined"), the late client times out connecting to it.
 
@@ -65,6 +69,12 @@ CASES: dict[str, Case] = {
         ("BOOT-CONN-RETRY",),
     ),
     "twonicpfx": (("twonicpfx-rank0.log", "twonicpfx-rank1.log"), "LOGS-IF-SOCKET-EXTRA", 1, ()),
+    "killpeer": (
+        ("killpeer-rank0.log", "killpeer-rank1.log"),
+        "C10D-CHILD-SIGKILL",
+        None,
+        ("BOOT-PEERCLOSED",),
+    ),
     "clash": (
         ("clashA-rank0.log", "clashA-rank1.log", "clashB-rank0.log", "clashB-rank1.log"),
         "PORT-INUSE",
@@ -76,6 +86,7 @@ HEALTHY = {
     "ok": ("ok-rank0.log", "ok-rank1.log"),
     "vbr": ("vbr-rank0.log", "vbr-rank1.log"),
     "tun": ("tun-rank0.log", "tun-rank1.log"),
+    "twonicok": ("twonicok-rank0.log", "twonicok-rank1.log"),
 }
 
 
@@ -269,3 +280,12 @@ def test_a_second_job_on_the_same_port_is_named_and_the_first_is_left_alone() ->
     assert doc["first_failure"] is None  # job A alone: healthy
     _, b = diagnose("clashB-rank0.log")
     assert b["first_failure"]["finding"] == "PORT-INUSE"
+
+
+def test_a_peer_process_gone_is_no_network_lost() -> None:
+    # real NCCL 2.28.9 output: a peer process killed, its host still up: the survivor's
+    # "Connection closed by remote peer", not a network errno
+    _, both = diagnose("killpeer-rank0.log", "killpeer-rank1.log")
+    assert "LOGS-NET-LOST" not in ids(both), ids(both)
+    _, alone = diagnose("killpeer-rank0.log")
+    assert alone["first_failure"]["finding"] == "BOOT-PEERCLOSED"
