@@ -289,3 +289,15 @@ def test_a_peer_process_gone_is_no_network_lost() -> None:
     assert "LOGS-NET-LOST" not in ids(both), ids(both)
     _, alone = diagnose("killpeer-rank0.log")
     assert alone["first_failure"]["finding"] == "BOOT-PEERCLOSED"
+
+
+def test_each_files_row_carries_the_first_cause_that_names_a_host() -> None:
+    # the first cause names the host (gpu02) the logs state, not a file: every file whose
+    # lines it quotes fails with it in the report's rows (they showed a warning before)
+    _, doc = diagnose("twonic-rank0.log", "twonic-rank1.log")
+    rows = doc["steps"][0]["nodes"]
+    assert {r["status"] for r in rows.values()} == {"fail"}, rows
+    assert all(
+        "NCCL's socket transport on gpu02 uses eth0, eth1" in r["summary"] for r in rows.values()
+    )
+    assert doc["first_failure"]["nodes"] == ["gpu02"]

@@ -69,7 +69,7 @@ def step_result(
 ) -> StepResult:
     """The diagnosis as a checklist-shaped step result."""
     nodes: dict[str, NodeResult] = {}
-    placed = [_placed(f, inputs) for f in diag.findings]
+    placed = [_placed(f, inputs, f is diag.first) for f in diag.findings]
     for info in inputs:
         mine = [f for f in placed if info.label in f.nodes]
         status = node_status_from(placed, info.label)
@@ -95,14 +95,18 @@ def step_result(
     return StepResult(STEP_ID, STEP_TITLE, status, seconds, nodes, findings, data)
 
 
-def _placed(f: Finding, inputs: Sequence[InputInfo]) -> Finding:
+def _placed(f: Finding, inputs: Sequence[InputInfo], lead: bool = False) -> Finding:
     """A finding that names no node (a rule over facts with no host stated) belongs to the
-    inputs its evidence quotes ("file:line: text"), so that input is not reported as clean."""
-    if f.nodes:
+    inputs its evidence quotes ("file:line: text"), so that input is not reported as clean.
+    So does the first cause where it names only hosts the log states, none of them an input
+    (round 18's gpu12 captures: the files' rows showed a warning under a first failure that
+    named `gpu02`)."""
+    labels = {i.label for i in inputs}
+    if f.nodes and (not lead or set(f.nodes) & labels):
         return f
     said = {q.source for q in map(parse_evidence, f.evidence) if q.placed}
     quoted = tuple(i.label for i in inputs if i.label in said)
-    return dataclasses.replace(f, nodes=quoted) if quoted else f
+    return dataclasses.replace(f, nodes=(*f.nodes, *quoted)) if quoted else f
 
 
 def _input_findings(diag: LogDiagnosis, inputs: Sequence[InputInfo]) -> tuple[Finding, ...]:
