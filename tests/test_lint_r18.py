@@ -191,6 +191,17 @@ def test_a_plain_model_passed_in_is_silent() -> None:
     assert _lines(text, "DDP-NOT-APPLIED") == []
 
 
+def test_a_module_taken_out_after_training_is_silent() -> None:
+    # twin: the function trains the wrapper first and takes the module out afterwards
+    # (to save or export it): the training went through DDP
+    text = HYDRA.replace("    model = get_model_or_module(model)\n", "").replace(
+        "        test_rmse = test(test_loader, model, verbosity)\n",
+        "        test_rmse = test(test_loader, model, verbosity)\n    model = get_model_or_module(model)\n",
+    )
+    assert "model = get_model_or_module(model)" in text
+    assert _lines(text, "DDP-NOT-APPLIED") == []
+
+
 def test_the_fix_keeps_the_wrapper_and_is_silent() -> None:
     text = HYDRA.replace("    model = get_model_or_module(model)\n", "")
     assert _lines(text, "DDP-NOT-APPLIED") == []

@@ -182,12 +182,14 @@ def _unwrapper(s: Script, call: ast.Call) -> bool:
 
 
 def _trains(
-    s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str
+    s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str, after: int
 ) -> ast.Call | None:
-    """Where `fn` trains the model held by `name`: calls it in a function that runs a
-    backward pass, or hands it to a project function that does."""
+    """Where `fn` trains the model held by `name` after line `after` (the unwrapping): calls
+    it in a function that runs a backward pass, or hands it to a project function that
+    does.  Training before the unwrapping (a bare module taken out to save) is the
+    wrapper's."""
     for c in own_nodes(fn):
-        if not isinstance(c, ast.Call):
+        if not isinstance(c, ast.Call) or c.lineno <= after:
             continue
         if isinstance(c.func, ast.Name) and c.func.id == name and f.has_backward(fn):
             return c
@@ -230,7 +232,7 @@ def unwrapped_in_function(s: Script, f: Flow) -> Iterator[Hit]:
                 continue
             if param != name:
                 continue
-            trained = _trains(s, f, fn, name)
+            trained = _trains(s, f, fn, name, st.lineno)
             site = _wrapped_site(s, f, fn, param, flag) if trained is not None else None
             if trained is None or site is None:
                 continue
