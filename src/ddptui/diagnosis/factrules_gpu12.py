@@ -28,21 +28,25 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
+from ddptui.diagnosis.factrules_logs35 import same_24
 
 if TYPE_CHECKING:
     from ddptui.diagnosis.factmodel import FactRule, FactRules
 
-_WHERE: Final = re.compile(r"^(?P<src>.*?):(?P<line>\d+): ")
+_PEER: Final = r"\[?(?P<addr>[0-9A-Fa-f:.]+?)\]?<(?P<port>\d+)>"  # NCCL's "addr<port>"
 _CONNECT: Final = re.compile(
-    r"[Cc]onnect(?:ing)? to \[?(?P<addr>[0-9A-Fa-f:.]+?)\]?<(?P<port>\d+)> "
+    rf"[Cc]onnect(?:ing)? to {_PEER} "
     r"(?:failed ?: ?|returned )(?P<why>Network is unreachable|No route to host|Connection timed out)"
 )
+_TARGET: Final = re.compile(rf"\b[Cc]onnect to {_PEER} (?:failed|returned)\b")
 
 
 def _at(said: str) -> tuple[str, int] | None:
-    m = _WHERE.match(said)
-    return (m["src"], int(m["line"])) if m else None
+    """(source, line) of a "file:line: text" line (evidence.parse_evidence)."""
+    q = parse_evidence(said)
+    return (q.source, q.line) if q.source is not None and q.line is not None else None
 
 
 def same_address(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
@@ -72,11 +76,6 @@ def _boot_addrs(ctx: Context) -> set[str]:
     return {a for p in ctx.procs for role, _, a in p.interfaces if role == "bootstrap"}
 
 
-def _same_24(a: str, b: str) -> bool:
-    pa, pb = a.split("."), b.split(".")
-    return len(pa) == len(pb) == 4 and pa[:3] == pb[:3]
-
-
 def lost_midrun(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """A network connect failure after the same process's NCCL init had completed."""
     line = ctx.hints.get("net_gone")
@@ -92,7 +91,7 @@ def lost_midrun(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         if (p.world_size or 0) < 2:
             continue  # a communicator of one rank connects to no one
         own = [a for role, _, a in p.interfaces if role == "bootstrap"]
-        if m["addr"] not in boot and not any(_same_24(m["addr"], a) for a in own):
+        if m["addr"] not in boot and not any(same_24(m["addr"], a) for a in own):
             # gpu12c: NCCL connects its data channels lazily, after Init COMPLETE; a peer
             # address off the bootstrap's network never worked (a second NIC, twonic)
             continue
@@ -104,11 +103,6 @@ def lost_midrun(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         fill = {"peer": m["addr"], "why": m["why"]}
         return ([p.rank] if p.rank is not None else []), [line, p.evidence["complete"]], said, fill
     return None
-
-
-_TARGET: Final = re.compile(
-    r"\b[Cc]onnect to \[?(?P<addr>[0-9A-Fa-f:.]+?)\]?<(?P<port>\d+)> (?:failed|returned)\b"
-)
 
 
 def peer_on_bridge(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
@@ -149,7 +143,7 @@ def socket_extra(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
                 (
                     i
                     for i, a in socks
-                    if i not in boot and (a == m["addr"] if exact else _same_24(a, m["addr"]))
+                    if i not in boot and (a == m["addr"] if exact else same_24(a, m["addr"]))
                 ),
                 None,
             )

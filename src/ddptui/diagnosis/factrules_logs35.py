@@ -34,6 +34,16 @@ def _v4(addr: str) -> ipaddress.IPv4Address | None:
         return None
 
 
+def same_24(a: str, b: str) -> bool:
+    """Two IPv4 addresses in one /24 (the narrowest common LAN: NCCL states no netmask)."""
+    va, vb = _v4(a), _v4(b)
+    return (
+        va is not None
+        and vb is not None
+        and vb in ipaddress.IPv4Network(f"{va}/{_PREFIX}", strict=False)
+    )
+
+
 def noroute_on_subnet(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
     """NCCL's "No route to host" to a peer on the rank's own /24: a firewall's REJECT."""
     line = ctx.hints.get("noroute_peer")
@@ -41,11 +51,10 @@ def noroute_on_subnet(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | N
     peer = _v4(m["addr"]) if m is not None else None
     if line is None or m is None or peer is None:
         return None
-    net = ipaddress.IPv4Network(f"{peer}/{_PREFIX}", strict=False)
     for p in ctx.procs:
         for _, iface, addr in p.interfaces:
             own = _v4(addr)
-            if own is None or own == peer or own not in net:
+            if own is None or own == peer or not same_24(str(peer), addr):
                 continue
             said = (
                 f"NCCL on {iface} ({own}) got 'No route to host' connecting to {peer} port "
