@@ -41,7 +41,11 @@ def _held(s: Script, node: ast.AST) -> set[tuple[str, bool]]:
     return held
 
 
-def exclusive(s: Script, a: ast.AST, b: ast.AST) -> bool:
-    """`a` and `b` (in one function) cannot both run: their guards contradict."""
-    ha, hb = _held(s, a), _held(s, b)
+def held(s: Script, node: ast.AST) -> frozenset[tuple[str, bool]]:
+    """The literals that hold where `node` runs (for `exclusive`, computed once per node)."""
+    return frozenset(_held(s, node))
+
+
+def exclusive(ha: frozenset[tuple[str, bool]], hb: frozenset[tuple[str, bool]]) -> bool:
+    """Two nodes (in one function) whose `held` literals contradict cannot both run."""
     return any((text, not pol) in hb for text, pol in ha)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.device_facts import device_string
-from ddptui.lint.exclusive import exclusive
+from ddptui.lint.exclusive import exclusive, held
 from ddptui.lint.flow import Flow, ident, own_nodes
 from ddptui.lint.lint27 import layer_attrs
 from ddptui.lint.model import Hit
@@ -488,6 +488,7 @@ def wrapper_attr(s: Script, f: Flow) -> Iterator[Hit]:
             and n.lineno > assign.lineno
         ]
         end = min(rebound, default=10**9)
+        wrap_held = held(s, call)  # the tests the wrap runs under, for each read below
         said: set[str] = set()  # each attribute once: each is a place to unwrap
         for n in ast.walk(scope):
             if (
@@ -500,7 +501,7 @@ def wrapper_attr(s: Script, f: Flow) -> Iterator[Hit]:
                 and not n.attr.startswith("_")
                 and n.attr not in _WRAPPER_API
                 and not _checks_wrapper(s, n)
-                and not exclusive(s, call, n)
+                and not exclusive(wrap_held, held(s, n))
             ):
                 yield Hit.at(
                     "DDP-WRAPPER-ATTR",

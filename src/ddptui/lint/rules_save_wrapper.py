@@ -106,15 +106,10 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             said = True
             continue
         for recv in _state_dict_receivers(s, c.args[0]):
-            if (
-                f.is_ddp_value(recv)
-                and not _unwrapped(s, recv)
-                and not (_given(s, recv) and called_before_wrap(s, f, s.scope_of(recv)))
-                and (
-                    not other_branch_takes_module(s, recv)
-                    or rank_conjoined_else(s, f, recv)
-                    or dataparallel_only_test(s, recv) is not None
-                )
+            if _wrapper_as_saved(s, f, recv) and (
+                not other_branch_takes_module(s, recv)
+                or rank_conjoined_else(s, f, recv)
+                or dataparallel_only_test(s, recv) is not None
             ):
                 # said at the `.state_dict()` call, where `.module` belongs (the save
                 # may be lines below, through a dict or a name), unless a helper's
@@ -138,15 +133,24 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
         yield from resume_into_wrapper(reader, loads)
 
 
+def _wrapper_as_saved(s: Script, f: Flow, expr: ast.expr) -> bool:
+    """`expr` (a module whose state_dict is saved, or the object saved) holds the DDP
+    wrapper as it is: not its `.module`, not a helper's parameter that callers fill before
+    the wrap."""
+    return (
+        f.is_ddp_value(expr)
+        and not _unwrapped(s, expr)
+        and not (_given(s, expr) and called_before_wrap(s, f, s.scope_of(expr)))
+    )
+
+
 def _whole_wrapper(s: Script, f: Flow, saved: ast.expr) -> Hit | None:
     """`torch.save(model, path)` of the wrapper object itself (round 18's blind AM1): it
     pickles DistributedDataParallel, whose unpickling asks for the default process group (a
     single-GPU or inference load fails) and whose module's keys start with `module.`."""
     if not (
         isinstance(saved, ast.Name | ast.Attribute)
-        and f.is_ddp_value(saved)
-        and not _unwrapped(s, saved)
-        and not (_given(s, saved) and called_before_wrap(s, f, s.scope_of(saved)))
+        and _wrapper_as_saved(s, f, saved)
         and not other_branch_takes_module(s, saved)
     ):
         return None
