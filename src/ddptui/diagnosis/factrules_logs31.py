@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final
 
+from ddptui.diagnosis.evidence import parse_evidence
 from ddptui.diagnosis.factcontext import Context, Hit
 from ddptui.diagnosis.factrules_logs25 import fact_words
 
@@ -45,7 +46,7 @@ def store_alone(rules: FactRules, rule: FactRule, ctx: Context) -> Hit | None:
         return None
     total = int(m["total"])
     client = ctx.hints.get("store_client_failed")
-    if client is not None and client.split(":", 1)[0] != line.split(":", 1)[0]:
+    if client is not None and parse_evidence(client).source != parse_evidence(line).source:
         return None  # gpu12: another file's rank did start and could not reach the store
     said = (
         f"the master's store waited for {total} clients and only its own process joined: "
