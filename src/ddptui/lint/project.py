@@ -227,12 +227,20 @@ class Project:
 
     def index(self, path: str, tree: ast.Module, text: str) -> Module:
         mod = Module(path, tree, text.splitlines(), key=key(path))
-        mod.nodes = list(ast.walk(tree))
+        # ast.walk's order (breadth first), each node's parent noted on the same pass
+        nodes: list[ast.AST] = [tree]
+        parents = self.parents
+        i = 0
+        while i < len(nodes):
+            node = nodes[i]
+            i += 1
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+                nodes.append(child)
+        mod.nodes = self.shared.walks[tree] = nodes  # reach.walked's answer for the tree
         here = Path(path).resolve().parent
         self._extra = self._path_dirs(mod.nodes, here)
         for node in mod.nodes:
-            for child in ast.iter_child_nodes(node):
-                self.parents[child] = node
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self._packages_run(mod, a.name.split(".")[:-1], here)
