@@ -80,6 +80,27 @@ def _before(s: Script, read: ast.AST, fn: ast.AST) -> list[list[ast.stmt]]:
     return out
 
 
+def _bound_around(s: Script, read: ast.AST, fn: ast.AST, name: str) -> bool:
+    """A loop, `with` or `except` around the read binds the name before its body runs:
+    `for i, data in enumerate(loader):` rebinds `data` for every read in the loop's body
+    (jolibrain/joliGEN's train.py: `data = next(iter(loader))` under `if rank == 0` above
+    it is not what the loop reads)."""
+    child: ast.AST = read
+    for a in s.ancestors(read):
+        if a is fn:
+            return False
+        if isinstance(a, ast.For | ast.AsyncFor) and child in a.body:
+            if name in _targets(a.target):
+                return True
+        elif isinstance(a, ast.With | ast.AsyncWith) and child in a.body:
+            if any(i.optional_vars is not None and name in _targets(i.optional_vars) for i in a.items):
+                return True
+        elif isinstance(a, ast.ExceptHandler) and a.name == name:
+            return True
+        child = a
+    return False
+
+
 def _rank_binding(s: Script, f: Flow, fn: ast.AST, name: str) -> ast.AST | None:
     """The first binding of `name` under a rank test, in `fn`'s own code."""
     found = [
@@ -118,6 +139,8 @@ def _candidates(s: Script, f: Flow, fn: ast.FunctionDef | ast.AsyncFunctionDef) 
         if name in seen or f.guarded(read) or _in_comprehension(s, read, fn):
             continue
         if caught(s, read, fn):
+            continue
+        if _bound_around(s, read, fn, name):
             continue
         blocks = _before(s, read, fn)
         if any(_binds(f, b, name, lenient=False) for b in blocks):

@@ -464,7 +464,10 @@ def sampler_seed(s: Script, f: Flow) -> Iterator[Hit]:
             if isinstance(n, ast.expr)
             for o in [n, *s.origins(n)]
         )
-        if f.is_rank_expr(seed) or timed:
+        # the value may travel: `flags.seed = worker_seeds[local_rank]` in main(), then
+        # `DistributedSampler(ds, seed=flags.seed)` in the loader's builder (mlcommons'
+        # unet3d: its per-worker seed became the sampler's)
+        if timed or any(f.is_rank_expr(o) for o in [seed, *s.origins(seed)]):
             yield Hit.at(
                 "DDP-SAMPLER-SEED",
                 c,

@@ -62,9 +62,21 @@ def _cuda_picker(s: Script, c: ast.Call) -> bool:
     )
 
 
+def _first_gpu(c: ast.Call) -> bool:
+    """`torch.cuda.set_device(opt.gpu_ids[0])`: the first of a list of GPUs for every
+    process, not each process's own (a literal `set_device(0)` is DDP-HARDCODED-DEVICE's)."""
+    arg = c.args[0] if len(c.args) == 1 and not c.keywords else None
+    return (
+        isinstance(arg, ast.Subscript)
+        and isinstance(arg.slice, ast.Constant)
+        and arg.slice.value == 0
+    )
+
+
 def never_set_device(s: Script, f: Flow) -> Iterator[Hit]:
     inits = [c for c in s.calls if last(s.call_name(c)) == "init_process_group"]
-    if not inits or any(_cuda_picker(s, c) for c in s.calls):
+    pickers = [c for c in s.calls if _cuda_picker(s, c)]
+    if not inits or any(not _first_gpu(c) for c in pickers):
         return
     if f.uses("CUDA_VISIBLE_DEVICES") or any(kwarg(c, "device_id") is not None for c in inits):
         return  # one GPU visible per process, or the group is told its device (a variable
@@ -75,18 +87,32 @@ def never_set_device(s: Script, f: Flow) -> Iterator[Hit]:
         return  # a literal other backend (a name or a config value may well be nccl)
     picked = _picks_per_rank_gpu(s, f)
     used = next((c for c in s.calls if _current_device_use(s, f, c)), None)
-    if picked is None or used is None:
+    if picked is None or (used is None and not pickers):
         return
     rank, named = picked
+    # jolibrain/joliGEN's train.py before 4954717: the options parser calls
+    # `torch.cuda.set_device(opt.gpu_ids[0])`, each spawned worker then wraps on
+    # `device_ids=[self.gpu_ids[rank]]`: the fix picks `gpu_ids[rank]` in the worker
+    if pickers:
+        where = f"{s.module_of(pickers[0]).path}:{pickers[0].lineno}"
+        said = (
+            f"the only `torch.cuda.set_device` ({where}) picks the first GPU, the same in "
+            f"every process: each names its GPU (`{named}`) but its current GPU is the first"
+        )
+    else:
+        said = (
+            "no process ever calls `torch.cuda.set_device`: each names its GPU "
+            f"(`{named}`) but its current GPU stays 0"
+        )
+    what = (
+        f"`{ast.unparse(used)[:50]}` (line {used.lineno}) and NCCL's own state land"
+        if used is not None
+        else "NCCL's own state lands"
+    )
     yield Hit.at(
         "DDP-INIT-BEFORE-SET-DEVICE",
         init,
-        (
-            f"no process ever calls `torch.cuda.set_device`: each names its GPU "
-            f"(`{named}`) but its current GPU stays 0, so "
-            f"`{ast.unparse(used)[:50]}` (line {used.lineno}) and NCCL's own state land on "
-            "GPU 0 in every process"
-        ),
+        f"{said}, so {what} on GPU 0 in every process",
         device=ast.unparse(rank),
     )
 

@@ -1,0 +1,139 @@
+"""Round 19 (misses and one false error of blind batch AO, tuned after its score): readings on
+the real lines (cited with repository and commit) beside twins that must stay silent: a
+DistributedSampler seed that travels on the arguments object from a per-rank worker seed
+(DDP-SAMPLER-SEED); a `set_device` that picks the first GPU for every process while each
+wraps on its own (DDP-INIT-BEFORE-SET-DEVICE); a name the loop around the read rebinds is
+not "bound on one rank only" (no DDP-RANK-ONLY-NAME)."""
+
+from __future__ import annotations
+
+from ddptui.lint import lint_source
+
+# mlcommons/training @ f255dee4ed5cc95de490d2b4332098a9f064ff24 (as handed in blind batch AO1),
+# image_segmentation/pytorch/main.py 29-46 and data_loading/data_loader.py 79-100; fixed in
+# 12555b6 (the sampler takes the shared shuffling seed).
+UNET3D = """\
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def get_rank():
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def get_data_loaders(flags, num_shards, global_rank):
+    train_dataset = PytTrain(flags.data_dir)
+    train_sampler = DistributedSampler(train_dataset, seed=flags.seed, drop_last=True) if num_shards > 1 else None
+    return DataLoader(train_dataset, batch_size=flags.batch_size, sampler=train_sampler)
+
+
+def main():
+    flags = PARSER.parse_args()
+    dist.init_process_group(backend="nccl")
+    world_size = dist.get_world_size()
+    local_rank = get_rank()
+    worker_seeds, shuffling_seeds = setup_seeds(flags.seed, flags.epochs)
+    worker_seed = worker_seeds[local_rank]
+    seed_everything(worker_seed)
+    flags.seed = worker_seed
+    train_loader = get_data_loaders(flags, num_shards=world_size, global_rank=local_rank)
+    for epoch in range(flags.epochs):
+        train_loader.sampler.set_epoch(epoch)
+        for batch in train_loader:
+            pass
+"""
+
+
+def _ids(text: str) -> list[tuple[str, int]]:
+    return [(f.id, f.line) for f in lint_source(text, "train.py")]
+
+
+def test_a_sampler_seed_set_from_the_per_rank_worker_seed_is_found_at_the_sampler() -> None:
+    found = [f for f in lint_source(UNET3D, "train.py") if f.id == "DDP-SAMPLER-SEED"]
+    assert [f.line for f in found] == [11]
+    assert "flags.seed" in found[0].summary
+
+
+def test_the_shared_shuffling_seed_stays_silent() -> None:
+    # the fix: the sampler's seed is the same on every rank
+    fixed = UNET3D.replace("    flags.seed = worker_seed\n", "    flags.seed = shuffling_seeds[0]\n")
+    assert "DDP-SAMPLER-SEED" not in {i for i, _ in _ids(fixed)}
+
+
+# jolibrain/joliGEN @ 2c98b49cfb22638b8ae84d12e914e78531cd1429 (as handed in blind batch AO2),
+# train.py 31-80, options/base_options.py 187 and models/base_model.py 167-173; fixed in
+# 4954717 (`torch.cuda.set_device(opt.gpu_ids[rank])` at the top of the spawned worker).
+JOLIGEN = """\
+import os
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def parse_options(opt):
+    if len(opt.gpu_ids) > 0:
+        torch.cuda.set_device(opt.gpu_ids[0])
+    return opt
+
+
+def setup(rank, world_size, port):
+    os.environ['MASTER_ADDR'] = 'localhost'
+    os.environ['MASTER_PORT'] = port
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+
+
+class Model:
+    def parallelize(self, rank):
+        net = self.netG.to(self.gpu_ids[rank])
+        net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
+        self.netG = torch.nn.parallel.DistributedDataParallel(net, device_ids=[self.gpu_ids[rank]])
+
+
+def train_gpu(rank, world_size, opt, dataset):
+    setup(rank, world_size, opt.ddp_port)
+    dataloader = create_dataloader(opt, rank, dataset)
+    model = Model()
+    model.parallelize(rank)
+    if rank == 0 and opt.display_networks:
+        data = next(iter(dataloader))
+        model.save_networks_img(data)
+    for epoch in range(opt.n_epochs):
+        for i, data in enumerate(dataloader):
+            model.set_input(data)
+            model.optimize_parameters()
+
+
+if __name__ == '__main__':
+    opt = parse_options(TrainOptions().parse())
+    world_size = len(opt.gpu_ids)
+    mp.spawn(train_gpu, args=(world_size, opt, dataset), nprocs=world_size, join=True)
+"""
+
+
+def test_a_set_device_of_the_first_gpu_beside_per_rank_device_ids_is_found() -> None:
+    found = [f for f in lint_source(JOLIGEN, "train.py") if f.id == "DDP-INIT-BEFORE-SET-DEVICE"]
+    assert [f.line for f in found] == [16]
+    assert "picks the first GPU" in found[0].summary
+    assert "train.py:9" in found[0].summary
+
+
+def test_a_set_device_of_each_processs_own_gpu_stays_silent() -> None:
+    fixed = JOLIGEN.replace(
+        "    setup(rank, world_size, opt.ddp_port)\n",
+        "    torch.cuda.set_device(opt.gpu_ids[rank])\n    setup(rank, world_size, opt.ddp_port)\n",
+    )
+    assert "DDP-INIT-BEFORE-SET-DEVICE" not in {i for i, _ in _ids(fixed)}
+
+
+def test_a_name_the_loop_rebinds_is_not_bound_on_one_rank_only() -> None:
+    # `data` is bound under `if rank == 0 ...` above, but the loop binds it before each read
+    assert "DDP-RANK-ONLY-NAME" not in {i for i, _ in _ids(JOLIGEN)}
+
+
+def test_a_read_after_the_loop_of_a_rank_only_name_is_still_found() -> None:
+    # twin: read where the loop's binding does not reach (after a loop that may not run)
+    twin = JOLIGEN.replace(
+        "            model.optimize_parameters()\n",
+        "            model.optimize_parameters()\n    model.set_input(data)\n",
+    )
+    assert ("DDP-RANK-ONLY-NAME", 32) in _ids(twin)
