@@ -82,6 +82,13 @@ def setup(rank, world_size, port):
     dist.init_process_group("nccl", rank=rank, world_size=world_size)
 
 
+class ModulatedConv2d(torch.nn.Module):
+    def forward(self, input, style):
+        if style is None:
+            style = torch.ones(input.shape[0], 1, input.shape[1], 1, 1).cuda()
+        return input * style
+
+
 class Model:
     def parallelize(self, rank):
         net = self.netG.to(self.gpu_ids[rank])
@@ -115,6 +122,9 @@ def test_a_set_device_of_the_first_gpu_beside_per_rank_device_ids_is_found() -> 
     assert [f.line for f in found] == [16]
     assert "picks the first GPU" in found[0].summary
     assert "train.py:9" in found[0].summary
+    # where work lands on GPU 0 while the model is on the rank's GPU: StyleGAN2's forward
+    # (the same project at cdb571f, models/modules/stylegan_networks.py:309)
+    assert [(p.line, p.label) for p in found[0].also] == [(22, "placed on the current GPU (0) at")]
 
 
 def test_a_set_device_of_each_processs_own_gpu_stays_silent() -> None:
@@ -136,4 +146,4 @@ def test_a_read_after_the_loop_of_a_rank_only_name_is_still_found() -> None:
         "            model.optimize_parameters()\n",
         "            model.optimize_parameters()\n    model.set_input(data)\n",
     )
-    assert ("DDP-RANK-ONLY-NAME", 32) in _ids(twin)
+    assert ("DDP-RANK-ONLY-NAME", 39) in _ids(twin)

@@ -22,20 +22,9 @@ from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
-from ddptui.lint.rules_set_device import _cuda_picker, _picks_per_rank_gpu
+from ddptui.lint.rules_set_device import _bare_cuda, _cuda_picker, _picks_per_rank_gpu
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
-
-
-def _bare_cuda(s: Script, c: ast.Call) -> bool:
-    """`x.cuda()`: no device given, so the process's current GPU."""
-    return (
-        isinstance(c.func, ast.Attribute)
-        and c.func.attr == "cuda"
-        and not c.args
-        and not c.keywords
-        and not s.call_name(c).startswith("torch.")
-    )
 
 
 def _mode_arm(s: Script, node: ast.AST) -> bool:

@@ -62,6 +62,17 @@ def _cuda_picker(s: Script, c: ast.Call) -> bool:
     )
 
 
+def _bare_cuda(s: Script, c: ast.Call) -> bool:
+    """`x.cuda()`: no device given, so the process's current GPU."""
+    return (
+        isinstance(c.func, ast.Attribute)
+        and c.func.attr == "cuda"
+        and not c.args
+        and not c.keywords
+        and not s.call_name(c).startswith("torch.")
+    )
+
+
 def _first_gpu(c: ast.Call) -> bool:
     """`torch.cuda.set_device(opt.gpu_ids[0])`: the first of a list of GPUs for every
     process, not each process's own (a literal `set_device(0)` is DDP-HARDCODED-DEVICE's)."""
@@ -109,10 +120,22 @@ def never_set_device(s: Script, f: Flow) -> Iterator[Hit]:
         if used is not None
         else "NCCL's own state lands"
     )
+    # where work lands on the current GPU: a bare `.cuda()` meets the rank's tensors on
+    # another GPU there (joliGEN's StyleGAN2 `torch.ones(...).cuda()` in a forward)
+    # (of every followed module: a model class picked by name at run time is not reached)
+    bare = sorted(
+        (
+            n
+            for n in dict.fromkeys(n for m in s.modules for n in m.nodes)
+            if isinstance(n, ast.Call) and _bare_cuda(s, n)
+        ),
+        key=lambda c: (s.path_of(c), c.lineno),
+    )
     yield Hit.at(
         "DDP-INIT-BEFORE-SET-DEVICE",
         init,
         f"{said}, so {what} on GPU 0 in every process",
+        also=tuple((c, "placed on the current GPU (0) at") for c in bare[:4]),
         device=ast.unparse(rank),
     )
 
