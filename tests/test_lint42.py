@@ -4,13 +4,14 @@ second element; reading it as the wrapper gave 9 false errors on a correct proje
 
 from __future__ import annotations
 
+import ast
 import time
 from pathlib import Path
 
 import pytest
 from lintproject import lint_project, severities
 
-from ddptui.lint import flow
+from ddptui.lint import nodes
 from ddptui.lint.callsites import CallSites
 from ddptui.lint.engine import lint_paths
 
@@ -185,9 +186,15 @@ def test_a_project_of_210_modules_calling_each_other_in_cycles_lints_fast_and_th
     elapsed = time.process_time() - t0
     assert elapsed < 60  # generous: a few seconds here; the bound guards against a blow-up
     assert any(Path(f["file"]).parent.name == "pkg" for f in fast)  # reached through the cycles
-    # the same project with the call-site table and the own-nodes lists switched off
+    # the same project with the call-site table, the own-nodes lists and the per-statement
+    # call lists switched off
     monkeypatch.setattr(CallSites, "build", staticmethod(lambda calls, callees: None))
-    monkeypatch.setattr(flow, "_SCOPES", ())
+    monkeypatch.setattr(nodes, "_SCOPES", ())
+    monkeypatch.setattr(
+        nodes,
+        "_root_calls",
+        lambda root: tuple(n for n in (root, *nodes.own_nodes(root)) if isinstance(n, ast.Call)),
+    )
     slow = [f.to_dict() for f in lint_project(tmp_path / "b", files)]
     assert repr(fast) == repr(slow).replace(str(tmp_path / "b"), str(tmp_path / "a"))
 

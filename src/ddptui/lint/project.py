@@ -155,6 +155,20 @@ class Shared:
     )
 
 
+def _walk(tree: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[ast.AST]:
+    """ast.walk's nodes in its order (breadth first), each node's parent noted on the same
+    pass."""
+    nodes: list[ast.AST] = [tree]
+    i = 0
+    while i < len(nodes):
+        node = nodes[i]
+        i += 1
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+            nodes.append(child)
+    return nodes
+
+
 class Project:
     """Modules parsed once per lint run (shared by every entry script of the run), with
     one parent map for all their nodes."""
@@ -227,16 +241,7 @@ class Project:
 
     def index(self, path: str, tree: ast.Module, text: str) -> Module:
         mod = Module(path, tree, text.splitlines(), key=key(path))
-        # ast.walk's order (breadth first), each node's parent noted on the same pass
-        nodes: list[ast.AST] = [tree]
-        parents = self.parents
-        i = 0
-        while i < len(nodes):
-            node = nodes[i]
-            i += 1
-            for child in ast.iter_child_nodes(node):
-                parents[child] = node
-                nodes.append(child)
+        nodes = _walk(tree, self.parents)
         mod.nodes = self.shared.walks[tree] = nodes  # reach.walked's answer for the tree
         here = Path(path).resolve().parent
         self._extra = self._path_dirs(mod.nodes, here)
