@@ -328,7 +328,13 @@ if __name__ == "__main__":
 def test_seed_helper_call_names_the_seeding_inside(tmp_path: Path) -> None:
     files = {"train.py": METTA_TRAIN, "runtime_configuration.py": METTA_RUNTIME}
     found = _also(lint_project(tmp_path, files), "DDP-RANK-SEED")
-    assert found == {16: [("runtime_configuration.py", 8, "seeds at")]}
+    # and where the per-rank seed goes: after the wrap, which broadcast rank 0's weights
+    assert found == {
+        16: [
+            ("runtime_configuration.py", 8, "seeds at"),
+            ("train.py", 9, "seed per rank after the wrap at"),
+        ]
+    }
 
 
 # LambdaLabsML/distributed-training-guide @ c25b7c7f259ce2520a7f50fa542e45f42a7f9d03,

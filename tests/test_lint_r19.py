@@ -7,6 +7,10 @@ not "bound on one rank only" (no DDP-RANK-ONLY-NAME)."""
 
 from __future__ import annotations
 
+import ast
+
+import pytest
+
 from ddptui.lint import lint_source
 
 # mlcommons/training @ f255dee4ed5cc95de490d2b4332098a9f064ff24 (as handed in blind batch AO1),
@@ -147,3 +151,157 @@ def test_a_read_after_the_loop_of_a_rank_only_name_is_still_found() -> None:
         "            model.optimize_parameters()\n    model.set_input(data)\n",
     )
     assert ("DDP-RANK-ONLY-NAME", 39) in _ids(twin)
+
+
+# raoyongming/GFNet @ 2de48b626ea805de82a7f389fed930af1ae0340d (a correct case of blind batch
+# AP1), gfnet.py 150-262 and main_gfnet.py 244-360: `pre_logits` is built in `__init__` and never
+# read, but it is an nn.Identity (no parameters) unless `representation_size` is given.
+GFNET = """\
+import os
+from collections import OrderedDict
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+
+
+class GFNet(nn.Module):
+    def __init__(self, num_classes=1000, embed_dim=768, depth=12, representation_size=None):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(embed_dim, embed_dim) for i in range(depth)])
+        self.norm = nn.LayerNorm(embed_dim)
+        if representation_size:
+            self.num_features = representation_size
+            self.pre_logits = nn.Sequential(OrderedDict([
+                ('fc', nn.Linear(embed_dim, representation_size)),
+                ('act', nn.Tanh())
+            ]))
+        else:
+            self.pre_logits = nn.Identity()
+        self.head = nn.Linear(embed_dim, num_classes)
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = blk(x)
+        x = self.norm(x).mean(1)
+        return self.head(x)
+
+
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl")
+torch.manual_seed(0)
+model = GFNet(embed_dim=384, depth=12).cuda()
+model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+"""
+
+
+def test_a_layer_that_is_an_identity_unless_configured_is_no_unused_parameter_error() -> None:
+    assert "DDP-FIND-UNUSED" not in {i for i, _ in _ids(GFNET)}
+
+
+def test_a_layer_with_parameters_on_every_path_that_forward_never_reads_is_still_an_error() -> None:
+    twin = GFNET.replace(
+        "self.pre_logits = nn.Identity()", "self.pre_logits = nn.Linear(embed_dim, embed_dim)"
+    )
+    found = [f for f in lint_source(twin, "train.py") if f.id == "DDP-FIND-UNUSED"]
+    assert [f.severity for f in found] == ["error"]
+    assert "self.pre_logits" in found[0].summary
+
+
+# goodfire-ai/spd @ 356f8cfedab14e621c70de460971d6d148f44e80 (blind batch AP2), spd/utils/
+# general_utils.py 42-52 and spd/run_spd.py 63-71, written for Python 3.12: type parameters
+# (PEP 695) made five of its modules "not valid Python" on 3.11, its data loop among them.
+SPD_UTILS = """\
+import random
+import torch
+
+
+def set_seed(seed: int | None) -> None:
+    if seed is not None:
+        torch.manual_seed(seed)
+        random.seed(seed)
+
+
+def replace_pydantic_model[BaseModelType: BaseModel](
+    model: BaseModelType, *updates: dict[str, Any]
+) -> BaseModelType:
+    return model
+
+
+class Box[T: (int, list[str])](Base):
+    type Inner[K] = dict[K, T]
+
+
+type Loader = DataLoader[int]
+
+
+def loop_dataloader[T](dl: DataLoader[T]):
+    dl_iter = iter(dl)
+    while True:
+        yield next(dl_iter)
+"""
+
+
+def test_python_312_type_parameters_parse_with_lines_and_names_kept() -> None:
+    from ddptui.lint.project import parse
+
+    tree = parse(SPD_UTILS, "general_utils.py")
+    defs = {n.name: n.lineno for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    assert defs == {"set_seed": 5, "replace_pydantic_model": 11, "Box": 17, "loop_dataloader": 24}
+    aliases = {t.id: n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets}
+    assert aliases == {"Inner": 18, "Loader": 21, "dl_iter": 25}
+
+
+def test_code_that_is_not_python_still_says_so() -> None:
+    from ddptui.lint.model import LintInputError
+    from ddptui.lint.project import parse
+
+    with pytest.raises(LintInputError, match=r"bad\.py:1:.*not valid Python"):
+        parse("def f[T](x) x\n", "bad.py")
+
+
+# goodfire-ai/spd (the same commit), spd/run_spd.py 104-121, 175-219 and spd/losses.py 156-170:
+# the step runs the DDP wrapper's forward first, then hands the module inside it to the loss
+# helpers, two calls down; the reducer was prepared by that forward, the extra gradients are
+# summed in before its hooks fire: no DDP-FORWARD-BYPASS.
+SPD_STEP = """\
+import os
+import torch
+import torch.distributed as dist
+
+
+def calc_masked_recon_loss(model, batch, masks, target_out):
+    out = model(batch, mode="components", masks=masks)
+    return ((out - target_out) ** 2).mean()
+
+
+def calculate_losses(model, batch, masks, target_out):
+    return calc_masked_recon_loss(model, batch, masks, target_out)
+
+
+def optimize(model, train_iterator, steps, device):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    wrapped_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+    component_model = wrapped_model.module
+    opt = torch.optim.AdamW(component_model.parameters())
+    for step in range(steps):
+        batch = next(train_iterator).to(device)
+        target_out, pre_weight_acts = wrapped_model(batch, mode="pre_forward_cache")
+        masks = component_model.calc_causal_importances(pre_weight_acts)
+        loss = calculate_losses(component_model, batch, masks, target_out)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_the_module_run_two_calls_below_a_wrapper_forward_of_the_step_is_no_bypass() -> None:
+    assert "DDP-FORWARD-BYPASS" not in {i for i, _ in _ids(SPD_STEP)}
+
+
+def test_the_module_run_with_no_wrapper_forward_in_the_step_is_still_a_bypass() -> None:
+    twin = SPD_STEP.replace(
+        'target_out, pre_weight_acts = wrapped_model(batch, mode="pre_forward_cache")',
+        'target_out, pre_weight_acts = component_model(batch, mode="pre_forward_cache")',
+    )
+    assert "DDP-FORWARD-BYPASS" in {i for i, _ in _ids(twin)}

@@ -22,7 +22,8 @@ from __future__ import annotations
 import ast
 from typing import Final
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Pick, Script
 
 _HELPER_STMTS: Final = 10  # a helper of more statements does more than write a file

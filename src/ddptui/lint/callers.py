@@ -10,7 +10,7 @@ import ast
 from collections.abc import Callable
 from typing import Final
 
-from ddptui.lint.flow import calls_in, own_nodes
+from ddptui.lint.nodes import calls_in, own_nodes
 from ddptui.lint.nonetest import none_test
 from ddptui.lint.project import FuncNode
 from ddptui.lint.reach import self_attr

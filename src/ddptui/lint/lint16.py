@@ -8,8 +8,9 @@ import ast
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.rules_seed import _seeding as seeding
 from ddptui.lint.script import Script
 

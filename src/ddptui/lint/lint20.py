@@ -13,9 +13,10 @@ import ast
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.lint15 import none_guarded
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_io import _referenced
 from ddptui.lint.rules_nosync import (

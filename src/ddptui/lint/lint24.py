@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Script
 
 

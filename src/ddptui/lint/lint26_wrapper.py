@@ -25,8 +25,9 @@ import weakref
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.rules_project import _WRAPPER_API
 from ddptui.lint.rules_wrapper import _attr_elsewhere, _project_bases, _wrapped_attrs
 from ddptui.lint.script import Script

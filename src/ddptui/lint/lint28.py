@@ -7,8 +7,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_lint12 import OPTIMIZER
 from ddptui.lint.script import Script

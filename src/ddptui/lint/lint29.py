@@ -10,8 +10,9 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const

@@ -12,8 +12,9 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.project import FuncNode
 from ddptui.lint.reach import cast_value, self_attr
 from ddptui.lint.rules_frameworks import _bypass, _feeds_backward, _without_grad

@@ -10,9 +10,10 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.lint30 import _bases
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.rules_data import (
     _assigned_name,
     _reads_rank,

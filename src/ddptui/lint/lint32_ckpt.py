@@ -13,9 +13,10 @@ import ast
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.lint20_ckpt import _always
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import last
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.lint48 import rank_placed
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.rules_set_device import _cuda_picker, _on_current_gpu, _picks_per_rank_gpu
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last

@@ -19,8 +19,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Script
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)

@@ -11,8 +11,9 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from ddptui.lint.flow import ident, is_main_flag, is_rank_name, own_nodes
+from ddptui.lint.flow import ident, is_main_flag, is_rank_name
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.reach import is_param
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, last
@@ -49,6 +50,8 @@ def _by_id(s: Script, hit: Hit, node: ast.AST) -> list[Where]:
         return [(node, guard, "rank-only branch at")]
     if hit.id == "DDP-ALL-RANKS-IO":
         return list(_io_places(s, node))
+    if hit.id == "DDP-RANK-SEED" and isinstance(node, ast.Call):
+        return [(n, n.lineno, "seeds at") for n in _helper_seeds(s, node)] + _after_wrap(s)
     placer = _PLACERS.get(hit.id)
     if placer is None or not isinstance(node, placer[0]):
         return []
@@ -180,6 +183,14 @@ def _helper_seeds(s: Script, call: ast.Call) -> list[ast.Call]:
         ]
         out += sorted(seeds, key=lambda c: c.lineno)[:1]
     return out
+
+
+def _after_wrap(s: Script) -> list[Where]:
+    """Where the per-rank seed goes: right after the DDP wrap, which has broadcast rank 0's
+    weights by then (goodfire-ai/spd's run_spd.py: the wrap in another file than the
+    seed)."""
+    wraps = [c for c in s.calls if last(s.call_name(c)) == "DistributedDataParallel"]
+    return [(c, c.end_lineno or c.lineno, "seed per rank after the wrap at") for c in wraps[:2]]
 
 
 # --- a helper handed the wrapper: its callers ---------------------------------------
@@ -391,7 +402,6 @@ def _prepares(st: ast.stmt, used: set[str]) -> bool:
 # id: (the kind of node the rule says it at, the label, the second places' finder)
 _PLACERS: Final[dict[str, tuple[Any, str, Callable[[Script, Any], list[Any]]]]] = {
     "DDP-HARDCODED-DEVICE": (ast.Call, "used as the device at", _flag_uses),
-    "DDP-RANK-SEED": (ast.Call, "seeds at", _helper_seeds),
     "DDP-SAVE-WRAPPER": (ast.AST, "called from", _passing_callers),
     "DDP-SET-EPOCH": (ast.For | ast.While, "loader iterated at", _pass_start),
     "DDP-WRAPPER-ATTR": (ast.Attribute, "read too at", _global_reads),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import sys
 import tokenize
 import warnings
 from collections import deque
@@ -16,6 +17,7 @@ from typing import Final
 
 from ddptui.lint.dynamic import loaded_modules
 from ddptui.lint.model import LintInputError
+from ddptui.lint.newsyntax import type_params_blanked
 from ddptui.lint.syspath import path_parts, side_effect_imports
 
 FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -76,11 +78,26 @@ def read_source(path: str) -> str:
         ) from None
 
 
+def _parse(text: str, path: str) -> ast.Module:
+    with warnings.catch_warnings():  # "invalid escape sequence" is not ours to report
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(text, filename=path)
+        except SyntaxError:
+            # a project written for Python 3.12 read on an older one (newsyntax.py)
+            blanked = type_params_blanked(text) if sys.version_info < (3, 12) else None
+            if blanked is None:
+                raise
+            try:
+                return ast.parse(blanked, filename=path)
+            except SyntaxError:
+                pass
+            raise
+
+
 def parse(text: str, path: str) -> ast.Module:
     try:
-        with warnings.catch_warnings():  # "invalid escape sequence" is not ours to report
-            warnings.simplefilter("ignore")
-            return ast.parse(text, filename=path)
+        return _parse(text, path)
     except SyntaxError as exc:
         where = f"{path}:{exc.lineno or 1}:{(exc.offset or 0) or 1}"
         suffix = Path(path).suffix

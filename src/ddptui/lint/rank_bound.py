@@ -18,9 +18,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.lint50 import _bound_names, _in_comprehension, caught, names_from_outside
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Script
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)

@@ -9,9 +9,10 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.lint46 import dealing_class
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
 

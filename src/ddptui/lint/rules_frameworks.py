@@ -9,9 +9,10 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.lint15 import helper_runs_wrapper, module_api
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.reach import Scope
 from ddptui.lint.rules_project import _WRAPPER_API
 from ddptui.lint.rules_wrapper import _mode_branch, _tells_wrapper
@@ -321,10 +322,19 @@ def _wrapper_runs_beside(s: Script, f: Flow, call: ast.Call) -> bool:
     backward and the extra gradients are summed in before the hooks fire. A name that
     holds `model.module if isinstance(model, DDP) else model` is the unwrapped module
     under DDP (minimind's RL trainers): its call is no wrapper forward."""
-    scope = s.scope_of(call)
-    scopes = [scope]
-    if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-        scopes += [s.scope_of(site) for site in s.call_sites(scope)]
+    # the callers up to three hops: goodfire-ai/spd's optimize() runs the wrapper, then
+    # calculate_losses() hands the module to the loss helpers that run it
+    scopes = [s.scope_of(call)]
+    todo = list(scopes)
+    for _ in range(3):
+        todo = [
+            s.scope_of(site)
+            for sc in todo
+            if isinstance(sc, ast.FunctionDef | ast.AsyncFunctionDef)
+            for site in s.call_sites(sc)
+        ]
+        todo = [sc for sc in dict.fromkeys(todo) if sc not in scopes]
+        scopes += todo
     return any(
         isinstance(n, ast.Call)
         and (

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.anchor import deep_worker_write, io_helper_call, owning_method, run_level_site
-from ddptui.lint.flow import Flow, calls_in, ident
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.lint15 import (
     dunder_used,
     none_guarded,
@@ -23,6 +23,7 @@ from ddptui.lint.lint36 import rank_guarded_uses
 from ddptui.lint.lint41 import descriptor, item_loader_write
 from ddptui.lint.lint43 import shared_site
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import calls_in
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last

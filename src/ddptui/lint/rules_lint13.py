@@ -10,8 +10,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Script
 
 _EVEN_WORDS = ("total_size", "num_samples", "pad", "drop_last", "min(", "[:n", "truncate")

@@ -10,9 +10,10 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, calls_in
+from ddptui.lint.flow import Flow
 from ddptui.lint.lint19 import counted_steps
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import calls_in
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_sync import SyncFlow
 from ddptui.lint.script import Script

@@ -17,8 +17,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddptui.lint.flow import Flow, calls_in
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import calls_in
 from ddptui.lint.project import FuncNode
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import last

@@ -9,8 +9,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddptui.lint.flow import Flow, calls_in
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import calls_in
 from ddptui.lint.reach import walked
 from ddptui.lint.rules_io import _path, _torch, _where
 from ddptui.lint.script import Script

@@ -10,9 +10,11 @@ from typing import Final
 
 from ddptui.lint.device_facts import device_string
 from ddptui.lint.exclusive import exclusive, held
-from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.lint27 import layer_attrs
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
+from ddptui.lint.param_free import may_hold_nothing
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
 
@@ -356,7 +358,12 @@ def _unused_layer(  # noqa: PLR0912 - the class, its methods that run, its submo
             isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
         ):
             continue
-        if t.attr not in reads and t.attr not in in_init and _layer(s, node.value):
+        if (
+            t.attr not in reads
+            and t.attr not in in_init
+            and _layer(s, node.value)
+            and not may_hold_nothing(s, init, t.attr)
+        ):
             return cls, t.attr, node
         if t.attr in reads and depth < 2:
             sub = _module_of_value(s, node.value)

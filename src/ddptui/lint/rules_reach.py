@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.callers import local_predicate
-from ddptui.lint.flow import Flow, calls_in, ident, own_nodes
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import calls_in, own_nodes
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_data import is_loader, iterated, split_by_rank
 from ddptui.lint.rules_io import file_writer

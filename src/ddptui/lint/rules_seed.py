@@ -8,10 +8,11 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from ddptui.lint.flow import Flow, calls_in
+from ddptui.lint.flow import Flow
 from ddptui.lint.lint18 import last_entry_anchor
 from ddptui.lint.lint23 import flag_off_seed
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import calls_in
 from ddptui.lint.rules_data import is_loader
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import kwarg, last

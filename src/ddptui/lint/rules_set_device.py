@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.device_facts import device_string
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.rules_project import rank_kind
 from ddptui.lint.rules_setup import _touches_gpu
 from ddptui.lint.script import Script

@@ -7,8 +7,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.rules_project import rank_kind
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last

@@ -11,13 +11,14 @@ from typing import Final
 
 from ddptui.lint.branches import branch_colls as _branch_colls
 from ddptui.lint.branches import dead_nest as _dead_nest
-from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.lint15 import mode_exit as _mode_exit
 from ddptui.lint.lint16 import BUFFERS as _BUFFERS
 from ddptui.lint.lint16 import in_training_loop as _in_training_loop
 from ddptui.lint.lint19 import counted_steps
 from ddptui.lint.lint41 import collective_answer
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
 from ddptui.lint.taint import depends, rank_tainted

@@ -19,8 +19,9 @@ from typing import TypeGuard
 
 from ddptui.lint.families import family
 from ddptui.lint.flagoff import arg_for
-from ddptui.lint.flow import Flow, own_nodes
+from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const
 

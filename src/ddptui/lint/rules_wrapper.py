@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.callers import dead_for_callers
-from ddptui.lint.flow import Flow, ident, own_nodes
+from ddptui.lint.flow import Flow, ident
 from ddptui.lint.lint19 import other_owner, set_on_value
 from ddptui.lint.lint36 import unwrap_idiom
 from ddptui.lint.model import Hit
+from ddptui.lint.nodes import own_nodes
 from ddptui.lint.reach import cast_value
 from ddptui.lint.rules_project import _WRAPPER_API, _checks_wrapper, test_text
 from ddptui.lint.script import SELF_RETURNING, Pick, Script
