@@ -305,3 +305,55 @@ def test_the_module_run_with_no_wrapper_forward_in_the_step_is_still_a_bypass() 
         'target_out, pre_weight_acts = component_model(batch, mode="pre_forward_cache")',
     )
     assert "DDP-FORWARD-BYPASS" in {i for i, _ in _ids(twin)}
+
+
+# SeungjunNah/DeepDeblur-PyTorch @ 3b507555dcc0c3c5756f25d074d354cbd0404a4a (blind batch AP2),
+# src/model/__init__.py 38-56; fixed in 26047f7 (the wrapping loop dedented out of `else:`).
+DEBLUR = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+
+class Model(torch.nn.Module):
+    def parallelize(self):
+        if self.args.device_type == 'cuda':
+            if self.args.distributed:
+                Parallel = DistributedDataParallel
+                parallel_args = {
+                    "device_ids": [self.args.rank],
+                    "output_device": self.args.rank,
+                }
+            else:
+                Parallel = DataParallel
+                parallel_args = {
+                    'device_ids': list(range(self.n_GPUs)),
+                    'output_device': self.args.rank # always 0
+                }
+
+                for model_key in self.model:
+                    if self.model[model_key] is not None:
+                        self.model[model_key] = Parallel(self.model[model_key], **parallel_args)
+"""
+
+
+def test_a_ddp_alias_called_only_in_the_other_arm_is_a_wrap_that_never_happens() -> None:
+    found = [f for f in lint_source(DEBLUR, "model.py") if f.id == "DDP-NOT-APPLIED"]
+    assert [(f.line, f.severity) for f in found] == [(22, "error")]
+    assert [(p.line, p.label) for p in found[0].also] == [(10, "bound to DistributedDataParallel at")]
+
+
+def test_the_wrapping_loop_after_the_if_stays_silent() -> None:
+    fixed = DEBLUR.replace(
+        """
+                for model_key in self.model:
+                    if self.model[model_key] is not None:
+                        self.model[model_key] = Parallel(self.model[model_key], **parallel_args)
+""",
+        """
+            for model_key in self.model:
+                if self.model[model_key] is not None:
+                    self.model[model_key] = Parallel(self.model[model_key], **parallel_args)
+""",
+    )
+    assert "DDP-NOT-APPLIED" not in {i for i, _ in _ids(fixed)}

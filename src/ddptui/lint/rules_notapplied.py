@@ -206,9 +206,88 @@ def _dead_branch(s: Script, f: Flow) -> Iterator[Hit]:
                 break
 
 
+def _other_arm(binding: ast.AST, call: ast.AST, s: Script) -> ast.stmt | None:
+    """The statement of the `if`'s other arm that holds `call`, when `binding` sits in
+    one arm of that `if` and `call` in the other (and no loop around the `if` could run
+    both arms)."""
+    bind_up = list(s.ancestors(binding))
+    child: ast.AST = call
+    for a in s.ancestors(call):
+        if isinstance(a, ast.If) and a in bind_up:
+            arm_call = "body" if child in a.body else "orelse"
+            b_child = bind_up[bind_up.index(a) - 1] if bind_up.index(a) else binding
+            arm_bind = "body" if b_child in a.body else "orelse"
+            if arm_call == arm_bind or _in_loop(s, a):
+                return None
+            return child if isinstance(child, ast.stmt) else None
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return None
+        child = a
+    return None
+
+
+def _in_loop(s: Script, node: ast.AST) -> bool:
+    """A loop of the same function around `node`."""
+    for a in s.ancestors(node):
+        if isinstance(a, ast.For | ast.AsyncFor | ast.While):
+            return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return False
+    return False
+
+
+def _alias_in_other_arm(s: Script, f: Flow) -> Iterator[Hit]:
+    """`Parallel = DistributedDataParallel` in the `if distributed:` arm, and the only
+    calls of `Parallel(...)` in the `else:` (DataParallel) arm (SeungjunNah/DeepDeblur-
+    PyTorch's src/model/__init__.py at 3b50755, fixed in 26047f7: the wrapping loop
+    indented one level too deep): under DDP the model is never wrapped."""
+    for st in s.nodes:
+        if not (
+            isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Name)
+            and last(s.qualname(st.value) or "") == "DistributedDataParallel"
+        ):
+            continue
+        name = st.targets[0].id
+        scope = s.scope_of(st)
+        calls = [
+            c
+            for c in s.calls
+            if isinstance(c.func, ast.Name) and c.func.id == name and s.scope_of(c) is scope
+        ]
+        others = [
+            c
+            for c in s.calls
+            if last(s.call_name(c)) == "DistributedDataParallel" and c not in calls
+        ]
+        if not calls or others:
+            continue
+        arms = [_other_arm(st, c, s) for c in calls]
+        if any(a is None for a in arms):
+            continue
+        where = arms[0]
+        assert where is not None  # narrowed above
+        yield Hit.at(
+            "DDP-NOT-APPLIED",
+            where,
+            (
+                f"`{name}` is DistributedDataParallel only in the arm of line {st.lineno}, "
+                f"but `{ast.unparse(calls[0])[:40]}` runs only in the other arm (line "
+                f"{calls[0].lineno}): under DDP the model is never wrapped"
+            ),
+            also=((st, "bound to DistributedDataParallel at"),),
+            why=(
+                f"`{name}` is bound to DistributedDataParallel in one arm of an `if` and "
+                "called only in the other (the wrapping code indented into the wrong arm)."
+            ),
+        )
+
+
 def ddp_not_applied(s: Script, f: Flow) -> Iterator[Hit]:
     yield from _unused_wrap(s, f)
     yield from _dead_branch(s, f)
+    yield from _alias_in_other_arm(s, f)
 
 
 RULES = (ddp_not_applied,)
