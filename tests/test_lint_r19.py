@@ -357,3 +357,66 @@ def test_the_wrapping_loop_after_the_if_stays_silent() -> None:
 """,
     )
     assert "DDP-NOT-APPLIED" not in {i for i, _ in _ids(fixed)}
+
+
+# NVIDIA/tacotron2 @ 3973b3e495c204ecbb46b1e2141b00ae7f5917ef (blind batch AQ1), train.py 69-77,
+# 122-146 and 175-240; fixed in 6e43055 ("val logger on gpu 0 only": the call under `rank == 0`).
+TACOTRON = """\
+import os
+import torch
+import torch.distributed as dist
+
+
+def prepare_directories_and_logger(output_directory, log_directory, rank):
+    if rank == 0:
+        if not os.path.isdir(output_directory):
+            os.makedirs(output_directory)
+        logger = Tacotron2Logger(os.path.join(output_directory, log_directory))
+    else:
+        logger = None
+    return logger
+
+
+def validate(model, criterion, valset, iteration, logger, rank):
+    model.eval()
+    with torch.no_grad():
+        y, y_pred = valset[0], model(valset[0])
+        reduced_val_loss = criterion(y_pred, y).item()
+    model.train()
+    logger.log_validation(reduced_val_loss, model, y, y_pred, iteration)
+
+
+def train(output_directory, log_directory, rank, hparams):
+    dist.init_process_group("nccl", rank=rank, world_size=hparams.n_gpus)
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    model = torch.nn.parallel.DistributedDataParallel(Tacotron2(hparams).cuda())
+    logger = prepare_directories_and_logger(output_directory, log_directory, rank)
+    for iteration, batch in enumerate(train_loader):
+        loss = criterion(model(batch), batch)
+        loss.backward()
+        if rank == 0:
+            logger.log_training(loss.item(), iteration)
+        if iteration % hparams.iters_per_checkpoint == 0:
+            validate(model, criterion, valset, iteration, logger, rank)
+"""
+
+
+def test_a_logger_that_is_none_off_rank_0_used_on_every_rank_is_found_at_the_use() -> None:
+    found = [f for f in lint_source(TACOTRON, "train.py") if f.id == "DDP-RANK-ONLY-NAME"]
+    assert [(f.line, f.severity) for f in found] == [(22, "error")]
+    assert "'NoneType' object has no attribute 'log_validation'" in found[0].summary
+    assert [(p.line, p.label) for p in found[0].also] == [(12, "None on the other ranks at")]
+
+
+def test_the_use_under_the_rank_test_or_a_none_test_stays_silent() -> None:
+    fixed = TACOTRON.replace(
+        "    logger.log_validation(", "    if rank == 0:\n        logger.log_validation("
+    )
+    assert "DDP-RANK-ONLY-NAME" not in {i for i, _ in _ids(fixed)}
+    tested = TACOTRON.replace(
+        "    logger.log_validation(", "    if logger is not None:\n        logger.log_validation("
+    )
+    assert "DDP-RANK-ONLY-NAME" not in {i for i, _ in _ids(tested)}
+    # and a logger every rank gets (a no-op one off rank 0) is no finding
+    every = TACOTRON.replace("        logger = None\n", "        logger = NullLogger()\n")
+    assert "DDP-RANK-ONLY-NAME" not in {i for i, _ in _ids(every)}

@@ -33,6 +33,7 @@ from ddptui.lint import (
     lint48,
     lint50,
     rank_bound,
+    rank_none,
     rules_accum,
     rules_amp,
     rules_branch_lint6,
@@ -140,6 +141,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_device_ctx.RULES,
     *rules_rank_attr.RULES,
     *rank_bound.RULES,
+    *rank_none.RULES,
     *rules_unwrapped_train.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
