@@ -420,3 +420,19 @@ def test_the_use_under_the_rank_test_or_a_none_test_stays_silent() -> None:
     # and a logger every rank gets (a no-op one off rank 0) is no finding
     every = TACOTRON.replace("        logger = None\n", "        logger = NullLogger()\n")
     assert "DDP-RANK-ONLY-NAME" not in {i for i, _ in _ids(every)}
+
+
+def test_a_name_given_a_logger_again_on_every_rank_is_left_alone() -> None:
+    # the reading does not follow statement order: a third binding makes it say nothing
+    again = TACOTRON.replace(
+        "    for iteration, batch in enumerate(train_loader):\n",
+        "    logger = get_logger(rank)\n    for iteration, batch in enumerate(train_loader):\n",
+    )
+    assert "DDP-RANK-ONLY-NAME" not in {i for i, _ in _ids(again)}
+    # and a use inside `x and x.f()` is tested, not the `x` of `x.f()` alone
+    anded = TACOTRON.replace(
+        "    logger.log_validation(", "    logger and logger.log_validation("
+    )
+    assert "DDP-RANK-ONLY-NAME" not in {i for i, _ in _ids(anded)}
+    ored = TACOTRON.replace("    logger.log_validation(", "    x = logger.log_validation(")
+    assert "DDP-RANK-ONLY-NAME" in {i for i, _ in _ids(ored)}

@@ -84,15 +84,14 @@ def _rank_arm_after(
 
 
 def _name_none(s: Script, f: Flow, expr: ast.Name, depth: int) -> Found | None:
+    """Only a name given nothing else (the two arms, or one value): the reading does not
+    follow the order of statements, so a later binding on every rank would be missed."""
     scope = s.scope_of(expr)
-    arms = _arms_none(s, f, scope, expr.id)
-    if arms is not None:
-        return arms
     values = s.assigned(scope, expr.id)
-    for v in values:
-        found = rank_none(s, f, v, depth + 1)
-        if found is not None:
-            return found
+    if len(values) == 2:
+        return _arms_none(s, f, scope, expr.id)
+    if len(values) == 1:
+        return rank_none(s, f, values[0], depth + 1)
     if values or not isinstance(scope, _FUNCS):
         return None
     # a parameter: every call site hands it such a value
@@ -102,12 +101,17 @@ def _name_none(s: Script, f: Flow, expr: ast.Name, depth: int) -> Found | None:
 
 
 def _returned_none(s: Script, f: Flow, call: ast.Call, depth: int) -> Found | None:
+    """A project function with one `return` of a value, that value such a value."""
     for fn in s.callees(call):
-        for ret in ast.walk(fn):
-            if isinstance(ret, ast.Return) and ret.value is not None and s.scope_of(ret) is fn:
-                found = rank_none(s, f, ret.value, depth + 1)
-                if found is not None:
-                    return found
+        returns = [
+            r
+            for r in ast.walk(fn)
+            if isinstance(r, ast.Return) and r.value is not None and s.scope_of(r) is fn
+        ]
+        if len(returns) == 1 and returns[0].value is not None:
+            found = rank_none(s, f, returns[0].value, depth + 1)
+            if found is not None:
+                return found
     return None
 
 
@@ -142,7 +146,7 @@ def _tested(s: Script, use: ast.Name) -> bool:
         elif isinstance(a, ast.Assert):
             test = a.test
         if test is not None and any(
-            isinstance(n, ast.Name) and n.id == use.id for n in ast.walk(test)
+            isinstance(n, ast.Name) and n.id == use.id and n is not use for n in ast.walk(test)
         ):
             return True
         child = a
