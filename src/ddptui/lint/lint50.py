@@ -17,7 +17,7 @@ a default elsewhere."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
@@ -66,6 +66,23 @@ def rank_arm(f: Flow, node: ast.AST) -> tuple[ast.If, str] | None:
         if any(node is n for st in getattr(guard, name) for n in ast.walk(st)):
             return guard, name
     return None
+
+
+def tested_around(s: Script, node: ast.AST, mentions: Callable[[ast.expr], bool]) -> bool:
+    """Within its function, `node` sits under an `if`/`while`/conditional expression whose
+    test `mentions` holds for (`if self.writer:`, `if logger is not None:`), or in an
+    `and`/`or` another operand of which does (`logger and logger.log(x)`): the name is
+    checked before the use (rules_rank_attr and rank_none ask it)."""
+    child: ast.AST = node
+    for a in s.ancestors(node):
+        if isinstance(a, ast.If | ast.IfExp | ast.While) and child is not a.test and mentions(a.test):
+            return True
+        if isinstance(a, ast.BoolOp) and any(mentions(v) for v in a.values if v is not child):
+            return True
+        if isinstance(a, _FUNCS):
+            return False
+        child = a
+    return False
 
 
 def caught(s: Script, node: ast.AST, fn: ast.AST, catches: frozenset[str] = _CATCHES) -> bool:

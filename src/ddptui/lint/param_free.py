@@ -8,6 +8,7 @@ import ast
 import re
 from typing import Final
 
+from ddptui.lint.reach import self_attr
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import last
 
@@ -26,13 +27,7 @@ def may_hold_nothing(s: Script, init: ast.FunctionDef, attr: str) -> bool:
     for n in ast.walk(init):
         if not (isinstance(n, ast.Assign) and len(n.targets) == 1):
             continue
-        t = n.targets[0]
-        if not (
-            isinstance(t, ast.Attribute)
-            and t.attr == attr
-            and isinstance(t.value, ast.Name)
-            and t.value.id == "self"
-        ):
+        if self_attr(n.targets[0]) != attr:
             continue
         v = n.value
         if isinstance(v, ast.Constant) and v.value is None:

@@ -19,7 +19,7 @@ import ast
 from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow
-from ddptui.lint.lint50 import caught
+from ddptui.lint.lint50 import caught, rank_arm, tested_around
 from ddptui.lint.model import Hit
 from ddptui.lint.reach import Scope
 from ddptui.lint.script import Script
@@ -40,18 +40,11 @@ def _arms_none(s: Script, f: Flow, scope: Scope, name: str) -> Found | None:
     nones = [v for v in values if _none(v)]
     others = [v for v in values if not _none(v)]
     for none in nones:
+        arm = rank_arm(f, none)
         for other in others:
-            for g in s.ancestors(none):
-                if isinstance(g, _FUNCS):
-                    break
-                if not (isinstance(g, ast.If) and f.is_rank_test(g.test)):
-                    continue
-                in_body = {id(n) for st in g.body for n in ast.walk(st)}
-                in_else = {id(n) for st in g.orelse for n in ast.walk(st)}
-                if (id(none) in in_body and id(other) in in_else) or (
-                    id(none) in in_else and id(other) in in_body
-                ):
-                    return g.test, none
+            other_arm = rank_arm(f, other)
+            if arm and other_arm and arm[0] is other_arm[0] and arm[1] != other_arm[1]:
+                return arm[0].test, none
             after = _rank_arm_after(s, f, none, other, name)
             if after is not None:
                 return after.test, none
@@ -134,22 +127,11 @@ def rank_none(s: Script, f: Flow, expr: ast.expr, depth: int = 0) -> Found | Non
 def _tested(s: Script, use: ast.Name) -> bool:
     """A test of the name itself encloses the use (`if logger:`, `if logger is not None:`,
     `logger and logger.log()`, `logger.log() if logger else None`)."""
-    child: ast.AST = use
-    for a in s.ancestors(use):
-        if isinstance(a, _FUNCS):
-            return False
-        test = None
-        if isinstance(a, ast.If | ast.IfExp | ast.While) and child is not a.test:
-            test = a.test
-        elif isinstance(a, ast.BoolOp):
-            test = a
-        elif isinstance(a, ast.Assert):
-            test = a.test
-        if test is not None and any(
-            isinstance(n, ast.Name) and n.id == use.id and n is not use for n in ast.walk(test)
-        ):
-            return True
-        child = a
+    def mentions(test: ast.expr) -> bool:
+        return any(isinstance(n, ast.Name) and n.id == use.id for n in ast.walk(test))
+
+    if tested_around(s, use, mentions):
+        return True
     # an early exit before the use (`if logger is None: return`) in the same function
     fn = s.scope_of(use)
     return any(

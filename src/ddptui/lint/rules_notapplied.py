@@ -10,9 +10,11 @@ from collections.abc import Iterator
 
 from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
+from ddptui.lint.rules_sync import _loop_of
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import last
 
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _BOOL_CALLS = frozenset(
     {"is_initialized", "is_available", "isinstance", "hasattr", "callable", "exists", "is_file",
      "is_dir", "is_nccl_available", "is_torchelastic_launched", "startswith", "endswith"}
@@ -217,23 +219,14 @@ def _other_arm(binding: ast.AST, call: ast.AST, s: Script) -> ast.stmt | None:
             arm_call = "body" if child in a.body else "orelse"
             b_child = bind_up[bind_up.index(a) - 1] if bind_up.index(a) else binding
             arm_bind = "body" if b_child in a.body else "orelse"
-            if arm_call == arm_bind or _in_loop(s, a):
+            # a loop of the same function around the `if` could run both arms
+            if arm_call == arm_bind or isinstance(_loop_of(s, a), _LOOPS):
                 return None
             return child if isinstance(child, ast.stmt) else None
         if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             return None
         child = a
     return None
-
-
-def _in_loop(s: Script, node: ast.AST) -> bool:
-    """A loop of the same function around `node`."""
-    for a in s.ancestors(node):
-        if isinstance(a, ast.For | ast.AsyncFor | ast.While):
-            return True
-        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            return False
-    return False
 
 
 def _alias_in_other_arm(s: Script, f: Flow) -> Iterator[Hit]:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from ddptui.lint.families import dynamic, family, self_attrs
 from ddptui.lint.flow import Flow
-from ddptui.lint.lint50 import caught, rank_arm
+from ddptui.lint.lint50 import caught, rank_arm, tested_around
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 
@@ -67,22 +67,8 @@ def _tested(s: Script, read: ast.Attribute, attr: str) -> bool:
     fn = next((a for a in s.ancestors(read) if isinstance(a, _FUNCS)), None)
     if fn is not None and caught(s, read, fn, _CATCHES):
         return True
-    child: ast.AST = read
-    for a in s.ancestors(read):
-        if (
-            isinstance(a, ast.If | ast.IfExp | ast.While)
-            and child is not a.test
-            and _mentions(a.test, attr)
-        ):
-            return True
-        if isinstance(a, ast.BoolOp) and any(
-            _mentions(v, attr) for v in a.values if v is not child
-        ):  # `self.writer is not None and self.writer.flush()`
-            return True
-        if isinstance(a, _FUNCS):
-            return False
-        child = a
-    return False
+    # `if self.writer:`, `self.writer is not None and self.writer.flush()`
+    return tested_around(s, read, lambda test: _mentions(test, attr))
 
 
 def _mentions(test: ast.AST, attr: str) -> bool:
