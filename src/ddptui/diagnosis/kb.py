@@ -163,14 +163,16 @@ def read_kb_files(directory: Path = KB_DIR) -> list[tuple[KbEntry, ...]]:
 
 
 @functools.lru_cache(maxsize=1)
-def load_kb() -> dict[str, KbEntry]:
-    """Every entry of kb/*.yaml and signatures.yaml, parsed and checked once per process."""
-    return merge([*read_kb_files(), _signature_entries()])
+def _kb_files() -> dict[str, KbEntry]:
+    """The entries of kb/*.yaml, parsed and checked once per process."""
+    return merge(read_kb_files())
 
 
 @functools.lru_cache(maxsize=1)
-def _kb_files() -> dict[str, KbEntry]:
-    return merge(read_kb_files())
+def load_kb() -> dict[str, KbEntry]:
+    """Every entry of kb/*.yaml and signatures.yaml, parsed and checked once per process
+    (the kb files' table is kb_entry's too: read once whichever asks first)."""
+    return merge([tuple(_kb_files().values()), _signature_entries()])
 
 
 def kb_entry(id: str) -> KbEntry:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import io
 import re
 import sys
@@ -86,12 +87,9 @@ def _parse(text: str, path: str) -> ast.Module:
         except SyntaxError:
             # a project written for Python 3.12 read on an older one (newsyntax.py)
             blanked = type_params_blanked(text) if sys.version_info < (3, 12) else None
-            if blanked is None:
-                raise
-            try:
-                return ast.parse(blanked, filename=path)
-            except SyntaxError:
-                pass
+            if blanked is not None:
+                with contextlib.suppress(SyntaxError):  # still not Python: the first error
+                    return ast.parse(blanked, filename=path)
             raise
 
 
