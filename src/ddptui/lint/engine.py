@@ -40,6 +40,7 @@ from ddptui.lint import (
     rules_closure,
     rules_data,
     rules_device_ctx,
+    rules_eval_metric,
     rules_flag,
     rules_frameworks,
     rules_io,
@@ -143,6 +144,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rank_bound.RULES,
     *rank_none.RULES,
     *rules_unwrapped_train.RULES,
+    *rules_eval_metric.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
@@ -179,6 +181,7 @@ RULE_IDS: Final = (
     "DDP-LOAD-INTO-WRAPPER",
     "DDP-SPAWN-ARGS",
     "DDP-RANK-ONLY-NAME",
+    "DDP-EVAL-LOCAL-METRIC",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")

@@ -1,0 +1,288 @@
+"""Round 20: DDP-EVAL-LOCAL-METRIC, an evaluation loop over a sharded loader that adds up its
+figures on this rank only and uses them with no collective (a kind the blind batches have
+held under NEW since round 5). The real lines first, then twins that must stay silent: the
+fix, a loader that is not sharded, a collective in a helper or in the caller, a training
+loop, a torchmetrics metric; and the same mistake through accelerate's `prepare`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddptui.lint import lint_paths, lint_source
+
+ID = "DDP-EVAL-LOCAL-METRIC"
+
+# ryul99/pytorch-project-template @ 32bfbe1^ (the parent of 32bfbe174ceeb45c20c08c30a86bb251f848e2b4,
+# "aggregate loss of all gpus in test_model", PR #11), cut down to the lines the reading
+# needs: trainer.py 39-110, dataset/dataloader.py 23-52, utils/test_model.py 1-21 (whole).
+TRAINER = """\
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from utils.test_model import test_model
+from dataset.dataloader import create_dataloader, DataloaderMode
+
+
+def train_loop(rank, hp, world_size=0):
+    dist.init_process_group(hp.train.dist.mode, rank=rank, world_size=world_size)
+    torch.cuda.set_device(rank)
+    train_loader = create_dataloader(hp, DataloaderMode.train, rank, world_size)
+    test_loader = create_dataloader(hp, DataloaderMode.test, rank, world_size)
+    model = Model(hp, DDP(Net().to(rank), device_ids=[rank]))
+    for epoch in range(hp.train.num_epoch):
+        train_loader.sampler.set_epoch(epoch)
+        train_model(hp, model, train_loader)
+        test_model(hp, model, test_loader, None, None)
+
+
+def main(hp):
+    mp.spawn(train_loop, args=(hp, hp.train.dist.gpus), nprocs=hp.train.dist.gpus, join=True)
+"""
+DATALOADER = """\
+from torch.utils.data import Dataset, DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+
+def create_dataloader(hp, mode, rank, world_size):
+    data_loader = DataLoader
+    dataset = Dataset_(hp, mode, rank, world_size)
+    train_use_shuffle = True
+    sampler = None
+    if world_size > 0 and hp.data.divide_dataset_per_gpu:
+        sampler = DistributedSampler(dataset, world_size, rank)
+        train_use_shuffle = False
+    if mode is DataloaderMode.train:
+        return data_loader(
+            dataset=dataset,
+            batch_size=hp.train.batch_size,
+            shuffle=train_use_shuffle,
+            sampler=sampler,
+            drop_last=True,
+        )
+    elif mode is DataloaderMode.test:
+        return data_loader(
+            dataset=dataset,
+            batch_size=hp.test.batch_size,
+            shuffle=False,
+            sampler=sampler,
+            drop_last=True,
+        )
+"""
+TEST_MODEL = """\
+import torch
+
+
+def test_model(hp, model, test_loader, writer, logger):
+    model.net.eval()
+    total_test_loss = 0
+    test_loop_len = 0
+    with torch.no_grad():
+        for model_input, target in test_loader:
+            model.feed_data(input=model_input, GT=target)
+            output = model.run_network()
+            loss_v = model.loss_f(output, model.GT)
+            total_test_loss += loss_v.to("cpu").item()
+            test_loop_len += 1
+
+        total_test_loss /= test_loop_len
+
+        if writer is not None:
+            writer.logging_with_step(total_test_loss, model.step, "test_loss")
+        if logger is not None:
+            logger.info("Test Loss %.04f at step %d" % (total_test_loss, model.step))
+"""
+# the fix (32bfbe1): every batch's loss summed over the ranks before it is added up
+FIX = """\
+            loss_v = model.loss_f(output, model.GT)
+            if hp.train.dist.gpus > 0:
+                torch.distributed.all_reduce(loss_v)
+                loss_v /= torch.tensor(float(hp.train.dist.gpus))
+"""
+
+
+def _project(root: Path, test_model: str = TEST_MODEL, loader: str = DATALOADER) -> Path:
+    (root / "utils").mkdir()
+    (root / "dataset").mkdir()
+    (root / "utils" / "test_model.py").write_text(test_model)
+    (root / "dataset" / "dataloader.py").write_text(loader)
+    (root / "trainer.py").write_text(TRAINER)
+    return root / "trainer.py"
+
+
+def _found(entry: Path) -> list[tuple[str, int, list[tuple[str, int, str]]]]:
+    return [
+        (Path(f.file).name, f.line, [(Path(p.file).name, p.line, p.label) for p in f.also])
+        for f in lint_paths([entry], root=entry.parent).findings
+        if f.id == ID
+    ]
+
+
+def test_the_test_loss_summed_on_one_shard_is_found_where_it_is_used(tmp_path: Path) -> None:
+    found = _found(_project(tmp_path))
+    assert found == [
+        (
+            "test_model.py",
+            16,
+            [("test_model.py", 13, "summed on this rank at"), ("dataloader.py", 11, "sharded by")],
+        )
+    ]
+    finding = next(f for f in lint_paths([tmp_path / "trainer.py"]).findings if f.id == ID)
+    assert finding.severity == "warning"
+    assert "`total_test_loss`, `test_loop_len`" in finding.summary
+    assert "DistributedSampler" in finding.summary
+    assert "dist.all_reduce(totals)" in finding.fix
+
+
+def test_the_fix_all_reduces_each_batch_and_is_silent(tmp_path: Path) -> None:
+    fixed = TEST_MODEL.replace("            loss_v = model.loss_f(output, model.GT)\n", FIX)
+    assert _found(_project(tmp_path, test_model=fixed)) == []
+
+
+def test_a_test_loader_that_is_not_sharded_is_silent(tmp_path: Path) -> None:
+    # every rank evaluates the whole set: redundant, but every figure is the whole set's
+    whole = DATALOADER.replace(
+        "        sampler = DistributedSampler(dataset, world_size, rank)\n", ""
+    )
+    assert _found(_project(tmp_path, loader=whole)) == []
+
+
+def test_a_project_helper_that_all_reduces_in_the_caller_is_silent(tmp_path: Path) -> None:
+    returned = TEST_MODEL.replace(
+        "        total_test_loss /= test_loop_len\n",
+        "        total_test_loss /= test_loop_len\n        return total_test_loss\n",
+    )
+    entry = _project(tmp_path, test_model=returned)
+    entry.write_text(
+        TRAINER.replace(
+            "        test_model(hp, model, test_loader, None, None)\n",
+            "        loss = test_model(hp, model, test_loader, None, None)\n"
+            "        loss = reduce_mean(torch.tensor(loss).cuda(), world_size)\n",
+        )
+        + "\n\ndef reduce_mean(t, n):\n    rt = t.clone()\n    dist.all_reduce(rt)\n    return rt / n\n"
+    )
+    assert _found(entry) == []
+
+
+SCRIPT = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    model.eval()
+    correct, seen = 0, 0
+    for x, y in loader:
+        torch.cuda.synchronize()
+        correct += (model(x.cuda()).argmax(1) == y.cuda()).sum().item()
+        seen += y.numel()
+    return correct / seen
+
+
+def train(model, loader, opt):
+    model.train()
+    total = 0.0
+    for x, y in loader:
+        loss = model(x.cuda()).sum()
+        loss.backward()
+        opt.step()
+        total += loss.item()
+    return total / len(loader)
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank % 8)
+    model = DDP(Net().cuda(), device_ids=[rank % 8])
+    train_loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+    val_loader = DataLoader(val_set, batch_size=32, sampler=DistributedSampler(val_set, shuffle=False))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        train_loader.sampler.set_epoch(epoch)
+        train(model, train_loader, opt)
+        acc = evaluate(model, val_loader)
+        if rank == 0:
+            print(epoch, acc)
+"""
+
+
+def _script_hits(text: str) -> list[int]:
+    return [f.line for f in lint_source(text, "train.py") if f.id == ID]
+
+
+def test_an_accuracy_on_the_sharded_validation_set_is_found_and_the_training_sum_is_not() -> None:
+    # line 15: `return correct / seen`; the training loop's `total` (a backward in the loop)
+    # is no evaluation; torch.cuda.synchronize() (timing) combines nothing
+    assert _script_hits(SCRIPT) == [15]
+
+
+def test_a_gather_or_a_torchmetrics_compute_is_silent() -> None:
+    reduced = SCRIPT.replace(
+        "    return correct / seen\n",
+        "    t = torch.tensor([correct, seen], device='cuda')\n"
+        "    dist.all_reduce(t)\n"
+        "    return (t[0] / t[1]).item()\n",
+    )
+    assert _script_hits(reduced) == []
+    metric = SCRIPT.replace(
+        "    correct, seen = 0, 0\n", "    acc = torchmetrics.Accuracy().cuda()\n"
+    )
+    metric = metric.replace(
+        "        correct += (model(x.cuda()).argmax(1) == y.cuda()).sum().item()\n"
+        "        seen += y.numel()\n"
+        "    return correct / seen\n",
+        "        acc.update(model(x.cuda()), y.cuda())\n    return acc.compute()\n",
+    )
+    assert "acc.compute()" in metric
+    assert _script_hits(metric) == []
+
+
+def test_a_validation_loader_without_a_sampler_is_silent() -> None:
+    plain = SCRIPT.replace(", sampler=DistributedSampler(val_set, shuffle=False))", ")")
+    assert _script_hits(plain) == []
+
+
+ACCELERATE = """\
+import torch
+from accelerate import Accelerator
+
+
+def main():
+    accelerator = Accelerator()
+    model = build()
+    train_dl = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True)
+    eval_dl = torch.utils.data.DataLoader(ds2, batch_size=8)
+    model, optimizer, train_dl, eval_dl = accelerator.prepare(model, optimizer, train_dl, eval_dl)
+    for epoch in range(3):
+        model.train()
+        for batch in train_dl:
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            optimizer.step()
+        model.eval()
+        correct = 0
+        total = 0
+        for batch in eval_dl:
+            with torch.no_grad():
+                out = model(**batch)
+            correct += (out.logits.argmax(-1) == batch["labels"]).sum().item()
+            total += len(batch["labels"])
+        accelerator.print(f"epoch {epoch}: {correct / total:.3f}")
+"""
+
+
+def test_a_loader_accelerate_prepared_is_sharded_too() -> None:
+    found = [f for f in lint_source(ACCELERATE, "train.py") if f.id == ID]
+    assert [f.line for f in found] == [25]
+    assert "accelerator.prepare" in found[0].summary
+    gathered = ACCELERATE.replace(
+        "            correct += (out.logits",
+        "            preds, labels = accelerator.gather_for_metrics((out.logits, batch['labels']))\n"
+        "            correct += (out.logits",
+    )
+    assert [f.line for f in lint_source(gathered, "train.py") if f.id == ID] == []
