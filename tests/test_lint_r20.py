@@ -286,3 +286,161 @@ def test_a_loader_accelerate_prepared_is_sharded_too() -> None:
         "            correct += (out.logits",
     )
     assert [f.line for f in lint_source(gathered, "train.py") if f.id == ID] == []
+
+
+SOLO = "DDP-SOLO-PASS-TIMEOUT"
+
+# nnaisense/bayesian-flow-networks @ b62568e (train.py 69-168, cut down to the lines the reading
+# needs; PR #6: "since validation only runs on the main process and gpu, the other gpus timeout
+# (nccl) waiting for it", the maintainer: "IIRC the default timeout is 30 mins so if the val takes
+# longer than that nccl will throw an error" and "increasing the timeout ... is a simpler solution")
+BFN = """\
+import math
+
+import torch
+from accelerate import Accelerator
+
+
+@torch.no_grad()
+def validate(cfg, model, ema_model, val_dataloader, step, accelerator):
+    model_to_eval = ema_model if ema_model is not None else model
+    model_to_eval.eval()
+    loss, count = 0.0, 0
+    for i in range(cfg.val_repeats):
+        for idx, eval_batch in enumerate(val_dataloader):
+            with torch.inference_mode():
+                loss += model_to_eval(eval_batch.to(accelerator.device)).item()
+                count += 1
+    loss /= count
+    model.train()
+    return loss
+
+
+def train(cfg, accelerator, model, ema_model, dataloaders, optimizer):
+    is_main = accelerator.is_main_process
+    best_val_loss = math.inf
+    train_iter = make_infinite(dataloaders["train"])
+    model.train()
+    for step in range(cfg.start_step, cfg.n_training_steps + 1):
+        for _ in range(cfg.accumulate):
+            with accelerator.accumulate(model):
+                train_batch = next(train_iter)
+                loss = model(train_batch)
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        if is_main and (step % cfg.val_interval == 0) and "val" in dataloaders:
+            val_loss = validate(
+                cfg=cfg,
+                model=model,
+                ema_model=ema_model,
+                val_dataloader=dataloaders["val"],
+                step=step,
+                accelerator=accelerator,
+            )
+            best_val_loss = min(val_loss, best_val_loss)
+
+
+def main(cfg):
+    acc = Accelerator(gradient_accumulation_steps=cfg.training.accumulate)
+    model, dataloaders, optimizer = setup(cfg)
+    model, optimizer, dataloaders["train"] = acc.prepare(model, optimizer, dataloaders["train"])
+    train(cfg.training, acc, model, None, dataloaders, optimizer)
+"""
+
+
+def _solo(text: str) -> list[tuple[int, list[tuple[int, str]]]]:
+    return [
+        (f.line, [(p.line, p.label) for p in f.also])
+        for f in lint_source(text, "train.py")
+        if f.id == SOLO
+    ]
+
+
+def test_a_validation_pass_on_the_main_process_alone_is_found_at_its_test() -> None:
+    assert _solo(BFN) == [
+        (
+            35,
+            [
+                (13, "pass over the loader at"),
+                (28, "the other ranks wait at"),
+                (48, "set timeout= at"),
+            ],
+        )
+    ]
+    finding = next(f for f in lint_source(BFN, "train.py") if f.id == SOLO)
+    assert finding.severity == "warning"
+    assert "timeout=datetime.timedelta" in finding.fix
+    assert "Watchdog caught collective operation timeout" in finding.why
+
+
+def test_a_timeout_given_to_the_process_group_is_silent() -> None:
+    given = BFN.replace(
+        "    acc = Accelerator(gradient_accumulation_steps=cfg.training.accumulate)\n",
+        "    kw = InitProcessGroupKwargs(timeout=datetime.timedelta(hours=3))\n"
+        "    acc = Accelerator(kwargs_handlers=[kw])\n",
+    )
+    assert _solo(given) == []
+
+
+def test_one_batch_then_break_is_a_sample_not_a_pass() -> None:
+    sample = BFN.replace(
+        "                count += 1\n", "                count += 1\n            break\n"
+    )
+    assert _solo(sample) == []
+
+
+TORCH_SOLO = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def evaluate(model, loader):
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            model(x.cuda())
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    model = DDP(Net().cuda(rank), device_ids=[rank])
+    for epoch in range(10):
+        train_one_epoch(model, train_loader)
+        if rank == 0:
+            evaluate(model.module, val_loader)
+        dist.barrier()
+"""
+
+
+def test_a_rank_zero_evaluation_before_a_barrier_is_found_and_its_twins_are_not() -> None:
+    assert [line for line, _ in _solo(TORCH_SOLO)] == [19]
+    # every rank evaluates: nobody waits
+    every = TORCH_SOLO.replace(
+        "        if rank == 0:\n            evaluate(model.module, val_loader)\n",
+        "        evaluate(model.module, val_loader)\n",
+    )
+    assert _solo(every) == []
+    # the wrapper's forward under no_grad syncs nothing: still a wait
+    wrapped = TORCH_SOLO.replace(
+        "evaluate(model.module, val_loader)", "evaluate(model, val_loader)"
+    )
+    assert [line for line, _ in _solo(wrapped)] == [19]
+    # the evaluation all-reduces on rank 0 alone: a hang, said elsewhere
+    hang = TORCH_SOLO.replace(
+        "            model(x.cuda())\n", "            dist.all_reduce(model(x.cuda()))\n"
+    )
+    assert _solo(hang) == []
+    assert "DDP-RANK-DIVERGENCE" in {f.id for f in lint_source(hang, "train.py")}
+    # nothing after the test waits for rank 0 (no barrier, no further step)
+    last = TORCH_SOLO.replace("    for epoch in range(10):\n", "    for epoch in range(1):\n")
+    last = last.replace("        dist.barrier()\n", "")
+    last = last.replace("        train_one_epoch(model, train_loader)\n", "")
+    assert _solo(last) == []
+    timed = TORCH_SOLO.replace(
+        'dist.init_process_group("nccl")',
+        'dist.init_process_group("nccl", timeout=datetime.timedelta(hours=2))',
+    )
+    assert _solo(timed) == []

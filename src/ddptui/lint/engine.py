@@ -63,6 +63,7 @@ from ddptui.lint import (
     rules_seed,
     rules_set_device,
     rules_setup,
+    rules_solo_pass,
     rules_sync,
     rules_uneven,
     rules_unwrapped_train,
@@ -145,6 +146,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rank_none.RULES,
     *rules_unwrapped_train.RULES,
     *rules_eval_metric.RULES,
+    *rules_solo_pass.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (
@@ -182,6 +184,7 @@ RULE_IDS: Final = (
     "DDP-SPAWN-ARGS",
     "DDP-RANK-ONLY-NAME",
     "DDP-EVAL-LOCAL-METRIC",
+    "DDP-SOLO-PASS-TIMEOUT",
 )
 # `# ddptui: ignore` or `# ddptui: ignore[DDP-SEED, DDP-SAMPLER]` on the finding's line.
 _IGNORE: Final = re.compile(r"#\s*ddptui:\s*ignore(?:\[([A-Z0-9, -]+)\])?")
