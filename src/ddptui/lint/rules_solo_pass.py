@@ -111,13 +111,13 @@ def _guard_above(s: Script, f: Flow, node: ast.AST, hops: int = 0) -> ast.If | N
     return None
 
 
-def _others_wait(s: Script, f: Flow, guard: ast.If) -> ast.AST | None:
+def _others_wait(s: Script, f: Flow, guard: ast.If) -> ast.stmt | None:
     """Where the ranks that skip `guard` sync next: a statement after it in its block, or
     the loop around it (its next turn)."""
     child: ast.AST = guard
     for a in s.ancestors(guard):
         for name in ("body", "orelse", "finalbody"):
-            stmts = getattr(a, name, None)
+            stmts: list[ast.stmt] | None = getattr(a, name, None)
             if isinstance(stmts, list) and child in stmts:
                 for st in stmts[stmts.index(child) + 1 :]:
                     if _syncs(s, f, st):
