@@ -444,3 +444,146 @@ def test_a_rank_zero_evaluation_before_a_barrier_is_found_and_its_twins_are_not(
         'dist.init_process_group("nccl", timeout=datetime.timedelta(hours=2))',
     )
     assert _solo(timed) == []
+
+
+# Project-MONAI/tutorials @ 6d4182f770f97fcc516c4f02eb8cd5c75fb6d0a2 (as handed in blind batch AR2),
+# generative/3d_ldm/train_diffusion.py 52-56 and 216-247, utils.py 36-44 and 118-131, cut down;
+# fixed in d0de28e (the validation loss all-reduced). The evaluation loop sits in main() beside
+# the setup helper's `dist.barrier()`: a barrier moves no figure between the ranks, and a call
+# above the loop cannot combine what the loop adds up.
+MONAI = """\
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+
+
+def setup_ddp(rank, world_size):
+    dist.init_process_group(
+        backend="nccl", init_method="env://", timeout=timedelta(seconds=36000), rank=rank, world_size=world_size
+    )  # gloo, nccl
+    dist.barrier()
+    device = torch.device(f"cuda:{rank}")
+    return dist, device
+
+
+def prepare_dataloader(args, batch_size, rank=0, world_size=1):
+    ddp_bool = world_size > 1
+    if ddp_bool:
+        train_sampler = torch.utils.data.distributed.DistributedSampler(train_ds, num_replicas=world_size, rank=rank)
+        val_sampler = torch.utils.data.distributed.DistributedSampler(val_ds, num_replicas=world_size, rank=rank)
+    else:
+        train_sampler = None
+        val_sampler = None
+    train_loader = DataLoader(train_ds, batch_size=batch_size, shuffle=(not ddp_bool), sampler=train_sampler)
+    val_loader = DataLoader(val_ds, batch_size=batch_size, shuffle=False, sampler=val_sampler)
+    return train_loader, val_loader
+
+
+def main():
+    rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    dist, device = setup_ddp(rank, world_size)
+    torch.cuda.set_device(device)
+    train_loader, val_loader = prepare_dataloader(args, 2, rank=rank, world_size=world_size)
+    unet = DDP(build().to(device), device_ids=[device])
+    for epoch in range(100):
+        train_loader.sampler.set_epoch(epoch)
+        for step, batch in enumerate(train_loader):
+            loss = F.mse_loss(unet(batch["image"].to(device)), batch["target"].to(device))
+            loss.backward()
+        if epoch % val_interval == 0:
+            unet.eval()
+            val_recon_epoch_loss = 0
+            with torch.no_grad():
+                for step, batch in enumerate(val_loader):
+                    images = batch["image"].to(device)
+                    val_loss = F.mse_loss(unet.module(images).float(), images.float())
+                    val_recon_epoch_loss += val_loss.item()
+                val_recon_epoch_loss = val_recon_epoch_loss / (step + 1)
+                if rank == 0:
+                    print(f"Epoch {epoch} val_diffusion_loss: {val_recon_epoch_loss}")
+"""
+
+
+def test_an_inline_validation_loss_beside_a_setup_barrier_is_found() -> None:
+    found = [
+        (f.line, [p.line for p in f.also]) for f in lint_source(MONAI, "train.py") if f.id == ID
+    ]
+    assert found == [(53, [52, 24])]
+
+
+def test_the_monai_fix_all_reduces_the_validation_loss_and_is_silent() -> None:
+    fixed = MONAI.replace(
+        "                val_recon_epoch_loss = val_recon_epoch_loss / (step + 1)\n",
+        "                val_recon_epoch_loss = val_recon_epoch_loss / (step + 1)\n"
+        "                val_recon_epoch_loss = torch.tensor(val_recon_epoch_loss).to(device)\n"
+        "                dist.all_reduce(val_recon_epoch_loss, op=dist.ReduceOp.AVG)\n",
+    )
+    assert [f for f in lint_source(fixed, "train.py") if f.id == ID] == []
+
+
+# mlfoundations/open_clip @ a9ad60c2951d941cdb4adfa0bdcf71ac1954e1ac (as handed in blind batch AR2),
+# src/open_clip_train/main.py 465-487 and train.py 251-281, cut down; fixed in bfd2f34 (a barrier
+# after the rank-0-only evaluation). `evaluate()` returns at once on every rank but the master;
+# the others go on into the next epoch's training and wait in its first all-reduce.
+OPENCLIP = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def is_master(args):
+    return args.rank == 0
+
+
+def evaluate(model, data, epoch, args):
+    metrics = {}
+    if not is_master(args):
+        return metrics
+    model.eval()
+    dataloader = data["val"].dataloader
+    with torch.inference_mode():
+        for i, batch in enumerate(dataloader):
+            images, texts = batch
+            model_out = model.module(images.cuda(), texts.cuda())
+    return metrics
+
+
+def train_one_epoch(model, data, loss, optimizer):
+    for images, texts in data["train"].dataloader:
+        total_loss = loss(**model(images.cuda(), texts.cuda()))
+        total_loss.backward()
+        optimizer.step()
+
+
+def main(args):
+    dist.init_process_group(backend="nccl", init_method="env://")
+    model = DDP(create_model().cuda(args.local_rank), device_ids=[args.local_rank])
+    if "train" not in data:
+        evaluate(model, data, start_epoch, args)
+        return
+    for epoch in range(start_epoch, args.epochs):
+        train_one_epoch(model, data, loss, optimizer)
+        completed_epoch = epoch + 1
+        if any(v in data for v in ("val", "imagenet-val", "imagenet-v2")):
+            evaluate(model, data, completed_epoch, args)
+"""
+
+
+def test_an_evaluation_that_returns_early_off_the_master_is_found_at_its_call() -> None:
+    found = [(f.line, f.summary) for f in lint_source(OPENCLIP, "train.py") if f.id == SOLO]
+    # the call in the epoch loop (line 40); the evaluation-only call at line 34 is followed by
+    # `return` on every rank: nobody waits there
+    assert [line for line, _ in found] == [40]
+    assert "if not is_master(args):" in found[0][1]
+    fixed = OPENCLIP.replace(
+        "            evaluate(model, data, completed_epoch, args)\n",
+        "            evaluate(model, data, completed_epoch, args)\n        dist.barrier()\n",
+    )
+    fixed = fixed.replace('init_method="env://")', 'init_method="env://", timeout=timeout)')
+    assert [f for f in lint_source(fixed, "train.py") if f.id == SOLO] == []

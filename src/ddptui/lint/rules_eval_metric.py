@@ -43,6 +43,10 @@ _COMBINES: Final = re.compile(
 )
 _METER: Final = re.compile(r"Meter|Metric|Average|Avg|Tracker|Accumulat|Counter|Statistic")
 _HOPS: Final = 3
+# collectives that move no figure between the ranks (a broadcast hands rank 0's own figure on)
+_WAITS_ONLY: Final = frozenset(
+    {"barrier", "monitored_barrier", "wait_for_everyone", "broadcast", "broadcast_object_list"}
+)
 _PREPARES: Final = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders"})
 
 
@@ -143,7 +147,8 @@ def _is_meter(s: Script, expr: ast.expr) -> bool:
 
 def _combines(s: Script, f: Flow, calls: list[ast.Call], depth: int = 0) -> bool:
     for c in calls:
-        if f.collective(c):
+        coll = f.collective(c)
+        if coll and last(coll) not in _WAITS_ONLY:
             return True
         name = last(s.call_name(c))
         if _COMBINES.search(name) and name != "synchronize":  # torch.cuda.synchronize: timing
@@ -162,6 +167,19 @@ def _callers_combine(s: Script, f: Flow, func: FuncNode) -> bool:
         if _combines(s, f, later):
             return True
     return False
+
+
+def _after(s: Script, func: FuncNode, loop: ast.For | ast.AsyncFor) -> list[ast.Call]:
+    """The calls of `func` from the evaluation loop on, up to the end of the loop around it
+    (an epoch loop's next turn trains again): where a combine of its sums can be."""
+    end = max((getattr(n, "end_lineno", 0) or 0) for n in ast.walk(func))
+    for a in s.ancestors(loop):
+        if a is func:
+            break
+        if isinstance(a, ast.For | ast.AsyncFor | ast.While):
+            end = a.end_lineno or end
+            break
+    return [c for c in calls_in(func.body) if loop.lineno <= c.lineno <= end]
 
 
 def _first_read(func: FuncNode, names: dict[str, ast.AST], after: int) -> ast.AST | None:
@@ -231,7 +249,7 @@ def _judge(s: Script, f: Flow, func: FuncNode) -> Hit | None:
         sampler = _sharding(s, it)
         if sampler is None:
             continue
-        if _combines(s, f, calls_in(func.body)) or _callers_combine(s, f, func):
+        if _combines(s, f, _after(s, func, loop)) or _callers_combine(s, f, func):
             return None
         names = ", ".join(f"`{n}`" for n in list(sums)[:3])
         first = min(sums.values(), key=lambda n: getattr(n, "lineno", 0))

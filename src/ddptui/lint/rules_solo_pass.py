@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Final
 
 from ddptui.lint.flow import LAUNCHERS, Flow
@@ -95,25 +96,50 @@ def _function_of(s: Script, node: ast.AST) -> FuncNode | None:
     return None
 
 
-def _guard_above(s: Script, f: Flow, node: ast.AST, hops: int = 0) -> ast.If | None:
+@dataclass(frozen=True)
+class _Site:
+    """Where one rank's pass is entered: `stmt`, the statement the other ranks skip (the
+    rank `if`, or the call of a function that leaves early on the others), the rank `test`,
+    and the statements that run on the passing rank only (`alone`)."""
+
+    stmt: ast.stmt
+    test: ast.expr
+    alone: list[ast.stmt]
+    early: bool  # the test leaves the function early (`if not is_master(args): return`)
+
+
+def _sites(s: Script, f: Flow, node: ast.AST, hops: int = 0) -> Iterator[_Site]:
     """The rank `if` whose body holds `node` in its function, or holds a call of that
-    function (up to two callers above)."""
+    function (up to two callers above); or the calls of a function that an earlier
+    `if not main: return` leaves on the other ranks (they go on at the call at once)."""
     g = f.local_guard(node)
-    if isinstance(g, ast.If):
-        return g if any(node is n for st in g.body for n in ast.walk(st)) else None
     func = _function_of(s, node)
+    if isinstance(g, ast.If) and any(node is n for st in g.body for n in ast.walk(st)):
+        yield _Site(g, g.test, g.body, early=False)
+        return
     if func is None or hops >= _HOPS:
-        return None
+        return
     for site in s.call_sites(func):
-        found = _guard_above(s, f, site, hops + 1)
-        if found is not None:
-            return found
+        if isinstance(g, ast.If):
+            stmt = _statement_of(s, site)
+            if stmt is not None and f.local_guard(site) is None:
+                yield _Site(stmt, g.test, [stmt], early=True)
+        else:
+            yield from _sites(s, f, site, hops + 1)
+
+
+def _statement_of(s: Script, node: ast.AST) -> ast.stmt | None:
+    if isinstance(node, ast.stmt):
+        return node
+    for a in s.ancestors(node):
+        if isinstance(a, ast.stmt):
+            return a
     return None
 
 
-def _others_wait(s: Script, f: Flow, guard: ast.If) -> ast.stmt | None:
+def _others_wait(s: Script, f: Flow, guard: ast.stmt) -> ast.stmt | None:
     """Where the ranks that skip `guard` sync next: a statement after it in its block, or
-    the loop around it (its next turn)."""
+    the loop around it (its next turn); none when its block leaves first (`return`)."""
     child: ast.AST = guard
     for a in s.ancestors(guard):
         for name in ("body", "orelse", "finalbody"):
@@ -122,6 +148,8 @@ def _others_wait(s: Script, f: Flow, guard: ast.If) -> ast.stmt | None:
                 for st in stmts[stmts.index(child) + 1 :]:
                     if _syncs(s, f, st):
                         return st
+                    if isinstance(st, ast.Return | ast.Raise):
+                        return None
         if isinstance(a, ast.For | ast.AsyncFor | ast.While):
             for st in a.body:
                 if st is not child and _syncs(s, f, st):
@@ -146,32 +174,41 @@ def _syncs(s: Script, f: Flow, st: ast.stmt) -> bool:
 def solo_pass(s: Script, f: Flow) -> Iterator[Hit]:
     if not (f.distributed or f.uses(*LAUNCHERS)) or _timeout_set(s) is not None:
         return
-    seen: set[ast.If] = set()
+    seen: set[ast.stmt] = set()
     for loop in (n for n in s.nodes if isinstance(n, ast.For | ast.AsyncFor)):
         it = _data_pass(s, loop)
         if it is None or _collective_in(s, f, loop.body):
             continue
-        guard = _guard_above(s, f, loop)
-        if guard is None or guard in seen or _collective_in(s, f, guard.body):
-            continue  # what runs under the test syncs: a hang (DDP-RANK-DIVERGENCE's)
-        waits = _others_wait(s, f, guard)
-        if waits is None:
+        found = [
+            (site, waits)
+            for site in _sites(s, f, loop)
+            if site.stmt not in seen and not _collective_in(s, f, site.alone)
+            for waits in [_others_wait(s, f, site.stmt)]
+            if waits is not None
+        ]  # a site whose rank-only code syncs is a hang (DDP-RANK-DIVERGENCE's)
+        if not found:
             continue
-        seen.add(guard)
+        site, waits = found[0]
+        seen.add(site.stmt)
         init = _init_call(s)
         also: tuple[tuple[ast.AST, str], ...] = ((loop, "pass over the loader at"),)
         also += ((waits, "the other ranks wait at"),)
         if init is not None:
             also += ((init, "set timeout= at"),)
+        who = (
+            f"the ranks that get past `if {_short(site.test)}:` (line {site.test.lineno}, "
+            "which returns early)"
+            if site.early
+            else f"the ranks where `{_short(site.test)}` holds"
+        )
         yield Hit.at(
             ID,
-            guard,
-            f"only the ranks where `{_short(guard.test)}` holds run the pass over "
-            f"`{_short(it)}` (line {loop.lineno}); the others go on and wait in "
-            f"the next sync (line {waits.lineno}) for as long as it takes: past the process "
-            "group's timeout the watchdog kills the job",
+            site.stmt,
+            f"only {who} run the pass over `{_short(it)}` (line {loop.lineno}); the others go on "
+            f"and wait in the next sync (line {waits.lineno}) for as long as it takes: past "
+            "the process group's timeout the watchdog kills the job",
             also=also,
-            test=_short(guard.test, 100),
+            who=who,
         )
 
 
