@@ -587,3 +587,90 @@ def test_an_evaluation_that_returns_early_off_the_master_is_found_at_its_call() 
     )
     fixed = fixed.replace('init_method="env://")', 'init_method="env://", timeout=timeout)')
     assert [f for f in lint_source(fixed, "train.py") if f.id == SOLO] == []
+
+
+# facebookresearch/barlowtwins @ 6f91e07150654ec1eb233cedb3b826ba0b32589c (as handed in blind
+# batch AR1), evaluate.py 81-98, cut down; fixed in a7a74fc (the backbone wrapped too). Only the
+# linear classifier is wrapped; with --weights finetune the ResNet's parameters join the same
+# optimizer through a parameter group, and its gradients are never all-reduced.
+BARLOW = """\
+import torch
+import torch.distributed as dist
+from torch import nn, optim
+import torchvision.models as models
+
+
+def main_worker(gpu, args):
+    dist.init_process_group(backend="nccl", init_method=args.dist_url, world_size=args.world_size, rank=args.rank)
+    torch.cuda.set_device(gpu)
+    model = models.resnet50().cuda(gpu)
+    model.fc = nn.Identity()
+    if args.weights == "freeze":
+        model.requires_grad_(False)
+    classifier = nn.Linear(2048, 1000).cuda(gpu)
+    classifier = torch.nn.parallel.DistributedDataParallel(classifier, device_ids=[gpu])
+    param_groups = [dict(params=classifier.parameters(), lr=args.lr_classifier)]
+    if args.weights == "finetune":
+        param_groups.append(dict(params=model.parameters(), lr=args.lr_backbone))
+    optimizer = optim.SGD(param_groups, 0, momentum=0.9, weight_decay=args.weight_decay)
+    for epoch in range(args.epochs):
+        for images, target in train_loader:
+            loss = criterion(classifier(model(images.cuda(gpu))), target.cuda(gpu))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def test_a_backbone_trained_through_a_parameter_group_but_never_wrapped_is_found() -> None:
+    found = [f for f in lint_source(BARLOW, "evaluate.py") if f.id == "DDP-NOT-APPLIED"]
+    assert [(f.line, f.severity) for f in found] == [(15, "error")]
+    assert "`model` is trained (its parameters go to the optimizer at line 19)" in found[0].summary
+
+
+def test_the_backbone_wrapped_too_or_left_out_of_the_groups_is_silent() -> None:
+    fixed = BARLOW.replace(
+        "    model.fc = nn.Identity()\n",
+        "    model.fc = nn.Identity()\n"
+        "    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])\n",
+    )
+    assert [f for f in lint_source(fixed, "evaluate.py") if f.id == "DDP-NOT-APPLIED"] == []
+    frozen = BARLOW.replace(
+        "        param_groups.append(dict(params=model.parameters(), lr=args.lr_backbone))\n",
+        "        pass\n",
+    )
+    assert [f for f in lint_source(frozen, "evaluate.py") if f.id == "DDP-NOT-APPLIED"] == []
+
+
+# bytedance/ibot @ 3302b63fc7e287afc68601cb1dc2f0c311af8e3b (as handed in blind batch AR1;
+# issue #15), main_ibot.py 356-360, cut down: two checkpoints written by every rank, the second
+# only every saveckp_freq epochs; one finding per writer and file, with the later write named
+# where the fix goes too.
+IBOT = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train_ibot(args):
+    dist.init_process_group("nccl")
+    student = DDP(build().cuda(), device_ids=[args.gpu])
+    for epoch in range(args.epochs):
+        train_one_epoch(student)
+        save_dict = {"student": student.module.state_dict(), "epoch": epoch + 1}
+        torch.save(save_dict, os.path.join(args.output_dir, "checkpoint.pth"))
+        if args.saveckp_freq and (epoch % args.saveckp_freq == 0) and epoch:
+            torch.save(save_dict, os.path.join(args.output_dir, f"checkpoint{epoch:04}.pth"))
+
+
+if __name__ == "__main__":
+    train_ibot(get_args())
+"""
+
+
+def test_every_write_of_one_writer_is_named_once_with_the_later_ones_as_second_places() -> None:
+    found = [f for f in lint_source(IBOT, "main_ibot.py") if f.id == "DDP-ALL-RANKS-IO"]
+    assert [f.line for f in found] == [14]
+    assert (16, "also written at") in [(p.line, p.label) for p in found[0].also]

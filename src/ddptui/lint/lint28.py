@@ -16,6 +16,7 @@ from ddptui.lint.script import Script
 from ddptui.lint.syntax import last
 
 _MOVES = frozenset({"cuda", "to"})
+_LIBRARY_MODELS = ("torchvision.models.", "timm.create_model", "timm.models.")
 
 
 def _self_wraps(s: Script, f: Flow) -> dict[FuncNode, list[tuple[str, ast.stmt]]]:
@@ -40,18 +41,37 @@ def _self_wraps(s: Script, f: Flow) -> dict[FuncNode, list[tuple[str, ast.stmt]]
 
 
 def _built_model(s: Script, value: ast.expr) -> bool:
-    """`Net(...)`, `Net(...).cuda(rank)`, `Net(...).to(device)` of a project class."""
+    """`Net(...)`, `Net(...).cuda(rank)`, `Net(...).to(device)` of a project class, or a
+    library's model constructor (`torchvision.models.resnet50()`, `timm.create_model(...)`)."""
     while (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
         and value.func.attr in _MOVES
     ):
         value = value.func.value
-    return isinstance(value, ast.Call) and s.class_named(value.func) is not None
+    if not isinstance(value, ast.Call):
+        return False
+    return s.class_named(value.func) is not None or s.call_name(value).startswith(_LIBRARY_MODELS)
+
+
+def _parameters_of(node: ast.AST) -> list[str]:
+    """The names whose `.parameters()` a piece of code hands on (`net.parameters()`, also
+    inside `dict(params=net.parameters(), lr=...)` groups)."""
+    return [
+        a.func.value.id
+        for a in ast.walk(node)
+        if isinstance(a, ast.Call)
+        and isinstance(a.func, ast.Attribute)
+        and a.func.attr == "parameters"
+        and isinstance(a.func.value, ast.Name)
+    ]
 
 
 def _trained_models(s: Script, fn: FuncNode) -> list[tuple[str, ast.Call]]:
-    """`opt = AdamW(net.parameters(), ...)` in `fn`: (net, the optimizer call)."""
+    """`opt = AdamW(net.parameters(), ...)` in `fn`: (net, the optimizer call); also the
+    models of a parameter-group list built in `fn` and handed to it (`param_groups =
+    [dict(params=head.parameters())]`, `param_groups.append(dict(params=net.parameters()))`,
+    `SGD(param_groups, ...)`)."""
     out: list[tuple[str, ast.Call]] = []
     for c in own_nodes(fn):
         if not (isinstance(c, ast.Call) and OPTIMIZER.search(last(s.call_name(c)))):
@@ -64,7 +84,32 @@ def _trained_models(s: Script, fn: FuncNode) -> list[tuple[str, ast.Call]]:
                 and isinstance(a.func.value, ast.Name)
             ):
                 out.append((a.func.value.id, c))
+            elif isinstance(a, ast.Name):
+                groups = [
+                    st
+                    for st in own_nodes(fn)
+                    if isinstance(st, ast.Assign | ast.AugAssign | ast.Expr)
+                    and st.lineno < c.lineno
+                    and _fills(st, a.id)
+                ]
+                out += [(name, c) for st in groups for name in _parameters_of(st)]
     return out
+
+
+def _fills(st: ast.stmt, name: str) -> bool:
+    """`name = [...]`, `name += [...]` or `name.append(...)`/`.extend(...)`."""
+    if isinstance(st, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == name for t in st.targets)
+    if isinstance(st, ast.AugAssign):
+        return isinstance(st.target, ast.Name) and st.target.id == name
+    v = st.value if isinstance(st, ast.Expr) else None
+    return (
+        isinstance(v, ast.Call)
+        and isinstance(v.func, ast.Attribute)
+        and v.func.attr in {"append", "extend"}
+        and isinstance(v.func.value, ast.Name)
+        and v.func.value.id == name
+    )
 
 
 def _mentions(node: ast.AST, name: str) -> bool:
@@ -98,8 +143,9 @@ def sibling_unwrapped(s: Script, f: Flow) -> Iterator[Hit]:
                 "DDP-NOT-APPLIED",
                 at,
                 (
-                    f"`{name}` trains with its own optimizer (line {opt.lineno}) but is never "
-                    f"wrapped in DDP, unlike {names}: its gradients are never all-reduced"
+                    f"`{name}` is trained (its parameters go to the optimizer at line "
+                    f"{opt.lineno}) but is never wrapped in DDP, unlike {names}: its gradients "
+                    "are never all-reduced"
                 ),
                 why=(
                     f"{names} are wrapped in DistributedDataParallel here, but `{name}`, "

@@ -5,7 +5,8 @@ The wrapper's state_dict (12) is in rules_save_wrapper.py."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Final
 
 from ddptui.lint.anchor import deep_worker_write, io_helper_call, owning_method, run_level_site
@@ -29,6 +30,7 @@ from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
 
 _WRITE_MODES: Final = ("w", "a", "x")
+_MORE_PLACES: Final = 5  # later writes of one writer named as second places, at most
 _SHARDED_TYPES: Final = frozenset({"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"})
 
 
@@ -218,7 +220,7 @@ def _referenced(s: Script, node: ast.AST) -> bool:
 def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
-    seen: dict[tuple[str, str], list[int]] = {}  # one finding per file and writer
+    seen: dict[tuple[str, str], tuple[Hit, list[ast.AST]]] = {}  # one per file and writer
     owned: set[ast.AST] = set()
     for c in s.calls:
         found = file_writer(s, f, c)
@@ -258,21 +260,26 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             owned.add(anchor)
         if anchor is c and path is not None and last(s.call_name(c)) in _MEDIA_WRITERS:
             at = path  # `make_video(frames, ...,\n  video_dir + "/update_" + ...)`: the path
-        lines = seen.setdefault((s.path_of(anchor), what), [])
-        lines.append(at.lineno if isinstance(at, ast.stmt | ast.expr) else 0)
-        if len(lines) > 1:
+        key = (s.path_of(anchor), what)
+        if key in seen:
+            seen[key][1].append(at)  # the same writer again in that file: a second place
             continue
-        yield Hit.at(
-            "DDP-ALL-RANKS-IO",
-            at,
-            (
-                f"`{what}` runs on every rank: each process "
-                + ("deletes " if what == "shutil.rmtree" else "writes ")
-                + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
-                + ("" if at is c else f" ({s.path_of(c)}:{c.lineno})")
-            ),
-            what=what,
+        summary = (
+            f"`{what}` runs on every rank: each process "
+            + ("deletes " if what == "shutil.rmtree" else "writes ")
+            + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
+            + ("" if at is c else f" ({s.path_of(c)}:{c.lineno})")
         )
+        seen[key] = (Hit.at("DDP-ALL-RANKS-IO", at, summary, what=what), [])
+    yield from _with_later_writes(seen.values())
+
+
+def _with_later_writes(found: Iterable[tuple[Hit, list[ast.AST]]]) -> Iterator[Hit]:
+    """Each finding with the later writes of its writer in that file as second places:
+    the fix goes there too."""
+    for hit, more in found:
+        also = tuple((n, "also written at") for n in more if getattr(n, "lineno", 0) != hit.line)
+        yield replace(hit, also=also[:_MORE_PLACES]) if also else hit
 
 
 def _class_owned(s: Script, c: ast.Call) -> bool:

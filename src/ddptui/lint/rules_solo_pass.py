@@ -79,7 +79,8 @@ def _data_pass(s: Script, loop: ast.For | ast.AsyncFor) -> ast.expr | None:
         return None
     if any(isinstance(st, ast.Break) for st in loop.body):
         return None  # one batch, then out: a sample, not a pass
-    if _LOADER_NAME.search(ast.unparse(it)) or any(is_loader(s, o) for o in s.origins(it)):
+    named = isinstance(it, ast.Name | ast.Attribute) and _LOADER_NAME.search(ast.unparse(it))
+    if named or any(is_loader(s, o) for o in s.origins(it)):
         return it
     return None
 
