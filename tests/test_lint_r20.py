@@ -674,3 +674,63 @@ def test_every_write_of_one_writer_is_named_once_with_the_later_ones_as_second_p
     found = [f for f in lint_source(IBOT, "main_ibot.py") if f.id == "DDP-ALL-RANKS-IO"]
     assert [f.line for f in found] == [14]
     assert (16, "also written at") in [(p.line, p.label) for p in found[0].also]
+
+
+# MIC-DKFZ/nnUNet (as handed in blind batch AR2), nnunetv2/training/nnUNetTrainer/nnUNetTrainer.py
+# 221 and 950-954, cut down: every rank writes debug.json with batchgenerators' `save_json`
+# (guarded to rank 0 in e99caf5) and every rank deletes the shared latest checkpoint at the last
+# epoch (the fix adds the rank test): the ranks race on one file.
+NNUNET = """\
+import os
+from os.path import isfile, join
+
+import torch.distributed as dist
+from batchgenerators.utilities.file_and_folder_operations import save_json
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, output_folder, local_rank):
+        self.output_folder = output_folder
+        self.local_rank = local_rank
+        self.network = DDP(build().cuda(local_rank), device_ids=[local_rank])
+
+    def _save_debug_information(self):
+        dct = {"network": str(self.network)}
+        save_json(dct, join(self.output_folder, "debug.json"))
+
+    def on_epoch_end(self, current_epoch):
+        if current_epoch == self.num_epochs - 1:
+            if isfile(join(self.output_folder, "checkpoint_latest.pth")):
+                os.remove(join(self.output_folder, "checkpoint_latest.pth"))
+
+    def run_training(self):
+        dist.init_process_group("nccl")
+        self._save_debug_information()
+        for epoch in range(self.num_epochs):
+            self.on_epoch_end(epoch)
+
+
+if __name__ == "__main__":
+    Trainer("out", int(os.environ["LOCAL_RANK"])).run_training()
+"""
+
+
+def test_every_rank_deleting_or_dumping_one_file_is_found() -> None:
+    found = {
+        (f.line, f.summary.split(":")[0], tuple((p.line, p.label) for p in f.also))
+        for f in lint_source(NNUNET, "trainer.py")
+        if f.id == "DDP-ALL-RANKS-IO"
+    }
+    # the dump is said at the run's call of the helper, with the write itself as a place
+    assert (26, "`save_json` runs on every rank", ((17, "written at"),)) in found
+    assert any(line == 22 and "`os.remove`" in said for line, said, _ in found)
+    caught = NNUNET.replace(
+        '                os.remove(join(self.output_folder, "checkpoint_latest.pth"))\n',
+        "                try:\n"
+        '                    os.remove(join(self.output_folder, "checkpoint_latest.pth"))\n'
+        "                except FileNotFoundError:\n"
+        "                    pass\n",
+    )
+    lines = {f.line for f in lint_source(caught, "trainer.py") if f.id == "DDP-ALL-RANKS-IO"}
+    assert lines == {29}  # the dump only (three lines lower)

@@ -23,6 +23,7 @@ from ddptui.lint.lint26_order import Event, Frame, branch, events, torch_call
 from ddptui.lint.lint36 import rank_guarded_uses
 from ddptui.lint.lint41 import descriptor, item_loader_write
 from ddptui.lint.lint43 import shared_site
+from ddptui.lint.lint50 import caught
 from ddptui.lint.model import Hit
 from ddptui.lint.nodes import calls_in
 from ddptui.lint.project import FuncNode
@@ -30,6 +31,7 @@ from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
 
 _WRITE_MODES: Final = ("w", "a", "x")
+_DELETES: Final = frozenset({"shutil.rmtree", "os.remove", "os.unlink"})
 _MORE_PLACES: Final = 5  # later writes of one writer named as second places, at most
 _SHARDED_TYPES: Final = frozenset({"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"})
 
@@ -168,6 +170,33 @@ def file_writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] 
         path = next((a for a in [*c.args, *(k.value for k in c.keywords)] if _path_like(a)), None)
         if path is not None:
             return f"{ast.unparse(c.func)}", path
+    return _deleter_or_dumper(s, f, c)
+
+
+# a library's one-call writers of a serialised object (batchgenerators' `save_json(obj, file)`
+# in nnU-Net, mmcv's `dump`-style helpers have their own names): the path is the second argument
+_DUMPERS: Final = frozenset(
+    {"save_json", "save_pickle", "write_json", "write_pickle", "save_yaml", "write_yaml"}
+)
+_DELETERS: Final = frozenset({"os.remove", "os.unlink"})
+_MISSING: Final = frozenset(
+    {"FileNotFoundError", "OSError", "IOError", "Exception", "BaseException"}
+)
+
+
+def _deleter_or_dumper(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] | None:
+    """Every rank deleting one file (`os.remove(latest)`: nnU-Net before 9ee5d6c; the ranks
+    race, the losers raise FileNotFoundError, a `try` that catches it excuses it) or dumping
+    an object with a library's one-call writer (`save_json(dct, join(out, "debug.json"))`,
+    nnU-Net before e99caf5)."""
+    qn = s.call_name(c)
+    if not f.ddp_calls or s.callees(c):
+        return None
+    if qn in _DELETERS:
+        fn = s.scope_of(c)
+        return None if caught(s, c, fn, _MISSING) else (qn, _path(c, 0, "path"))
+    if last(qn) in _DUMPERS and len(c.args) > 1:
+        return last(qn), _path(c, 1, "file")
     return None
 
 
@@ -266,11 +295,13 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             continue
         summary = (
             f"`{what}` runs on every rank: each process "
-            + ("deletes " if what == "shutil.rmtree" else "writes ")
+            + ("deletes " if what in _DELETES else "writes ")
             + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
             + ("" if at is c else f" ({s.path_of(c)}:{c.lineno})")
         )
-        seen[key] = (Hit.at("DDP-ALL-RANKS-IO", at, summary, what=what), [])
+        # said at the call that leads there: the write itself is where the fix may go too
+        here = ((c, "written at"),) if at is not c and s.path_of(c) else ()
+        seen[key] = (Hit.at("DDP-ALL-RANKS-IO", at, summary, also=here, what=what), [])
     yield from _with_later_writes(seen.values())
 
 
@@ -279,7 +310,7 @@ def _with_later_writes(found: Iterable[tuple[Hit, list[ast.AST]]]) -> Iterator[H
     the fix goes there too."""
     for hit, more in found:
         also = tuple((n, "also written at") for n in more if getattr(n, "lineno", 0) != hit.line)
-        yield replace(hit, also=also[:_MORE_PLACES]) if also else hit
+        yield replace(hit, also=hit.also + also[:_MORE_PLACES]) if also else hit
 
 
 def _class_owned(s: Script, c: ast.Call) -> bool:
