@@ -734,3 +734,61 @@ def test_every_rank_deleting_or_dumping_one_file_is_found() -> None:
     )
     lines = {f.line for f in lint_source(caught, "trainer.py") if f.id == "DDP-ALL-RANKS-IO"}
     assert lines == {29}  # the dump only (three lines lower)
+
+
+# devsus/deep-loglizer @ c8d86fcce955eb5a040b7884df836bf5b92c9992 (as handed in blind batch AR2; fixed in 350b60d), deeploglizer/common/utils.py 49-79 and
+# demo/lstm_demo.py 66-74, cut down: `dump_params` writes params.json through a JSON helper on
+# every rank; the finding is said at the run's call, and names the write and each call of the
+# helper that holds it (utils.py:57 is where the fix went).
+LOGLIZER_UTILS = """\
+import json
+import os
+
+
+def dump_params(params):
+    save_dir = os.path.join("./experiment_records", params["hash_id"])
+    os.makedirs(save_dir, exist_ok=True)
+    json_pretty_dump(params, os.path.join(save_dir, "params.json"))
+    return save_dir
+
+
+def dump_final_results(params, eval_results):
+    json_pretty_dump(eval_results, os.path.join(params["save_dir"], "results.json"))
+
+
+def json_pretty_dump(obj, filename):
+    with open(filename, "w") as fw:
+        json.dump(obj, fw, sort_keys=True, indent=4)
+"""
+LOGLIZER_DEMO = """\
+import os
+
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from utils import dump_final_results, dump_params
+
+if __name__ == "__main__":
+    dist.init_process_group("nccl")
+    params = {"hash_id": "abc"}
+    model_save_path = dump_params(params)
+    model = DDP(build().cuda(), device_ids=[int(os.environ["LOCAL_RANK"])])
+    dump_final_results(params, model.module.evaluate())
+"""
+
+
+def test_a_helper_write_names_each_call_of_the_helper(tmp_path: Path) -> None:
+    (tmp_path / "utils.py").write_text(LOGLIZER_UTILS)
+    (tmp_path / "demo.py").write_text(LOGLIZER_DEMO)
+    found = [
+        f
+        for f in lint_paths([tmp_path / "demo.py"], root=tmp_path).findings
+        if f.id == "DDP-ALL-RANKS-IO" and "open" in f.summary
+    ]
+    assert [(Path(f.file).name, f.line) for f in found] == [("demo.py", 11)]
+    places = {(Path(p.file).name, p.line, p.label) for p in found[0].also}
+    assert {
+        ("utils.py", 17, "written at"),
+        ("utils.py", 8, "called from"),
+        ("utils.py", 13, "called from"),
+    } <= places

@@ -299,10 +299,21 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
             + (f"`{ast.unparse(path)}`" if path is not None else "its own run")
             + ("" if at is c else f" ({s.path_of(c)}:{c.lineno})")
         )
-        # said at the call that leads there: the write itself is where the fix may go too
-        here = ((c, "written at"),) if at is not c and s.path_of(c) else ()
+        # said at the call that leads there: the write itself is where the fix may go too,
+        # and the calls of the helper that holds it (a guard may go around any of them)
+        here = ((c, "written at"), *_helper_calls(s, c, at)) if at is not c else ()
         seen[key] = (Hit.at("DDP-ALL-RANKS-IO", at, summary, also=here, what=what), [])
     yield from _with_later_writes(seen.values())
+
+
+def _helper_calls(s: Script, c: ast.Call, at: ast.AST) -> tuple[tuple[ast.AST, str], ...]:
+    """The calls of the function that holds the write, but the one the finding is said
+    at (at most three)."""
+    fn = s.scope_of(c)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return ()
+    sites = [site for site in s.call_sites(fn) if site is not at]
+    return tuple((site, "called from") for site in sites[:3])
 
 
 def _with_later_writes(found: Iterable[tuple[Hit, list[ast.AST]]]) -> Iterator[Hit]:
