@@ -736,10 +736,11 @@ def test_every_rank_deleting_or_dumping_one_file_is_found() -> None:
     assert lines == {29}  # the dump only (three lines lower)
 
 
-# devsus/deep-loglizer @ c8d86fcce955eb5a040b7884df836bf5b92c9992 (as handed in blind batch AR2; fixed in 350b60d), deeploglizer/common/utils.py 49-79 and
-# demo/lstm_demo.py 66-74, cut down: `dump_params` writes params.json through a JSON helper on
-# every rank; the finding is said at the run's call, and names the write and each call of the
-# helper that holds it (utils.py:57 is where the fix went).
+# devsus/deep-loglizer @ c8d86fcce955eb5a040b7884df836bf5b92c9992 (as handed in blind batch
+# AR2; fixed in 350b60d), deeploglizer/common/utils.py 49-79 and demo/lstm_demo.py 66-74, cut
+# down: `dump_params` writes params.json through a JSON helper on every rank; the finding is
+# said at the run's call, and names the write and each call of the helper that holds it
+# (utils.py:57 is where the fix went).
 LOGLIZER_UTILS = """\
 import json
 import os
