@@ -793,3 +793,42 @@ def test_a_helper_write_names_each_call_of_the_helper(tmp_path: Path) -> None:
         ("utils.py", 8, "called from"),
         ("utils.py", 13, "called from"),
     } <= places
+
+
+# snowflakedb/ArcticTraining @ 64cd018 (as handed in blind batch AS1; PR #132), config/base.py 41,
+# config/utils.py 21-26 and config/trainer.py 136-140, cut down: the config's `global_rank` is a
+# pydantic field filled by `default_factory=get_global_rank` (RANK), and its validator makes it
+# the current GPU through DeepSpeed's accelerator: on a second node no GPU has that number.
+ARCTIC = """\
+import os
+
+import deepspeed
+from deepspeed.accelerator import get_accelerator
+from pydantic import BaseModel, Field, model_validator
+
+
+def get_local_rank() -> int:
+    return int(os.getenv("LOCAL_RANK", 0))
+
+
+def get_global_rank() -> int:
+    return int(os.getenv("RANK", 0))
+
+
+class TrainerConfig(BaseModel):
+    local_rank: int = Field(default_factory=get_local_rank, exclude=True)
+    global_rank: int = Field(default_factory=get_global_rank, exclude=True)
+
+    @model_validator(mode="after")
+    def init_dist(self):
+        get_accelerator().set_device(self.global_rank)
+        deepspeed.init_distributed()
+        return self
+"""
+
+
+def test_a_config_field_filled_from_rank_and_made_the_gpu_is_found() -> None:
+    found = [f for f in lint_source(ARCTIC, "trainer.py") if f.id == "DDP-HARDCODED-DEVICE"]
+    assert [(f.line, f.severity) for f in found] == [(22, "error")]
+    local = ARCTIC.replace("set_device(self.global_rank)", "set_device(self.local_rank)")
+    assert [f for f in lint_source(local, "trainer.py") if f.id == "DDP-HARDCODED-DEVICE"] == []

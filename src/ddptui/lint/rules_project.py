@@ -66,6 +66,8 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
             return "local"
         if name in ("int", "str") and expr.args:
             return rank_kind(s, expr.args[0], depth + 1)
+        if name in ("Field", "field"):
+            return _field_kind(s, expr, depth)
         return _returned_kind(s, expr, depth)
     if isinstance(expr, ast.Subscript) and _visible_devices(s, expr.value):
         return "physical"  # `[int(i) for i in os.environ["CUDA_VISIBLE_DEVICES"].split(",")][r]`
@@ -81,6 +83,8 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
         origins = s.origins(expr)
         if isinstance(expr, ast.Attribute) and origins == [expr]:  # `args.rank = ...`
             origins = _attr_values(s, ast.unparse(expr))
+        elif isinstance(expr, ast.Attribute) and not origins:  # a declared field of `self`
+            origins = _declared(s, ast.unparse(expr))
         for o in origins:
             if o is expr or isinstance(o, ast.Constant):
                 continue  # `rank = dist.get_rank() if dist.is_initialized() else 0`
@@ -129,6 +133,35 @@ def _attr_values(s: Script, text: str) -> list[ast.expr]:
     ]
 
 
+def _declared(s: Script, text: str) -> list[ast.expr]:
+    """For `self.x` that no method assigns: the class-level default a config class declares
+    (`global_rank: int = Field(default_factory=get_global_rank)`, pydantic and dataclasses;
+    snowflake's ArcticTraining sets the GPU from it)."""
+    if not text.startswith("self.") or text.count(".") != 1:
+        return []
+    return [
+        st.value
+        for cls in s.classes.values()
+        for st in cls.body
+        if isinstance(st, ast.AnnAssign)
+        and isinstance(st.target, ast.Name)
+        and st.target.id == text[5:]
+        and isinstance(st.value, ast.Call)
+    ]
+
+
+def _field_kind(s: Script, call: ast.Call, depth: int) -> str | None:
+    """A declared field's value: `Field(default_factory=f)` / `field(default_factory=f)` is
+    what `f()` returns; `Field(default=x)` is `x`."""
+    factory = kwarg(call, "default_factory")
+    if factory is not None:
+        fake = ast.copy_location(ast.Call(func=factory, args=[], keywords=[]), call)
+        s.parents[fake] = call  # resolved where the field is declared
+        return _returned_kind(s, fake, depth)
+    default = kwarg(call, "default", 0)
+    return rank_kind(s, default, depth + 1) if default is not None else None
+
+
 def _sinks(s: Script, f: Flow) -> Iterator[tuple[ast.AST, ast.expr, str]]:
     """(where to report, the value, what it is used for) of GPU-index arguments."""
     # device strings anywhere in the project's followed modules (a checkpoint loader
@@ -139,6 +172,8 @@ def _sinks(s: Script, f: Flow) -> Iterator[tuple[ast.AST, ast.expr, str]]:
             yield n, v, f"`{ast.unparse(n)}`"
     for c in s.calls:
         name = last(s.call_name(c))
+        if not name and isinstance(c.func, ast.Attribute):
+            name = c.func.attr  # `get_accelerator().set_device(...)`: DeepSpeed's accelerator
         a0 = c.args[0] if c.args else None
         if name in ("set_device", "set_device_index") and a0 is not None:
             yield c, a0, f"`{ast.unparse(c)}`"
