@@ -832,3 +832,43 @@ def test_a_config_field_filled_from_rank_and_made_the_gpu_is_found() -> None:
     assert [(f.line, f.severity) for f in found] == [(22, "error")]
     local = ARCTIC.replace("set_device(self.global_rank)", "set_device(self.local_rank)")
     assert [f for f in lint_source(local, "trainer.py") if f.id == "DDP-HARDCODED-DEVICE"] == []
+
+
+# melihcatal/advsecurenet @ d437827 (as handed in blind batch AS2; fixed in ff101c5), cli/utils/trainer.py
+# 174-185, cut down: the DDP
+# worker hands the user's shuffle setting to the project's loader factory beside a
+# DistributedSampler; with `shuffle_train: true` (the default config) the DataLoader refuses.
+ADVSECURENET = """\
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+
+class DataLoaderFactory:
+    @staticmethod
+    def create_dataloader(dataset, batch_size=32, shuffle=False, **kwargs):
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, **kwargs)
+
+
+class CLITrainer:
+    def _ddp_training_fn(self, rank, world_size, train_data):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        train_data_loader = DataLoaderFactory.create_dataloader(
+            train_data,
+            batch_size=self.config_data.batch_size,
+            shuffle=self.config_data.shuffle_train,
+            sampler=DistributedSampler(train_data),
+        )
+        return train_data_loader
+"""
+
+
+def test_a_shuffle_setting_handed_on_beside_a_distributed_sampler_is_a_warning() -> None:
+    found = [f for f in lint_source(ADVSECURENET, "trainer.py") if f.id == "DDP-SHUFFLE-SAMPLER"]
+    assert [(f.line, f.severity) for f in found] == [(18, "warning")]
+    fixed = ADVSECURENET.replace("shuffle=self.config_data.shuffle_train", "shuffle=False")
+    assert [f for f in lint_source(fixed, "trainer.py") if f.id == "DDP-SHUFFLE-SAMPLER"] == []
+    derived = ADVSECURENET.replace(
+        "shuffle=self.config_data.shuffle_train", "shuffle=(sampler is None)"
+    )
+    assert [f for f in lint_source(derived, "trainer.py") if f.id == "DDP-SHUFFLE-SAMPLER"] == []

@@ -447,6 +447,40 @@ def shuffle_sampler(s: Script, f: Flow) -> Iterator[Hit]:
                 ),
                 loader=_assigned_name(s, c) or "loader",
             )
+        elif (flag := _shuffle_flag(s, c)) is not None:
+            yield Hit.at(
+                "DDP-SHUFFLE-SAMPLER",
+                flag,
+                (
+                    f"`shuffle={ast.unparse(flag)}` beside a DistributedSampler: when the "
+                    "setting is on, the DataLoader refuses the combination at start"
+                ),
+                severity="warning",
+                loader=_assigned_name(s, c) or "loader",
+            )
+
+
+def _shuffle_flag(s: Script, c: ast.Call) -> ast.expr | None:
+    """`shuffle=config.shuffle_train, sampler=DistributedSampler(data)` in a DataLoader or a
+    project loader factory's call (advsecurenet's DDP trainer): a user's shuffle setting,
+    on by default in most configs, handed on beside a sampler. Only a flag named for
+    shuffling; `shuffle=(sampler is None)` and the like say something else."""
+    flag = kwarg(c, "shuffle")
+    if not (
+        isinstance(flag, ast.Name | ast.Attribute) and "shuffle" in ast.unparse(flag).lower()
+    ):
+        return None
+    sampler = kwarg(c, "sampler")
+    if sampler is None:
+        return None
+    return (
+        flag
+        if any(
+            isinstance(o, ast.Call) and "DistributedSampler" in last(s.call_name(o))
+            for o in [sampler, *s.origins(sampler)]
+        )
+        else None
+    )
 
 
 def sampler_seed(s: Script, f: Flow) -> Iterator[Hit]:
