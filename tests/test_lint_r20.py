@@ -834,10 +834,10 @@ def test_a_config_field_filled_from_rank_and_made_the_gpu_is_found() -> None:
     assert [f for f in lint_source(local, "trainer.py") if f.id == "DDP-HARDCODED-DEVICE"] == []
 
 
-# melihcatal/advsecurenet @ d437827 (as handed in blind batch AS2; fixed in ff101c5), cli/utils/trainer.py
-# 174-185, cut down: the DDP
-# worker hands the user's shuffle setting to the project's loader factory beside a
-# DistributedSampler; with `shuffle_train: true` (the default config) the DataLoader refuses.
+# melihcatal/advsecurenet @ d437827 (as handed in blind batch AS2; fixed in ff101c5),
+# cli/utils/trainer.py 174-185, cut down: the DDP worker hands the user's shuffle setting to the
+# project's loader factory beside a DistributedSampler; with `shuffle_train: true` (the default
+# config) the DataLoader refuses.
 ADVSECURENET = """\
 import torch.distributed as dist
 from torch.utils.data import DataLoader
