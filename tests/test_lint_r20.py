@@ -872,3 +872,50 @@ def test_a_shuffle_setting_handed_on_beside_a_distributed_sampler_is_a_warning()
         "shuffle=self.config_data.shuffle_train", "shuffle=(sampler is None)"
     )
     assert [f for f in lint_source(derived, "trainer.py") if f.id == "DDP-SHUFFLE-SAMPLER"] == []
+
+
+# mlfoundations/open_lm @ 66efccff9d13b877b802cef334662a82f2ec5c06 (as handed in blind batch
+# AS2; fixed in 09d3561), open_lm/main.py 101-110 and 470-498, cut down: the resumed state
+# dict's `module.` prefix is stripped, then loaded into the model main() wrapped in DDP.
+OPENLM = """\
+import torch
+import torch.distributed as dist
+
+
+def load_model(args, model):
+    checkpoint = torch.load(args.resume, map_location="cpu")
+    start_epoch = checkpoint["epoch"]
+    sd = checkpoint["state_dict"]
+    if next(iter(sd.items()))[0].startswith("module"):
+        sd = {k[len("module.") :]: v for k, v in sd.items()}
+    model.load_state_dict(sd)
+    return start_epoch
+
+
+def main(args):
+    dist.init_process_group("nccl")
+    model = create_model(args).cuda(args.local_rank)
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank])
+    if args.resume is not None:
+        start_epoch = load_model(args, model)
+"""
+
+
+def test_stripped_keys_loaded_into_the_wrapper_are_found() -> None:
+    found = [f for f in lint_source(OPENLM, "main.py") if f.id == "DDP-LOAD-INTO-WRAPPER"]
+    assert [(f.line, [(p.line, p.label) for p in f.also]) for f in found] == [
+        (11, [(10, "prefix stripped at")])
+    ]
+    fixed = OPENLM.replace(
+        "    model.load_state_dict(sd)\n", "    model.module.load_state_dict(sd)\n"
+    )
+    assert [f for f in lint_source(fixed, "main.py") if f.id == "DDP-LOAD-INTO-WRAPPER"] == []
+    before = OPENLM.replace(
+        "    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank])\n"
+        "    if args.resume is not None:\n"
+        "        start_epoch = load_model(args, model)\n",
+        "    if args.resume is not None:\n"
+        "        start_epoch = load_model(args, model)\n"
+        "    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank])\n",
+    )
+    assert [f for f in lint_source(before, "main.py") if f.id == "DDP-LOAD-INTO-WRAPPER"] == []

@@ -64,6 +64,7 @@ from ddptui.lint import (
     rules_set_device,
     rules_setup,
     rules_solo_pass,
+    rules_stripped_load,
     rules_sync,
     rules_uneven,
     rules_unwrapped_train,
@@ -147,6 +148,7 @@ RULES: Final[tuple[Rule, ...]] = (
     *rules_unwrapped_train.RULES,
     *rules_eval_metric.RULES,
     *rules_solo_pass.RULES,
+    *rules_stripped_load.RULES,
 )
 # Every id a rule can emit (a test checks each has exactly one knowledge-base entry).
 RULE_IDS: Final = (

@@ -146,7 +146,7 @@ def _saves(s: Script, f: Flow) -> tuple[set[str], set[str], bool]:
 
 
 
-def _wrapped_before(s: Script, f: Flow, node: ast.Call, depth: int = 0) -> bool:
+def wrapped_before(s: Script, f: Flow, node: ast.Call, depth: int = 0) -> bool:
     """The DDP wrap runs before `node`: earlier in its function, or (one helper deep)
     before every call of the helper that holds it."""
     scope = s.scope_of(node)
@@ -155,7 +155,7 @@ def _wrapped_before(s: Script, f: Flow, node: ast.Call, depth: int = 0) -> bool:
     if depth >= 1 or not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
         return False
     sites = s.call_sites(scope)
-    return bool(sites) and all(_wrapped_before(s, f, c, depth + 1) for c in sites)
+    return bool(sites) and all(wrapped_before(s, f, c, depth + 1) for c in sites)
 
 
 def unwrapped_into_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
@@ -179,7 +179,7 @@ def unwrapped_into_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
                 isinstance(n, ast.Constant) and isinstance(n.value, str) and "module" in n.value
                 for n in ast.walk(s.scope_of(c))
             )
-            and _wrapped_before(s, f, c)
+            and wrapped_before(s, f, c)
             and not _callers_skip(s, c)
         ):
             continue
