@@ -273,7 +273,6 @@ def _hardcoded(s: Script, f: Flow, node: ast.AST) -> str | None:  # noqa: PLR091
         return None
     qn = s.call_name(node)
     a0 = node.args[0] if node.args else None
-    text = f"`{ast.unparse(node)}`"
     if (
         last(qn) == "device"
         and qn.startswith("torch")
@@ -283,23 +282,23 @@ def _hardcoded(s: Script, f: Flow, node: ast.AST) -> str | None:  # noqa: PLR091
             or (const(a0) == "cuda" and len(node.args) > 1 and isinstance(const(node.args[1]), int))
         )
     ):
-        return text
+        return f"`{ast.unparse(node)}`"
     if (
         last(qn) in ("set_device", "set_device_index")
         and a0 is not None
         and (_cuda_n(a0) or _int(a0))
     ):
-        return text
+        return f"`{ast.unparse(node)}`"
     if (
         isinstance(node.func, ast.Attribute)
         and node.func.attr in _MOVERS
         and a0 is not None
         and (_cuda_n(a0) or _int(a0))
     ):
-        return text
+        return f"`{ast.unparse(node)}`"
     for kw in node.keywords:
         if kw.arg in ("device", "map_location") and _cuda_n(kw.value):
-            return text
+            return f"`{ast.unparse(node)}`"
     if node in f.ddp_calls:
         ids = kwarg(node, "device_ids")
         if isinstance(ids, ast.List | ast.Tuple) and any(_int(e) for e in ids.elts):
