@@ -11,14 +11,15 @@ GPUs). The same mistake runs through blind batches since round 5 ("metrics never
 reduced", "a metric kept on the primary worker", "a validation loss computed on one rank's
 shard").
 
-Precision first: only a loop in an evaluation context (`torch.no_grad()` /
-`inference_mode()` around it or on the function, or a `.eval()` call in it; no backward in
-the function), over a loader whose `sampler=` comes from a `Distributed...Sampler(...)`;
-only sums, appends and meter updates in that loop that the function reads after it; and
-silent when anything in the function, the functions it calls (three hops), or its
-callers after the call reduces, gathers or syncs (torch.distributed's collectives, a
-launcher's `gather_for_metrics`, a project `reduce_tensor` or `synchronize_between_processes`,
-a torchmetrics `compute()`)."""
+Precision first: only a loop in an evaluation context (nothing in it runs a backward pass;
+`torch.no_grad()` / `inference_mode()` around it, in it or on the function, or a `.eval()`
+call before it), over a loader whose `sampler=` comes from a `Distributed...Sampler(...)` or
+that a launcher prepared (accelerate's `prepare`, Fabric's `setup_dataloaders`); only sums,
+appends and meter updates in that loop that the function reads after it; and silent when
+anything from the loop on (to the end of the loop around it), the functions called there
+(three hops), or the function's callers after the call combine the ranks' figures
+(torch.distributed's collectives but a barrier or broadcast, a launcher's `gather_for_metrics`,
+a project `reduce_tensor` or `synchronize_between_processes`, a torchmetrics `compute()`)."""
 
 from __future__ import annotations
 
@@ -190,12 +191,12 @@ def _first_read(func: FuncNode, names: dict[str, ast.AST], after: int) -> ast.AS
         key=lambda n: (n.lineno, n.col_offset),
     )
     for st in stmts:
-        if reads_of(st) & names.keys():
+        if _reads_of(st) & names.keys():
             return st
     return None
 
 
-def reads_of(st: ast.stmt) -> set[str]:
+def _reads_of(st: ast.stmt) -> set[str]:
     """The names and attributes a statement reads, by their text (a compound statement's
     header only)."""
     heads: list[ast.AST] = [st]
@@ -238,13 +239,12 @@ def eval_local_metric(s: Script, f: Flow) -> Iterator[Hit]:
 
 def _judge(s: Script, f: Flow, func: FuncNode) -> Hit | None:
     for loop in _loops(func):
-        sums = _accumulated(s, loop)
-        if not sums:
-            continue
         it = iterated(s, loop)
-        end = getattr(loop, "end_lineno", loop.lineno) or loop.lineno
-        used = _first_read(func, sums, end)
-        if it is None or used is None or not _eval_context(s, f, func, loop):
+        sums = _accumulated(s, loop) if it is not None else {}
+        if it is None or not sums:
+            continue
+        used = _first_read(func, sums, loop.end_lineno or loop.lineno)
+        if used is None or not _eval_context(s, f, func, loop):
             continue
         sampler = _sharding(s, it)
         if sampler is None:

@@ -13,9 +13,13 @@ that was making progress. The same in huggingface/finetrainers#114 (one GPU vali
 the others stall, "increase NCCL timeout"), Synthefy/synthefy-nori#86 and
 EleutherAI/bergson#444 (rank-0-only work, then a collective the others block in).
 
-Precision first: only a `for` loop over a loader (a DataLoader or a value named a loader)
-that runs a pass (no unconditional `break` in its body), under a rank test in its own
-function or at a call site up to two callers above; only when the code after that test
+Also when the pass sits in a function that an earlier `if not is_master(args): return`
+leaves on the other ranks: they return at once and go on from its call, where the finding
+is said (mlfoundations/open_clip@a9ad60c, blind batch AR2; fixed in bfd2f34 by a barrier).
+
+Precision first: only a `for` loop over a loader (a DataLoader, or a name or attribute named
+a loader) that runs a pass (no unconditional `break` in its body), under a rank test in its
+own function or at a call site up to two callers above; only when the code after that test
 (the rest of its block, or the loop around it) reaches a sync on every rank; silent when
 any `init_process_group` / `InitProcessGroupKwargs` / `init_distributed` call sets a
 `timeout` (or passes `**kwargs`), and when the pass itself runs a collective (that is a
@@ -38,7 +42,7 @@ from ddptui.lint.script import Script
 from ddptui.lint.syntax import kwarg, last
 
 ID: Final = "DDP-SOLO-PASS-TIMEOUT"
-_LOADER_NAME: Final = re.compile(r"loader|dataloader", re.I)
+_LOADER_NAME: Final = re.compile(r"loader", re.I)
 _INITS: Final = frozenset({"init_process_group", "InitProcessGroupKwargs", "init_distributed"})
 _HOPS: Final = 2
 
