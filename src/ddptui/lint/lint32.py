@@ -158,6 +158,13 @@ def wrapped_before(s: Script, f: Flow, node: ast.Call, depth: int = 0) -> bool:
     return bool(sites) and all(wrapped_before(s, f, c, depth + 1) for c in sites)
 
 
+def state_dict_loads(s: Script) -> Iterator[tuple[ast.Call, ast.expr]]:
+    """Every `x.load_state_dict(arg, ...)` of the reached code, with its receiver `x`."""
+    for c in s.calls:
+        if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict" and c.args:
+            yield c, c.func.value
+
+
 def unwrapped_into_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
     """`model.load_state_dict(...)` into the DDP wrapper, after wrapping, where the
     project saves the plain model's weights (`model.module.state_dict()`): the keys
@@ -167,13 +174,10 @@ def unwrapped_into_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
     plain, wrapped, any_wrapped = _saves(s, f)
     if not plain:
         return
-    for c in s.calls:
+    for c, model in state_dict_loads(s):
         if not (
-            isinstance(c.func, ast.Attribute)
-            and c.func.attr == "load_state_dict"
-            and c.args
-            and f.is_ddp_value(c.func.value)
-            and not _module_of(s, c.func.value)
+            f.is_ddp_value(model)
+            and not _module_of(s, model)
             and not other_branch_takes_module(s, c)
             and not any(
                 isinstance(n, ast.Constant) and isinstance(n.value, str) and "module" in n.value
@@ -191,11 +195,11 @@ def unwrapped_into_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
             "DDP-LOAD-INTO-WRAPPER",
             c,
             (
-                f"`{ast.unparse(c.func.value)}` is the DDP wrapper here, and the project saves "
+                f"`{ast.unparse(model)}` is the DDP wrapper here, and the project saves "
                 "the plain model's weights (`.module.state_dict()`): no key has the `module.` "
                 + ("prefix, and `strict=False` loads nothing without a word" if loose else "prefix")
             ),
-            model=ast.unparse(c.func.value),
+            model=ast.unparse(model),
             also=tuple((r, "plain weights saved at") for r in _plain_saves(s, f, read)),
         )
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ddptui.lint.flow import Flow
-from ddptui.lint.lint32 import wrapped_before
+from ddptui.lint.lint32 import state_dict_loads, wrapped_before
 from ddptui.lint.model import Hit
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const
@@ -68,19 +68,14 @@ def _stripped(s: Script, scope: ast.AST, arg: ast.expr) -> ast.DictComp | None:
 def stripped_into_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.ddp_calls:
         return
-    for c in s.calls:
-        if not (
-            isinstance(c.func, ast.Attribute)
-            and c.func.attr == "load_state_dict"
-            and c.args
-            and not (isinstance(c.func.value, ast.Attribute) and c.func.value.attr == "module")
-        ):
+    for c, receiver in state_dict_loads(s):
+        if isinstance(receiver, ast.Attribute) and receiver.attr == "module":
             continue
         scope = s.scope_of(c)
         comp = _stripped(s, scope, c.args[0])
-        if comp is None or not f.is_ddp_value(c.func.value) or not wrapped_before(s, f, c):
+        if comp is None or not f.is_ddp_value(receiver) or not wrapped_before(s, f, c):
             continue
-        model = ast.unparse(c.func.value)
+        model = ast.unparse(receiver)
         yield Hit.at(
             ID,
             c,
