@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from ddptui.lint.flagoff import flag_guarded, switched_off
@@ -285,6 +285,27 @@ class Flow:
 
     def has_backward(self, func: FuncNode) -> bool:
         return self._func_backward(func, set())
+
+    def stmts_backward(self, stmts: Iterable[ast.AST]) -> bool:
+        """A backward pass in these statements, or in a project function they call."""
+        return any(
+            self.is_backward(c) or any(self.has_backward(fn) for fn in self.s.callees(c))
+            for c in calls_in(stmts)
+        )
+
+    def reaches(
+        self, calls: Iterable[ast.Call], hit: Callable[[ast.Call], bool], hops: int = 3
+    ) -> bool:
+        """One of these calls is a `hit`, or one in the project functions they call, `hops`
+        calls deep at most."""
+        for c in calls:
+            if hit(c):
+                return True
+            if hops and any(
+                self.reaches(calls_in(fn.body), hit, hops - 1) for fn in self.s.callees(c)
+            ):
+                return True
+        return False
 
     def _calls_of(self, stmts: list[ast.stmt]) -> list[ast.Call]:
         """calls_in(stmts) of a body, kept: a function is walked once per caller path."""

@@ -63,8 +63,7 @@ def _eval_context(s: Script, f: Flow, func: FuncNode, loop: ast.For | ast.AsyncF
     """The loop evaluates: nothing in it runs a backward pass, and gradients are off around
     it or inside it (`torch.no_grad()`, `inference_mode()`), or the model was put in eval
     mode before it in the function."""
-    body = calls_in(loop.body)
-    if any(f.is_backward(c) or any(f.has_backward(fn) for fn in s.callees(c)) for c in body):
+    if f.stmts_backward(loop.body):
         return False
     if any(_no_grad(s, d) for d in func.decorator_list):
         return True
@@ -75,7 +74,7 @@ def _eval_context(s: Script, f: Flow, func: FuncNode, loop: ast.For | ast.AsyncF
             _no_grad(s, item.context_expr) for item in anc.items
         ):
             return True
-    if any(_no_grad(s, c) for c in body):
+    if any(_no_grad(s, c) for c in calls_in(loop.body)):
         return True
     return any(
         isinstance(c.func, ast.Attribute)
@@ -146,19 +145,15 @@ def _is_meter(s: Script, expr: ast.expr) -> bool:
     )
 
 
-def _combines(s: Script, f: Flow, calls: list[ast.Call], depth: int = 0) -> bool:
-    for c in calls:
+def _combines(s: Script, f: Flow, calls: list[ast.Call]) -> bool:
+    def combining(c: ast.Call) -> bool:
         coll = f.collective(c)
         if coll and last(coll) not in _WAITS_ONLY:
             return True
         name = last(s.call_name(c))
-        if _COMBINES.search(name) and name != "synchronize":  # torch.cuda.synchronize: timing
-            return True
-        if depth < _HOPS and any(
-            _combines(s, f, calls_in(fn.body), depth + 1) for fn in s.callees(c)
-        ):
-            return True
-    return False
+        return bool(_COMBINES.search(name)) and name != "synchronize"  # cuda's: timing
+
+    return f.reaches(calls, combining, _HOPS)
 
 
 def _callers_combine(s: Script, f: Flow, func: FuncNode) -> bool:

@@ -31,7 +31,8 @@ from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
 
 _WRITE_MODES: Final = ("w", "a", "x")
-_DELETES: Final = frozenset({"shutil.rmtree", "os.remove", "os.unlink"})
+_DELETERS: Final = frozenset({"os.remove", "os.unlink"})
+_DELETES: Final = frozenset({"shutil.rmtree"}) | _DELETERS  # said "deletes", not "writes"
 _MORE_PLACES: Final = 5  # later writes of one writer named as second places, at most
 _SHARDED_TYPES: Final = frozenset({"SHARDED_STATE_DICT", "LOCAL_STATE_DICT"})
 
@@ -178,7 +179,6 @@ def file_writer(s: Script, f: Flow, c: ast.Call) -> tuple[str, ast.expr | None] 
 _DUMPERS: Final = frozenset(
     {"save_json", "save_pickle", "write_json", "write_pickle", "save_yaml", "write_yaml"}
 )
-_DELETERS: Final = frozenset({"os.remove", "os.unlink"})
 _MISSING: Final = frozenset(
     {"FileNotFoundError", "OSError", "IOError", "Exception", "BaseException"}
 )

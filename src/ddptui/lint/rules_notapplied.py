@@ -21,7 +21,8 @@ _BOOL_CALLS = frozenset(
 )  # fmt: skip
 
 
-def _stmt_of(s: Script, node: ast.AST) -> ast.stmt | None:
+def stmt_of(s: Script, node: ast.AST) -> ast.stmt | None:
+    """The statement that holds `node`."""
     for a in s.ancestors(node):
         if isinstance(a, ast.stmt):
             return a
@@ -78,7 +79,7 @@ def _attr_read(s: Script, name: str, family: set[str]) -> bool:
 
 def _unused_wrap(s: Script, f: Flow) -> Iterator[Hit]:
     for c in f.torch_ddp_calls:
-        st = _stmt_of(s, c)
+        st = stmt_of(s, c)
         if not isinstance(st, ast.Assign) or st.value is not c or len(st.targets) != 1:
             continue
         tgt = st.targets[0]

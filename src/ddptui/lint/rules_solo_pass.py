@@ -38,6 +38,7 @@ from ddptui.lint.model import Hit
 from ddptui.lint.nodes import calls_in
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rules_data import is_loader, iterated
+from ddptui.lint.rules_notapplied import stmt_of
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import kwarg, last
 
@@ -66,15 +67,10 @@ def _init_call(s: Script) -> ast.Call | None:
     return None
 
 
-def _collective_in(s: Script, f: Flow, stmts: list[ast.stmt], depth: int = 0) -> bool:
+def _collective_in(s: Script, f: Flow, stmts: list[ast.stmt]) -> bool:
     """A collective in these statements or the functions they call (three hops). A DDP
     forward is none here: under no_grad, as evaluations run, it syncs nothing."""
-    for c in calls_in(stmts):
-        if f.collective(c):
-            return True
-        if depth < 3 and any(_collective_in(s, f, fn.body, depth + 1) for fn in s.callees(c)):
-            return True
-    return False
+    return f.reaches(calls_in(stmts), lambda c: bool(f.collective(c)), 3)
 
 
 def _data_pass(s: Script, loop: ast.For | ast.AsyncFor) -> ast.expr | None:
@@ -126,20 +122,11 @@ def _sites(s: Script, f: Flow, node: ast.AST, hops: int = 0) -> Iterator[_Site]:
         return
     for site in s.call_sites(func):
         if isinstance(g, ast.If):
-            stmt = _statement_of(s, site)
+            stmt = stmt_of(s, site)
             if stmt is not None and f.local_guard(site) is None:
                 yield _Site(stmt, g.test, [stmt], early=True)
         else:
             yield from _sites(s, f, site, hops + 1)
-
-
-def _statement_of(s: Script, node: ast.AST) -> ast.stmt | None:
-    if isinstance(node, ast.stmt):
-        return node
-    for a in s.ancestors(node):
-        if isinstance(a, ast.stmt):
-            return a
-    return None
 
 
 def _others_wait(s: Script, f: Flow, guard: ast.stmt) -> ast.stmt | None:
@@ -169,11 +156,7 @@ def _syncs(s: Script, f: Flow, st: ast.stmt) -> bool:
     """The statement makes every rank wait for the others: a sync point flow.py knows, or,
     where a launcher (accelerate, Fabric) wraps the model out of sight, a backward pass
     (its gradient all-reduce), here or in a function it calls."""
-    if f.stmts_sync([st]):
-        return True
-    return f.uses(*LAUNCHERS) and any(
-        f.is_backward(c) or any(f.has_backward(fn) for fn in s.callees(c)) for c in calls_in([st])
-    )
+    return bool(f.stmts_sync([st])) or (f.uses(*LAUNCHERS) and f.stmts_backward([st]))
 
 
 def solo_pass(s: Script, f: Flow) -> Iterator[Hit]:
