@@ -226,11 +226,23 @@ def test_healthy_testbed_all_green_with_live_metrics(testbed: Testbed) -> None:
         # A session keeps each node's last 300 lines; a line the step printed after the
         # log was looked at (its closing summary) may follow what was on screen then.
         n = min(len(live_log), 300)
-        assert _ends_with_or_after(replay_log, live_log[-n:]), (replay_log[-5:], live_log[-5:])
+        assert _ends_with_or_after(replay_log, live_log[-n:]), _first_difference(
+            replay_log, live_log[-n:]
+        )
 
     asyncio.run(scenario())
     left = {n.name: testbed.wait_quiet(n.index, 10) for n in testbed.nodes}
     assert not any(left.values()), left
+
+
+def _first_difference(replay: list[str], live: list[str]) -> str:
+    """Where the replayed log's end first differs from the live view's (the message of a
+    failed comparison: CI printed both ends cut short)."""
+    tail = replay[-len(live) :]
+    i = next((i for i, (a, b) in enumerate(zip(tail, live, strict=False)) if a != b), None)
+    if i is None:
+        return f"replay has {len(replay)} lines, live {len(live)}: one is a prefix"
+    return f"line {i} of {len(live)}: replay {tail[i]!r} != live {live[i]!r}"
 
 
 def _ends_with_or_after(replay: list[str], live: list[str]) -> bool:

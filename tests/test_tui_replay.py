@@ -181,3 +181,31 @@ def test_html_export_from_the_tui_embeds_the_screen(tmp_path: Path) -> None:
     assert "REPLAY" in html and "REPLAY" not in without
     assert "<script" not in html
     assert set(re.findall(r"https?://[^\s\"')]+", html)) <= {"http://www.w3.org/2000/svg"}
+
+
+def test_replayed_tail_marks_the_lines_the_live_view_marked() -> None:
+    """A finding cites a line by id; the saved session's tail (the last 300 lines) marks
+    that line as the live log view did, and only that one of two identical lines (CI,
+    round 20: the replayed tail lost the live view's mark)."""
+    from ddptui.diagnosis.logstore import LogStore
+    from ddptui.report.json_report import TAIL_LINES, log_excerpts
+    from ddptui.ui.replay import node_log
+
+    store = LogStore(["node0"])
+    for i in range(TAIL_LINES + 40):
+        store.append("node0", WARN if i in (100, 320) else f"NCCL INFO step {i}", rank=0)
+    cited = store.lines("node0")[320]
+    assert cited.text == WARN
+    f = Finding("NCCL-REMOTE-CLOSED", "error", ("node0",), "s", "c", "x",
+                (f"node0: [r0] {WARN}",), lines=(cited.id,))  # fmt: skip
+    kept = store.lines("node0")
+    live = marked_lines("node0", [ln.tagged() for ln in kept], [ln.id for ln in kept], [f])
+    step = {"id": "allreduce", "findings": [{"id": f.id, "nodes": ["node0"],
+                                             "evidence": list(f.evidence), "lines": [cited.id]}]}  # fmt: skip
+    saved = log_excerpts([step], store)["node0"]
+    log = node_log(json.loads(json.dumps(saved)), "node0")
+    replay = marked_lines("node0", list(log.lines), list(log.ids), [f], log.marks)
+    assert replay[-TAIL_LINES:] == live[-TAIL_LINES:]
+    assert sum(x.startswith("⟶ NCCL-REMOTE-CLOSED") for x in live) == 1
+    # ... and the excerpt above the tail marks it too.
+    assert sum(x.startswith("⟶ NCCL-REMOTE-CLOSED") for x in replay) == 2

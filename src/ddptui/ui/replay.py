@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.config import ClusterConfig
+from ddptui.diagnosis.logstore import line_id
 from ddptui.diagnosis.model import StepResult
 from ddptui.metrics import MetricsModel
 from ddptui.report.load import results_from_report
@@ -49,8 +50,10 @@ def replay_config(report: dict[str, Any]) -> ClusterConfig:
     )
 
 
-def node_log(log: dict[str, Any]) -> NodeLog:
-    """The excerpts (with their marked lines) under a heading each, then the tail."""
+def node_log(log: dict[str, Any], node: str = "") -> NodeLog:
+    """The excerpts (with their marked lines) under a heading each, then the tail. The
+    tail's lines get back their ids (`node#seq`, counting from `tail_first`), so a finding
+    that cites a line marks it in the tail as the live log view did."""
     lines: list[str] = []
     ids: list[str] = []
     marks: dict[int, str] = {}
@@ -70,7 +73,11 @@ def node_log(log: dict[str, Any]) -> NodeLog:
         lines.append(f"── last {len(tail)} of {total} lines ──")
         ids.append("")
     lines += tail
-    ids += [""] * len(tail)
+    first = log.get("tail_first")
+    if node and isinstance(first, int) and not isinstance(first, bool):
+        ids += [line_id(node, first + i) for i in range(len(tail))]
+    else:
+        ids += [""] * len(tail)
     return NodeLog(tuple(lines), tuple(ids), marks)
 
 
@@ -83,7 +90,7 @@ def load_replay(report: dict[str, Any]) -> Replay:
     return Replay(
         config=config,
         results=results_from_report(report),
-        logs={str(k): node_log(v) for k, v in (report.get("logs") or {}).items()},
+        logs={str(k): node_log(v, str(k)) for k, v in (report.get("logs") or {}).items()},
         metrics=metrics,
         elapsed_s=float((report.get("timings") or {}).get("total_s") or 0.0),
         started_at=str(report.get("started_at") or ""),
