@@ -113,6 +113,7 @@ HINTS: Final = frozenset(
     | {"store_alone"}  # logs31
     | {"fr_not_joined", "fr_missing", "fr_collective"}  # logs34
     | {"noroute_peer"}  # logs35
+    | {"ofi_register"}  # round 21
     | {"nccl1"}  # logs36
     | {"comm_destroyed", "exit_barrier_error"}  # gpu9
     | {"exit_no_destroy"}  # gpu11

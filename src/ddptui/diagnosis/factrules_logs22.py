@@ -28,7 +28,9 @@ copied to every rank, no other killer named (HOST-OOM-KILL, logs8's sigkill_besi
 ofi_libfabric_mismatch: glibc's loader "version `FABRIC_1.7' not found (required by
 .../libnccl-net.so)" or "version `EFA_1.2' not found (required by .../libfabric.so.1)":
 NCCL's OFI plugin or its libfabric was built against another libfabric/EFA release than
-the one loaded (NCCL-OFI-LIBFABRIC; awsome-distributed-ai#292, #284).
+the one loaded (NCCL-OFI-LIBFABRIC; awsome-distributed-ai#292, #284); or the plugin could
+not register memory with that libfabric ("NET/OFI Unable to register memory (type = 2)
+... RC: -22": an EFA installer older than 1.29.1 under NCCL 2.19+; round 21).
 
 envoy_in_path: Envoy's (Istio's sidecar) own words in the log: its RBAC filter's denial
 ("rbac_access_denied_matched_policy[...]", "RBAC: access denied"), or its debug logger
@@ -121,10 +123,24 @@ def ofi_libfabric_mismatch(rules: FactRules, rule: FactRule, ctx: Context) -> Hi
     """The loader refused a libfabric/EFA symbol version the OFI plugin stack needs."""
     line = ctx.hints.get("ofi_version")
     if line is None:
-        return None
+        return _ofi_register(ctx.hints.get("ofi_register"))
     m = _OFI.search(line)
     what = f" ({m['ver']}, required by {m['by']})" if m else ""
     said = f"NCCL's OFI network plugin stack could not load{what}: built against another libfabric"
+    return [], [line], said, {}
+
+
+_REGISTER: Final = re.compile(r"\(type = (?P<type>\d+)\)(?: for device (?P<dev>\d+))?.*?\bRC: (?P<rc>-?\d+)")
+
+
+def _ofi_register(line: str | None) -> Hit | None:
+    """aws-ofi-nccl could not register a buffer with libfabric (round 21, blind AT3)."""
+    if line is None:
+        return None
+    m = _REGISTER.search(line)
+    what = "GPU memory" if m is not None and m["type"] == "2" else "a buffer"
+    rc = f" (RC {m['rc']})" if m is not None else ""
+    said = f"NCCL's OFI network plugin could not register {what} with libfabric{rc}"
     return [], [line], said, {}
 
 

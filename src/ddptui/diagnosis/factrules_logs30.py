@@ -10,7 +10,11 @@ the logger's teardown, not the training's failure, where the lines just before t
 traceback say the work was done: a checkpoint saved, training finished (OFA-Sys/
 Chinese-CLIP's notebook: the last epoch validated, epoch_latest.pt saved, then the EOFError
 at interpreter exit).  The same traceback after a training step (a worker that vanished
-mid-run, killed without a word) stays an honest unknown.
+mid-run, killed without a word) stays an honest unknown.  Round 21 (blind AT3, an MLPerf
+SSD run that trained): a traceback whose frames are multiprocessing's exit finalizers
+(util.py `_run_finalizers` / `_exit_function`: a semaphore's `sem_unlink` raising
+FileNotFoundError because another process unlinked it first) is interpreter exit wherever it
+comes: the process was ending, and whatever failed before it says so in its own lines.
 
 credential_clock: Slurm's credentials (signed by munge) carry the time they were made; a
 node whose clock is off the controller's rejects them as expired.  slurmd says "Invalid job
@@ -53,6 +57,12 @@ _FRAME: Final = re.compile(r'^\s*File "[^"]+", line \d+, in [\w<>.]+\s*$')
 # the QueueListener's reader loop (logging/handlers.py, Python 3.2+)
 _MONITOR: Final = re.compile(r'logging[/\\]handlers\.py", line \d+, in _monitor\b')
 _EOF: Final = re.compile(r"^\s*EOFError\s*$")
+# multiprocessing's exit finalizers (multiprocessing/util.py, Python 3), and the exception
+# line that ends their traceback
+_FINALIZER: Final = re.compile(
+    r'multiprocessing[/\\]util\.py", line \d+, in (?:_run_finalizers|_exit_function)\b'
+)
+_RAISED: Final = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b(?::.*)?$")
 # the lines a run prints when its work is done (the triggers in logs/prefilter.py)
 FINISHED: Final = re.compile(
     r"\bSaved checkpoint\b|\bTraining (?:completed|finished)\b|\bSaving final checkpoint\b"
@@ -71,6 +81,7 @@ class LoggerExit:
         self._done: dict[str, int] = {}  # source -> line number of its last 'done' line
         self._start: dict[str, tuple[int, bool]] = {}
         self._monitor: set[str] = set()
+        self._finalizer: set[str] = set()  # the current traceback is exit finalizers'
         self._thread: set[str] = set()  # "Exception in thread X:" just said, header next
 
     def feed(self, source: str, order: int, lineno: int, text: str) -> None:
@@ -84,11 +95,14 @@ class LoggerExit:
             else:
                 self._thread.discard(source)
             self._monitor.discard(source)
+            self._finalizer.discard(source)
             return
         self._thread.discard(source)
         if _FRAME.match(text) is not None:
             if source in self._start and _MONITOR.search(text) is not None:
                 self._monitor.add(source)
+            if source in self._start and _FINALIZER.search(text) is not None:
+                self._finalizer.add(source)
             return
         if _EOF.match(text) is not None:
             return
@@ -97,7 +111,11 @@ class LoggerExit:
 
     def teardown_since(self, source: str, text: str) -> int | None:
         """The order the logger thread's traceback started at, when `text` is its EOFError
-        after a run whose work was done; else None."""
+        after a run whose work was done, or the order multiprocessing's exit finalizers'
+        traceback started at, when `text` is the exception that ends it; else None."""
+        if source in self._finalizer and _RAISED.match(text) is not None:
+            self._finalizer.discard(source)
+            return self._start.get(source, (None, False))[0]
         if source not in self._monitor or _EOF.match(text) is None:
             return None
         start, done = self._start.get(source, (0, False))
