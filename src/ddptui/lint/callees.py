@@ -16,6 +16,13 @@ def resolve_callees(s: Script, call: ast.Call) -> tuple[FuncNode, ...]:  # noqa:
     project module), `utils.f()`, `self.m()`, `obj.m()` where obj was built from a
     class of the project, and `Cls()` (its __init__)."""
     f = call.func
+    if isinstance(f, ast.Call):  # `getattr(utils, "init_dist_%s" % launcher)(...)`
+        picked = R.named_by_getattr(s, f)
+        return tuple(
+            m
+            for t in picked
+            for m in (s._methods(t, "__init__") if isinstance(t, ast.ClassDef) else [t])
+        )
     cls = s.class_named(f)
     if cls is not None:
         return tuple(s._methods(cls, "__init__"))

@@ -157,14 +157,30 @@ def _flag_uses(s: Script, flag: ast.Call) -> list[ast.Attribute]:
     if not isinstance(name, str) or not name.startswith("--"):
         return []
     dest = name.lstrip("-").replace("-", "_")
-    uses = [
+
+    def read(n: ast.AST) -> bool:
+        return isinstance(n, ast.Attribute) and n.attr == dest and isinstance(n.ctx, ast.Load)
+
+    picked = [
         n
         for c in s.calls
         if last(s.call_name(c)) in _GPU_PICKS
         for a in [*c.args, *(k.value for k in c.keywords)]
         for n in ast.walk(a)
-        if isinstance(n, ast.Attribute) and n.attr == dest and isinstance(n.ctx, ast.Load)
     ]
+    uses: list[ast.Attribute] = [n for n in picked if isinstance(n, ast.Attribute) and read(n)]
+    # a value taken from the flag first (Chinese-CLIP's `args.local_device_rank =
+    # max(args.local_rank, 0)`, then `set_device(args.local_device_rank)`): the read there
+    uses += [
+        x
+        for n in picked
+        if isinstance(n, ast.Attribute | ast.Name) and not read(n)
+        for o in s.origins(n)
+        if o is not n
+        for x in ast.walk(o)
+        if isinstance(x, ast.Attribute) and read(x)
+    ]
+    uses = list(dict.fromkeys(uses))
     return sorted(uses, key=lambda n: (s.path_of(n), n.lineno))[:_MAX] if uses else []
 
 

@@ -162,10 +162,52 @@ def refs(self: Script, root: ast.AST) -> list[FuncNode | ast.ClassDef]:
                 handed = self.resolve_in(entry, node.attr)
                 if isinstance(handed, (*_FUNC, ast.ClassDef)):
                     out[handed] = None
+        elif isinstance(node, ast.Call):
+            out.update(dict.fromkeys(named_by_getattr(self, node)))
         if isinstance(target, (*_FUNC, ast.ClassDef)):
             out[target] = None
     self.shared.refs[root] = list(out)
     return self.shared.refs[root]
+
+
+def _name_prefix(expr: ast.expr) -> str:
+    """The constant start of a name built at run time: `"init_dist_%s" % launcher`,
+    `f"init_dist_{launcher}"`, `"init_dist_" + launcher`, or a whole constant name."""
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        return expr.value
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod | ast.Add):
+        left = expr.left
+        if isinstance(left, ast.Constant) and isinstance(left.value, str):
+            return left.value.split("%")[0] if isinstance(expr.op, ast.Mod) else left.value
+    if isinstance(expr, ast.JoinedStr) and expr.values:
+        head = expr.values[0]
+        if isinstance(head, ast.Constant) and isinstance(head.value, str):
+            return head.value
+    return ""
+
+
+def named_by_getattr(self: Script, call: ast.Call) -> list[FuncNode | ast.ClassDef]:
+    """`getattr(common_utils, "init_dist_%s" % args.launcher)`: the project module's
+    functions and classes whose names start with the constant part (OpenPCDet's
+    tools/train.py picks its process-group set-up that way). A prefix shorter than four
+    characters names too much to follow."""
+    if not (isinstance(call.func, ast.Name) and call.func.id == "getattr" and len(call.args) > 1):
+        return []
+    prefix = _name_prefix(call.args[1])
+    if len(prefix) < 4:
+        return []
+    mod = self._module_value(call.args[0])
+    if mod is None:
+        return []
+    exact = isinstance(call.args[1], ast.Constant)
+    names = [*mod.functions, *mod.classes]
+    out: list[FuncNode | ast.ClassDef] = []
+    for name in names:
+        if name == prefix or (not exact and name.startswith(prefix)):
+            found = self.resolve_in(mod, name)
+            if isinstance(found, (*_FUNC, ast.ClassDef)) and self.scope_of(found) is mod.tree:
+                out.append(found)
+    return out
 
 
 def registry_modules(self: Script, expr: ast.expr) -> list[Module]:

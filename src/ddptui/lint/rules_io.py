@@ -249,7 +249,7 @@ def _referenced(s: Script, node: ast.AST) -> bool:
 def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
     if not f.distributed:
         return
-    seen: dict[tuple[str, str], tuple[Hit, list[ast.AST]]] = {}  # one per file and writer
+    seen: dict[tuple[str, str], tuple[Hit, list[tuple[ast.AST, str]]]] = {}  # one per file and writer
     owned: set[ast.AST] = set()
     for c in s.calls:
         found = file_writer(s, f, c)
@@ -290,8 +290,10 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
         if anchor is c and path is not None and last(s.call_name(c)) in _MEDIA_WRITERS:
             at = path  # `make_video(frames, ...,\n  video_dir + "/update_" + ...)`: the path
         key = (s.path_of(anchor), what)
+        made = _path_made(s, path, c)
         if key in seen:
-            seen[key][1].append(at)  # the same writer again in that file: a second place
+            # the same writer again in that file: a second place, and where its path is made
+            seen[key][1].extend([(at, "also written at"), *made])
             continue
         summary = (
             f"`{what}` runs on every rank: each process "
@@ -302,7 +304,7 @@ def all_ranks_io(s: Script, f: Flow) -> Iterator[Hit]:
         # said at the call that leads there: the write itself is where the fix may go too,
         # and the calls of the helper that holds it (a guard may go around any of them)
         here = ((c, "written at"), *_helper_calls(s, c, at)) if at is not c else ()
-        seen[key] = (Hit.at("DDP-ALL-RANKS-IO", at, summary, also=here, what=what), [])
+        seen[key] = (Hit.at("DDP-ALL-RANKS-IO", at, summary, also=(*here, *made), what=what), [])
     yield from _with_later_writes(seen.values())
 
 
@@ -316,12 +318,28 @@ def _helper_calls(s: Script, c: ast.Call, at: ast.AST) -> tuple[tuple[ast.AST, s
     return tuple((site, "called from") for site in sites[:3])
 
 
-def _with_later_writes(found: Iterable[tuple[Hit, list[ast.AST]]]) -> Iterator[Hit]:
+def _with_later_writes(found: Iterable[tuple[Hit, list[tuple[ast.AST, str]]]]) -> Iterator[Hit]:
     """Each finding with the later writes of its writer in that file as second places:
     the fix goes there too."""
     for hit, more in found:
-        also = tuple((n, "also written at") for n in more if getattr(n, "lineno", 0) != hit.line)
-        yield replace(hit, also=hit.also + also[:_MORE_PLACES]) if also else hit
+        also = tuple((n, label) for n, label in more if getattr(n, "lineno", 0) != hit.line)
+        yield replace(hit, also=hit.also + also[: 2 * _MORE_PLACES]) if also else hit
+
+
+def _path_made(s: Script, path: ast.expr | None, write: ast.Call) -> tuple[tuple[ast.AST, str], ...]:
+    """Where the written path is made, when another function makes it: the f-string or
+    join a helper's parameter comes from (llama-recipes' `metrics_filename =
+    f"{output_dir}/metrics_data_{now}.json"`, written by `save_to_json(metrics_filename,
+    ...)`), where the rank goes into the name."""
+    if path is None or not isinstance(path, ast.Name | ast.Attribute):
+        return ()
+    made = [
+        o
+        for o in s.origins(path)
+        if isinstance(o, ast.JoinedStr | ast.BinOp | ast.Call)
+        and s.scope_of(o) is not s.scope_of(write)  # handed in: not seen beside the write
+    ]
+    return ((made[0], "its path is made at"),) if len(made) == 1 else ()
 
 
 def _class_owned(s: Script, c: ast.Call) -> bool:

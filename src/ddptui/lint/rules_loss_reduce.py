@@ -98,6 +98,8 @@ def _reduced_sources(
     if depth > _DEPTH:
         return out
     body = getattr(scope, "body", [])
+    if isinstance(scope, ast.Module):  # the script's own statements, not its functions
+        body = [st for st in body if not isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
     for n in {x.id: x for x in ast.walk(expr) if isinstance(x, ast.Name)}.values():
         out += [
             c
@@ -129,8 +131,8 @@ def loss_all_reduced(s: Script, f: Flow) -> Iterator[Hit]:
         if not f.is_backward(call) or not isinstance(call.func, ast.Attribute):
             continue
         scope = s.scope_of(call)
-        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            continue  # (a script's `if __name__ == "__main__":` loop too: llm.c's train_gpt2.py)
         for src in _reduced_sources(s, scope, call.func.value, call.lineno):
             if id(src) in seen:
                 continue

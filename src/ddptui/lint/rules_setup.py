@@ -85,7 +85,10 @@ def world_from_device_count(s: Script, f: Flow) -> Iterator[Hit]:
     for init in _inits(s):
         world = kwarg(init, "world_size")
         rank = kwarg(init, "rank")
-        if world is None or rank is None or rank_kind(s, rank) is None:
+        if world is None or rank is None:
+            continue
+        kind = rank_kind(s, rank) or _named_local(rank)
+        if kind is None:
             continue
         counted = [
             o
@@ -94,17 +97,32 @@ def world_from_device_count(s: Script, f: Flow) -> Iterator[Hit]:
         ]
         # (a local rank given as the rank, `rank=args.local_rank` (relora before its
         # multi-node fix): a launcher's process too, whose node count the code ignores)
-        if counted and (_from_env(s, rank) or rank_kind(s, rank) == "local"):
+        if counted and (_from_env(s, rank) or kind == "local"):
+            # said where the count is taken, and at the argument too (where the fix may go)
+            here = counted[0] is world or (
+                world.lineno == counted[0].lineno and s.module_of(world) is s.module_of(counted[0])
+            )
+            counted_at = "" if here else f" at line {world.lineno}"
             yield Hit.at(
                 "DDP-WORLD-FROM-DEVICE-COUNT",
                 counted[0],
                 (
-                    f"`{ast.unparse(counted[0])}` is this node's GPU count, given as the "
-                    f"world size to `init_process_group` (line {init.lineno}) while the rank "
-                    "comes from the launcher: on more than one node the group never completes"
+                    f"`{ast.unparse(counted[0])}` is this node's GPU count, given as the world "
+                    f"size{counted_at} to `init_process_group` (line {init.lineno}) while the "
+                    f"rank `{ast.unparse(rank)}` comes from the launcher: on more than one "
+                    "node the group never completes"
                 ),
+                also=() if here else ((world, "given as the world size at"),),
             )
             return
+
+
+def _named_local(rank: ast.expr) -> str | None:
+    """'local' for a rank whose name says so and whose value the code does not show (a
+    function's `local_rank` parameter, reached through `getattr(module, "init_dist_%s" %
+    launcher)`: OpenPCDet 1f5b787)."""
+    name = rank.attr if isinstance(rank, ast.Attribute) else getattr(rank, "id", "")
+    return "local" if name.lower().replace("_", "") in {"localrank", "lrank"} else None
 
 
 def _from_env(s: Script, rank: ast.expr) -> bool:

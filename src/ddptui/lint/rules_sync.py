@@ -233,8 +233,15 @@ def _early_exits(s: Script, f: SyncFlow) -> Iterator[Hit]:
                 continue
             for exit_ in _exits_in(node.body):
                 inner = next(a for a in s.ancestors(exit_) if isinstance(a, ast.If))
-                if inner is not node and not _varies(s, f, inner.test, loop):
-                    continue  # `if rank == 0: ... if flag: return`: the exit's own test decides
+                if (
+                    inner is not node
+                    and not _varies(s, f, inner.test, loop)
+                    and not f.is_rank_test(node.test)
+                ):
+                    # `if flag: ... if x: return`: the exit's own test decides; under a
+                    # rank test the exit is that rank's alone whatever the inner test
+                    # (mace 8c77569: `if rank == 0:` ... patience ... `break`)
+                    continue
                 skipped = (
                     _sync_after(s, f, node, loop)
                     if isinstance(exit_, ast.Continue)
