@@ -9,7 +9,7 @@ failures beside them."""
 
 from __future__ import annotations
 
-from corpus_excerpts import excerpt, ids
+from corpus_excerpts import CORPUS, excerpt, ids
 
 from ddptui.logs.diagnose import diagnose_lines
 
@@ -84,3 +84,24 @@ def test_slurms_nvml_accounting_line_is_no_failure() -> None:
     task = " 0: slurmstepd: error: *** STEP 1234.0 ON node1 CANCELLED AT 2024-09-28T17:00:00 DUE TO TIME LIMIT ***"
     d = diagnose_lines([line, task])
     assert d.first is not None and d.first.id == "SLURM-TIMELIMIT", ids(d)
+
+
+STORE_RETRY = "au3-torchcomms-tcpstore-recvvalue-transient-warning"
+
+
+def test_a_store_read_torch_warned_about_and_got_past_is_a_warning() -> None:
+    # torch logs "recvValue failed" at warning level, then rethrows; a caller that retried
+    # and got through leaves only the warning (torchcomms#2358: the test completed)
+    d = excerpt(STORE_RETRY)
+    assert not any(f.severity == "error" for f in d.findings), ids(d)
+    assert "C10D-RESET" in ids(d)
+
+
+def test_the_same_read_followed_by_its_raise_is_still_an_error() -> None:
+    warned = list(CORPUS[STORE_RETRY].lines)
+    raised = "torch.distributed.DistNetworkError: Connection reset by peer"
+    d = diagnose_lines([*warned, "Traceback (most recent call last):", raised])
+    assert d.first is not None and d.first.severity == "error", ids(d)
+    # and on an error-level line of its own
+    d = diagnose_lines([warned[0].replace("[W506 ", "[E506 ", 1)])
+    assert any(f.id == "C10D-RESET" and f.severity == "error" for f in d.findings), ids(d)

@@ -44,6 +44,13 @@ EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
 TIMELINE_HEAD: Final = 12  # events kept per rank from the start ...
 TIMELINE_TAIL: Final = 8  # ... and from the end
 _SEVERITY_ORDER: Final = {"error": 0, "warning": 1, "info": 2}
+# round 21 (blind AU3, torchcomms#2358): torch's TCPStore client logs a failed read at
+# warning level (C10D_WARNING "recvValue failed on ...") and rethrows; where its caller
+# retries and gets through, the warning is all the log holds. Seen only on c10d's
+# warning-level lines ("[W0506 ...]"), the signature is a warning: a failure shows the
+# raise that follows (a DistNetworkError, a traceback), which leads.
+_WARNED_THEN_RAISED: Final = frozenset({"C10D-RESET"})
+_C10D_WARNING: Final = re.compile(r"^(?:\S+\s)?\[W\d{3,4} ")
 # torch's wait for the root's NCCL unique id, timed out: "[7] is setting up NCCL communicator
 # and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but
 # store->get('0') got error: Socket Timeout"
@@ -503,11 +510,23 @@ class Diagnoser:
             sources,
             said,
             [f"{x.where}: {x.text.strip()[:400]}" for x in hits],
-            severity=sig.severity,  # type: ignore[arg-type]
+            severity=self._severity(sid, sig.severity, hits),  # type: ignore[arg-type]
             rank=rank,
             where=next((x.code for x in hits if x.code), None),
             lines=[x.where for x in hits],
         )
+
+    def _severity(self, sid: str, severity: str, hits: list[LogHit]) -> str:
+        """A signature torch logs as a warning before it rethrows, seen only on warning-
+        level lines (and never raised after): a warning."""
+        if sid not in _WARNED_THEN_RAISED or self.counts[sid] != len(hits):
+            return severity
+        raised = self.unknown.hard or any(
+            o != sid and h[0].match.signature.severity == "error" for o, h in self.per_id.items()
+        )
+        if not raised and all(_C10D_WARNING.match(h.text.lstrip()) for h in hits):
+            return "warning"
+        return severity
 
     def _timelines(self) -> tuple[RankTimeline, ...]:
         many = len(self.sources) > 1
