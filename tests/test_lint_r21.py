@@ -10,7 +10,9 @@ from real lines (cited), with a twin that must stay silent:
   3476625^);
 - a `break` under `if rank == 0:` leaves the epoch loop on rank 0 only, whatever test sits
   between (mace 8c77569^'s patience);
-- a file a helper writes names where its path is made (llama-recipes 80a6ac4^)."""
+- a file a helper writes names where its path is made (llama-recipes 80a6ac4^);
+- tuned on AU after its score: Lightning's `trainer.strategy.barrier()` is a collective,
+  and a bare `return` nested under a rank test leaves early before it (sleap-nn PR #437)."""
 
 from __future__ import annotations
 
@@ -302,3 +304,71 @@ def test_a_path_made_beside_the_write_is_not_repeated() -> None:
     )
     hits = [f for f in lint_source(beside) if f.id == "DDP-ALL-RANKS-IO"]
     assert hits and not any(p.label == "its path is made at" for f in hits for p in f.also), hits
+
+
+# talmolab/sleap-nn @ PR #437's parent, sleap_nn/training/callbacks.py 282-328 and 717-745,
+# cut down: Lightning callbacks that leave early on some ranks, then sync every rank
+SLEAP = """\
+import lightning as L
+
+
+class UnifiedVizCallback(L.Callback):
+    def on_train_epoch_end(self, trainer, pl_module):
+        if not trainer.is_global_zero:
+            return
+
+        epoch = trainer.current_epoch
+        train_data = self._get_viz_data(next(self.train_pipeline))
+        self._save_local_viz(train_data, "train", epoch)
+        trainer.strategy.barrier()
+
+
+class WandBVizCallback(L.Callback):
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.is_global_zero:
+            epoch = trainer.current_epoch
+            wandb_logger = self._get_wandb_logger(trainer)
+            if wandb_logger is None:
+                return  # No wandb logger, skip visualization logging
+            wandb_logger.experiment.log({"epoch": epoch}, commit=False)
+
+        # Sync all processes
+        trainer.strategy.barrier()
+"""
+
+
+def _divergence(text: str) -> list[tuple[int, list[tuple[int, str]]]]:
+    return [
+        (f.line, [(p.line, p.label) for p in f.also])
+        for f in lint_source(text)
+        if f.id == "DDP-RANK-DIVERGENCE"
+    ]
+
+
+def test_a_lightning_callback_that_leaves_early_off_rank_zero_then_syncs() -> None:
+    found = _divergence(SLEAP)
+    assert [line for line, _ in found] == [12, 25], found
+    # the nested return is named where it leaves
+    assert (21, "leaves early at") in found[1][1], found
+
+
+def test_the_fix_syncing_before_the_rank_test_is_silent() -> None:
+    fixed = SLEAP.replace(
+        "        if not trainer.is_global_zero:\n            return\n",
+        "        trainer.strategy.barrier()\n        if not trainer.is_global_zero:\n            return\n",
+    ).replace(
+        '        self._save_local_viz(train_data, "train", epoch)\n        trainer.strategy.barrier()\n',
+        '        self._save_local_viz(train_data, "train", epoch)\n',
+    )
+    fixed = fixed.replace(
+        "            if wandb_logger is None:\n                return  # No wandb logger, skip visualization logging\n"
+        "            wandb_logger.experiment.log",
+        "            if wandb_logger is not None:\n                wandb_logger.experiment.log",
+    )
+    assert _divergence(fixed) == [], _divergence(fixed)
+
+
+def test_a_rank_zero_error_exit_with_a_value_is_not_a_skipped_sync() -> None:
+    # open_clip's main: `if is_master(args): ... if exists: print(...); return -1`
+    text = SLEAP.replace("return  # No wandb logger, skip visualization logging", "return -1")
+    assert [line for line, _ in _divergence(text)] == [12]

@@ -56,6 +56,8 @@ LAUNCHER_COLLECTIVES: Final = frozenset(
     }
 )
 LAUNCHERS: Final = frozenset({"Accelerator", "Fabric"})
+# Collectives of a Lightning trainer's strategy (`trainer.strategy.barrier()`)
+_STRATEGY_COLLECTIVES: Final = frozenset({"barrier", "broadcast", "reduce", "all_gather"})
 WRAPPERS: Final = frozenset({"DistributedDataParallel", "FullyShardedDataParallel"})
 # call_sync names a sync point reached through calls as "<inner> in `f()`", once per hop
 # (innermost first): sync_hops reads the functions back from that description
@@ -203,6 +205,15 @@ class Flow:
             and f.attr in LAUNCHER_COLLECTIVES
             and self._launcher_value(f.value)
         ):
+            return f"{ast.unparse(f.value)}.{f.attr}"
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr in _STRATEGY_COLLECTIVES
+            and isinstance(f.value, ast.Attribute)
+            and f.value.attr == "strategy"
+            and ast.unparse(f.value.value).split(".")[-1] == "trainer"
+        ):
+            # Lightning's `trainer.strategy.barrier()` (sleap-nn's callbacks, PR #437)
             return f"{ast.unparse(f.value)}.{f.attr}"
         return engine_collective(self.s, call)
 

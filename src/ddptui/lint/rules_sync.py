@@ -132,7 +132,7 @@ def _rank_bounded_loops(s: Script, f: SyncFlow) -> Iterator[Hit]:
 def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
     found: list[tuple[ast.Call, ast.AST, str]] = []
     for call in s.calls:
-        guard = f.local_guard(call)
+        guard = f.local_guard(call) or _nested_exit(s, f, call)
         if guard is None or kwarg(call, "group") is not None:
             continue
         what = f.call_sync(call)
@@ -151,6 +151,19 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
             continue  # both branches reach a collective (`if rank == 0: send... else: ...`)
         test = ast.unparse(guard.test)
         mode = _mode_exit(f, guard, call, s)
+        # a return nested under the rank test (`if rank == 0: ... if x: return`): where
+        # those ranks leave, as a second place
+        nested = (
+            [
+                n
+                for st in guard.body
+                if not isinstance(st, ast.Return)
+                for n in own_nodes(st)
+                if isinstance(n, ast.Return)
+            ][:1]
+            if guard not in set(s.ancestors(call))
+            else []
+        )
         paired_later = _BUFFERS in what and _in_training_loop(s, f, call, guard)
         yield Hit.at(
             "DDP-RANK-DIVERGENCE",
@@ -175,7 +188,38 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
             reading="rank-guarded",  # lint22 reads the kind of hit and its guard from these
             guard_line=guard.lineno,
             severity="warning" if mode or paired_later else None,
+            also=tuple((n, "leaves early at") for n in nested),
         )
+
+
+def _nested_exit(s: Script, f: SyncFlow, call: ast.Call) -> ast.If | None:
+    """An earlier `if <rank test>:` in the call's function whose body leaves the function
+    deeper down with a bare `return` (`if trainer.is_global_zero: ... if wandb_logger is
+    None: return`, sleap-nn's WandBVizCallback before PR #437): those ranks may leave
+    before the collective the others then wait in. Bare returns only: `return -1` after
+    an error message is the run giving up, not a skipped step (open_clip's main)."""
+    child: ast.AST = call
+    for a in s.ancestors(call):
+        if isinstance(a, ast.Lambda | ast.Module):
+            return None
+        for stmts in (getattr(a, "body", None), getattr(a, "orelse", None)):
+            if not isinstance(stmts, list) or child not in stmts:
+                continue
+            for earlier in stmts[: stmts.index(child)]:
+                if not (isinstance(earlier, ast.If) and f.is_rank_test(earlier.test)):
+                    continue
+                if any(
+                    isinstance(n, ast.Return)
+                    and (n.value is None or (isinstance(n.value, ast.Constant) and n.value.value is None))
+                    for st in earlier.body
+                    if not isinstance(st, ast.Return)
+                    for n in own_nodes(st)
+                ):
+                    return earlier
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        child = a
+    return None
 
 
 def _paired(
