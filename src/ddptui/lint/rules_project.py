@@ -15,6 +15,7 @@ from ddptui.lint.lint27 import layer_attrs
 from ddptui.lint.model import Hit
 from ddptui.lint.nodes import own_nodes
 from ddptui.lint.param_free import may_hold_nothing
+from ddptui.lint.rank_sources import attr_values, declared, visible_devices
 from ddptui.lint.script import Script
 from ddptui.lint.syntax import const, kwarg, last
 
@@ -69,7 +70,7 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
         if name in ("Field", "field"):
             return _field_kind(s, expr, depth)
         return _returned_kind(s, expr, depth)
-    if isinstance(expr, ast.Subscript) and _visible_devices(s, expr.value):
+    if isinstance(expr, ast.Subscript) and visible_devices(s, expr.value):
         return "physical"  # `[int(i) for i in os.environ["CUDA_VISIBLE_DEVICES"].split(",")][r]`
     if isinstance(expr, ast.BinOp):
         if isinstance(expr.op, ast.Mod):
@@ -82,9 +83,9 @@ def rank_kind(s: Script, expr: ast.expr, depth: int = 0) -> str | None:  # noqa:
         kinds: set[str] = set()
         origins = s.origins(expr)
         if isinstance(expr, ast.Attribute) and origins == [expr]:  # `args.rank = ...`
-            origins = _attr_values(s, ast.unparse(expr))
+            origins = attr_values(s, ast.unparse(expr))
         elif isinstance(expr, ast.Attribute) and not origins:  # a declared field of `self`
-            origins = _declared(s, ast.unparse(expr))
+            origins = declared(s, ast.unparse(expr))
         for o in origins:
             if o is expr or isinstance(o, ast.Constant):
                 continue  # `rank = dist.get_rank() if dist.is_initialized() else 0`
@@ -112,42 +113,6 @@ def _returned_kind(s: Script, call: ast.Call, depth: int) -> str | None:
         if isinstance(r, ast.Return) and r.value is not None and not isinstance(r.value, ast.Constant)
     }
     return kinds.pop() if len(kinds) == 1 else None
-
-
-def _visible_devices(s: Script, expr: ast.expr) -> bool:
-    """The list of physical GPU numbers read from CUDA_VISIBLE_DEVICES (a name given it)."""
-    for o in [expr, *s.origins(expr)]:
-        if any(
-            isinstance(n, ast.Constant) and n.value == "CUDA_VISIBLE_DEVICES" for n in ast.walk(o)
-        ):
-            return True
-    return False
-
-
-def _attr_values(s: Script, text: str) -> list[ast.expr]:
-    return [
-        n.value
-        for n in s.nodes
-        if isinstance(n, ast.Assign)
-        and any(isinstance(t, ast.Attribute) and ast.unparse(t) == text for t in n.targets)
-    ]
-
-
-def _declared(s: Script, text: str) -> list[ast.expr]:
-    """For `self.x` that no method assigns: the class-level default a config class declares
-    (`global_rank: int = Field(default_factory=get_global_rank)`, pydantic and dataclasses;
-    snowflake's ArcticTraining sets the GPU from it)."""
-    if not text.startswith("self.") or text.count(".") != 1:
-        return []
-    return [
-        st.value
-        for cls in s.classes.values()
-        for st in cls.body
-        if isinstance(st, ast.AnnAssign)
-        and isinstance(st.target, ast.Name)
-        and st.target.id == text[5:]
-        and isinstance(st.value, ast.Call)
-    ]
 
 
 def _field_kind(s: Script, call: ast.Call, depth: int) -> str | None:

@@ -39,18 +39,12 @@ from ddptui.logs.scan import Candidate, from_lines
 from ddptui.logs.stalls import StallWatch
 from ddptui.logs.teardown import AbortWindows
 from ddptui.logs.unknown import Unknowns, conclude
+from ddptui.logs.warned import warned_only
 
 EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
 TIMELINE_HEAD: Final = 12  # events kept per rank from the start ...
 TIMELINE_TAIL: Final = 8  # ... and from the end
 _SEVERITY_ORDER: Final = {"error": 0, "warning": 1, "info": 2}
-# round 21 (blind AU3, torchcomms#2358): torch's TCPStore client logs a failed read at
-# warning level (C10D_WARNING "recvValue failed on ...") and rethrows; where its caller
-# retries and gets through, the warning is all the log holds. Seen only on c10d's
-# warning-level lines ("[W0506 ...]"), the signature is a warning: a failure shows the
-# raise that follows (a DistNetworkError, a traceback), which leads.
-_WARNED_THEN_RAISED: Final = frozenset({"C10D-RESET"})
-_C10D_WARNING: Final = re.compile(r"^(?:\S+\s)?\[W\d{3,4} ")
 # torch's wait for the root's NCCL unique id, timed out: "[7] is setting up NCCL communicator
 # and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but
 # store->get('0') got error: Socket Timeout"
@@ -517,16 +511,11 @@ class Diagnoser:
         )
 
     def _severity(self, sid: str, severity: str, hits: list[LogHit]) -> str:
-        """A signature torch logs as a warning before it rethrows, seen only on warning-
-        level lines (and never raised after): a warning."""
-        if sid not in _WARNED_THEN_RAISED or self.counts[sid] != len(hits):
-            return severity
-        raised = self.unknown.hard or any(
+        """logs/warned.py: torch's warning before a rethrow, with nothing raised after."""
+        raised = bool(self.unknown.hard) or any(
             o != sid and h[0].match.signature.severity == "error" for o, h in self.per_id.items()
         )
-        if not raised and all(_C10D_WARNING.match(h.text.lstrip()) for h in hits):
-            return "warning"
-        return severity
+        return warned_only(sid, severity, [h.text for h in hits], self.counts[sid], raised)
 
     def _timelines(self) -> tuple[RankTimeline, ...]:
         many = len(self.sources) > 1
