@@ -154,15 +154,7 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
         # a return nested under the rank test (`if rank == 0: ... if x: return`): where
         # those ranks leave, as a second place
         nested = (
-            [
-                n
-                for st in guard.body
-                if not isinstance(st, ast.Return)
-                for n in own_nodes(st)
-                if isinstance(n, ast.Return)
-            ][:1]
-            if guard not in set(s.ancestors(call))
-            else []
+            _nested_return(guard, bare=False) if guard not in set(s.ancestors(call)) else None
         )
         paired_later = _BUFFERS in what and _in_training_loop(s, f, call, guard)
         yield Hit.at(
@@ -188,7 +180,7 @@ def _guarded_syncs(s: Script, f: SyncFlow) -> Iterator[Hit]:
             reading="rank-guarded",  # lint22 reads the kind of hit and its guard from these
             guard_line=guard.lineno,
             severity="warning" if mode or paired_later else None,
-            also=tuple((n, "leaves early at") for n in nested),
+            also=((nested, "leaves early at"),) if nested is not None else (),
         )
 
 
@@ -206,19 +198,31 @@ def _nested_exit(s: Script, f: SyncFlow, call: ast.Call) -> ast.If | None:
             if not isinstance(stmts, list) or child not in stmts:
                 continue
             for earlier in stmts[: stmts.index(child)]:
-                if not (isinstance(earlier, ast.If) and f.is_rank_test(earlier.test)):
-                    continue
-                if any(
-                    isinstance(n, ast.Return)
-                    and (n.value is None or (isinstance(n.value, ast.Constant) and n.value.value is None))
-                    for st in earlier.body
-                    if not isinstance(st, ast.Return)
-                    for n in own_nodes(st)
+                if (
+                    isinstance(earlier, ast.If)
+                    and f.is_rank_test(earlier.test)
+                    and _nested_return(earlier, bare=True) is not None
                 ):
                     return earlier
         if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
             return None
         child = a
+    return None
+
+
+def _nested_return(guard: ast.If, *, bare: bool) -> ast.Return | None:
+    """The first `return` deeper in the test's body than its own statements (`if rank ==
+    0: ... if x: return`); `bare`: only one that returns nothing."""
+    for st in guard.body:
+        if isinstance(st, ast.Return):
+            continue
+        for n in own_nodes(st):
+            if isinstance(n, ast.Return) and (
+                not bare
+                or n.value is None
+                or (isinstance(n.value, ast.Constant) and n.value.value is None)
+            ):
+                return n
     return None
 
 

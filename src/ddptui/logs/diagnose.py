@@ -39,7 +39,7 @@ from ddptui.logs.scan import Candidate, from_lines
 from ddptui.logs.stalls import StallWatch
 from ddptui.logs.teardown import AbortWindows
 from ddptui.logs.unknown import Unknowns, conclude
-from ddptui.logs.warned import warned_only
+from ddptui.logs.warned import WARNED_THEN_RAISED, warned_only
 
 EVIDENCE_PER_ID: Final = 5  # lines kept per signature id (the first ones)
 TIMELINE_HEAD: Final = 12  # events kept per rank from the start ...
@@ -512,6 +512,8 @@ class Diagnoser:
 
     def _severity(self, sid: str, severity: str, hits: list[LogHit]) -> str:
         """logs/warned.py: torch's warning before a rethrow, with nothing raised after."""
+        if sid not in WARNED_THEN_RAISED:
+            return severity  # (what follows walks every signature id: only for these)
         raised = bool(self.unknown.hard) or any(
             o != sid and h[0].match.signature.severity == "error" for o, h in self.per_id.items()
         )
