@@ -312,8 +312,14 @@ def test_expected_ids_exist_in_the_knowledge_base(excerpt: Excerpt) -> None:
     unknown = set(excerpt.expected) - _known_ids() - {"NEW"}
     assert not unknown, f"{excerpt.id}: expected ids not in the knowledge base: {unknown}"
     # named_later (round 13): an id added after collection that names a [NEW] cause; the
-    # label as collected stays, so it exists only beside [NEW]
-    assert not excerpt.named_later or "NEW" in excerpt.expected, excerpt.id
+    # label as collected stays, so it exists only beside [NEW], or beside the job view's
+    # crash ids that the log diagnosis never says (logs39: LOGS-APP-EXCEPTION is its
+    # name for "a rank's own exception", JOB-CRASH-GENERIC's)
+    assert (
+        not excerpt.named_later
+        or "NEW" in excerpt.expected
+        or all(x.startswith("JOB-CRASH") for x in excerpt.expected)
+    ), excerpt.id
     assert set(excerpt.named_later) <= _known_ids(), excerpt.id
 
 
@@ -371,7 +377,7 @@ def test_no_cause_for_a_healthy_log() -> None:
 def test_outcomes_of_a_failing_log() -> None:
     """A failure the knowledge base does not know is an honest unknown, not a clean bill;
     a failing log with nothing that looks like a failure is called clean (the worst)."""
-    unknown = ["Traceback (most recent call last):", "ZeroDivisionError: division by zero"]
+    unknown = ["Traceback (most recent call last):", "RuntimeError: socket reset while the tray rebooted"]
     clean = ["step 10 loss 0.3"]
     a, b = score(
         [

@@ -113,8 +113,9 @@ CASES: dict[str, Case] = {
     # in ALLREDUCE #4 loses its peer; rank 1's agent waits at the exit barrier
     "exit0": (("exit0-n0.log", "exit0-n1.log"), "DDP-UNEVEN-BATCH", 1, ("BOOT-PEERCLOSED",)),
     # run11d.sh: rank 1 raises ValueError at step 3 (the same warning at its exit): its own
-    # exception, an honest unknown naming rank 1, not a rank that finished early
-    "valerr": (("valerr-n0.log", "valerr-n1.log"), "LOGS-UNRECOGNIZED", 1, ("BOOT-PEERCLOSED",)),
+    # exception (logs39: LOGS-APP-EXCEPTION, an honest unknown before), naming rank 1, not
+    # a rank that finished early
+    "valerr": (("valerr-n0.log", "valerr-n1.log"), "LOGS-APP-EXCEPTION", 1, ("BOOT-PEERCLOSED",)),
     # run11b.sh: barrier0 again (the file `ddptui job` read, with and without py-spy)
     "barrier0b": (("barrier0b.log",), "NET-SOCKET-TRUNC", 0, ("WATCHDOG",)),
 }

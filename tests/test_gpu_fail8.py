@@ -25,9 +25,9 @@ CASES: dict[str, Case] = {
     # watchdog times out in the Trainer's loss all_gather, rank 1 never enqueued it
     "hf-stall": (("hf-stall-n0.log", "hf-stall-n1.log"), "LOGS-NOT-IN-COLLECTIVE", 1, ("WATCHDOG",)),
     # torchrun --max-restarts 1, one agent, two ranks; rank 1 raises at step 3, twice
-    "restart": (("restart.log",), "LOGS-UNRECOGNIZED", 1, ("BOOT-PEERCLOSED",)),
+    "restart": (("restart.log",), "LOGS-APP-EXCEPTION", 1, ("BOOT-PEERCLOSED",)),
     # the same with two agents (c10d rendezvous): the survivor's agent finds it closed
-    "restart2": (("restart2-n0.log", "restart2-n1.log"), "LOGS-UNRECOGNIZED", 1, ("C10D-RDZV-CLOSED",)),
+    "restart2": (("restart2-n0.log", "restart2-n1.log"), "LOGS-APP-EXCEPTION", 1, ("C10D-RDZV-CLOSED",)),
     # --nnodes 2 with c10d rendezvous and one agent only, join_timeout=30
     "rdzv": (("rdzv.log",), "C10D-RDZV-TIMEOUT", None, ()),
     # rank 1 kills itself with SIGSEGV at step 3; rank 0 loses its peer
@@ -76,11 +76,12 @@ def test_the_crashing_rank_leads_not_the_peer_that_lost_it() -> None:
     # rank 1's own RuntimeError comes before rank 0's "Connection closed by remote peer"
     _, doc = diagnose("restart.log")
     first = doc["first_failure"]
-    assert "rank 1 first" in first["summary"], first
+    assert "rank 1 raised RuntimeError in f8_case.py:26" in first["summary"], first
     lead = doc["steps"][0]["findings"][0]
     assert "RuntimeError: rank 1: bad batch at step 3" in lead["evidence"][0]
     _, doc = diagnose("restart2-n0.log", "restart2-n1.log")
-    assert "restart2-n0.log:8, rank 1 first" in doc["first_failure"]["summary"]
+    assert "rank 1 raised RuntimeError" in doc["first_failure"]["summary"]
+    assert "restart2-n0.log:8" in doc["first_failure"]["summary"]
 
 
 def test_signal_record_names_the_global_rank() -> None:

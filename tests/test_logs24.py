@@ -35,8 +35,8 @@ def test_the_closed_rendezvous_gives_way_to_the_rank_that_raised() -> None:
     code, doc = diagnose_in(FAIL8, "restart2-n0.log", "restart2-n1.log")
     assert code == 1
     first = doc["first_failure"]
-    assert first["finding"] == "LOGS-UNRECOGNIZED", first
-    assert "rank 1 first" in first["summary"], first
+    assert first["finding"] == "LOGS-APP-EXCEPTION", first  # logs39: its own exception
+    assert "rank 1 raised RuntimeError" in first["summary"], first
     ids = [f["id"] for f in doc["steps"][0]["findings"]]
     assert "C10D-RDZV-CLOSED" in ids
 

@@ -70,7 +70,7 @@ def test_srun_ending_a_step_with_nothing_else_failing_leads_itself() -> None:
     # a failure line of the job's own before it: Slurm's words are its wrapper again
     lines = ["ValueError: bad shape in batch 12", *V["v2-slurm-faq-first-task-exited"].lines]
     first, ids = _ids(lines)
-    assert first == "LOGS-UNRECOGNIZED" and "SLURM-TASK-EXIT" in ids
+    assert first == "LOGS-APP-EXCEPTION" and "SLURM-TASK-EXIT" in ids  # logs39: the code's own
     first, ids = _ids(["srun: error: gpu3: task 1: Exited with exit code 1", "Traceback (most recent call last):"])
     assert first == "LOGS-UNRECOGNIZED"
 

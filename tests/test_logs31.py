@@ -47,8 +47,10 @@ def test_a_message_wrapped_at_the_terminals_width_is_read_whole() -> None:
     # nor one whose next line is a line of its own (a failure line in lower case)
     lines = ["ValueError: You set `devices=4` in Lightning, but the number of tasks per node ", "terminate called after throwing an instance of 'c10::Error'"]
     for got in (diagnose_lines(lines), diagnose_candidates(from_chunks([("\n".join(lines) + "\n").encode()], "t.log"), "t.log").result()):
-        assert got.first is not None and got.first.id == "LOGS-UNRECOGNIZED"
-        assert "(2 line(s) that look like errors)" in got.first.cause  # both read
+        # logs39: the code's own exception (an honest unknown before), its message not
+        # joined with the line after it
+        assert got.first is not None and got.first.id == "LOGS-APP-EXCEPTION"
+        assert "tasks per node` (" in got.first.cause and "throwing" not in got.first.summary
 
 
 def test_the_store_alone_among_its_clients_is_missing_ranks_not_a_slow_node() -> None:

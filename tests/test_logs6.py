@@ -270,7 +270,7 @@ def test_a_launcher_or_a_path_missing_on_the_node() -> None:
     for line in ("RuntimeError: launcher 'pdsh' not installed.", "FileNotFoundError: [Errno 2] No such file or directory: 'pdsh'"):
         assert lead([line]) == "LAUNCH-CMD-NOTFOUND", line
     # a data file the script cannot open is not the launcher's
-    assert lead(["FileNotFoundError: [Errno 2] No such file or directory: 'data/train.json'"]) == "LOGS-UNRECOGNIZED"
+    assert lead(["FileNotFoundError: [Errno 2] No such file or directory: 'data/train.json'"]) == "LOGS-APP-EXCEPTION"
 
 
 def test_an_empty_master_address_in_c10d_and_torchrun_words() -> None:

@@ -80,7 +80,7 @@ def test_a_stack_through_main_process_first_names_the_main_processs_work() -> No
     # the main process's own exception inside the block (no signature knows it) leads
     own = diagnose_lines([*CORPUS["h-timeout-transformers-17106"].lines[:6],
                           "FileNotFoundError: [Errno 2] No such file or directory: 'data/train.json'"], "e")
-    assert lead(own) == "LOGS-UNRECOGNIZED" and "FileNotFoundError" in own.first.cause, ids(own)
+    assert lead(own) == "LOGS-APP-EXCEPTION" and "FileNotFoundError" in own.first.cause, ids(own)
     for frame in ('    with training_args.main_process_first(local=False, desc="grouping texts"):',
                   "    with accelerator.local_main_process_first():"):
         assert "LOGS-MAIN-FIRST-WAIT" in ids(diagnose_lines([frame, *CORPUS["h-timeout-transformers-17106"].lines[-8:]], "f"))

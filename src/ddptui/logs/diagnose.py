@@ -274,7 +274,7 @@ class Diagnoser:
             return
         if not hard and self.retries.hold(cand.source, (key, self.order, cand.t, where, cand.text)):
             return  # logs37: kept until its thread says whether it connected
-        self.unknown.add(key, self.order, cand.t, where, cand.text, hard)
+        self.unknown.add(key, self.order, cand.t, where, cand.text, hard, cand.where)
 
     def _watchdog(self, groups: dict[str, str], rank: int | None, where: str, text: str) -> None:
         """The collective a rank's watchdog timed out in, and the timeout it states."""

@@ -34,6 +34,7 @@ from ddptui.diagnosis.finding import Finding
 from ddptui.diagnosis.kb import kb_finding
 from ddptui.diagnosis.ranking import load_ranking
 from ddptui.diagnosis.signatures import secondary_ids
+from ddptui.logs.appexc import APP_EXCEPTION, app_exception
 from ddptui.logs.facts import FactCollector
 from ddptui.logs.stalls import StallWatch
 
@@ -118,6 +119,7 @@ class FirstError:
     t: float | None
     where: str
     text: str
+    frame: str | None = None  # "train.py:88 in step": the user's frame of its traceback
 
 
 class Unknowns:
@@ -129,11 +131,20 @@ class Unknowns:
         self.plain: dict[str, FirstError] = {}  # logs33: failure words, read last
         self.count = 0
 
-    def add(self, key: str, order: int, t: float | None, where: str, text: str, hard: bool) -> None:
+    def add(
+        self,
+        key: str,
+        order: int,
+        t: float | None,
+        where: str,
+        text: str,
+        hard: bool,
+        frame: str | None = None,
+    ) -> None:
         self.count += 1
         kept = self.hard if hard else self.soft
         if (key in kept and order < kept[key].order) or (key not in kept and len(kept) < MAX_KEYS):
-            kept[key] = FirstError(key, order, t, where, text.strip()[:300])  # the earliest
+            kept[key] = FirstError(key, order, t, where, text.strip()[:300], frame)  # the earliest
 
     def read_edges(
         self, source: str, edges: Sequence[tuple[int, str]], order: int, t: float | None
@@ -187,6 +198,63 @@ def unrecognized(errors: list[FirstError], count: int, hard: bool, plain: bool =
         facts=unknown_words(PLAIN if plain else FAILURE if hard else WARNING, count),  # logs25
         first_lines=shown,
         first=f"{first.key}{_at(first.t)} ({first.where})",
+    )
+
+
+def _the_unknown(
+    d: Diagnoser,
+    first: Finding | None,
+    hard: list[FirstError],
+    soft: list[FirstError],
+    since: int | None,
+) -> Finding | None:
+    """The failure lines no known cause explains, as a finding of their own: a rank's own
+    exception (logs39) or an honest unknown; None when what leads explains them."""
+    if hard and (
+        first is None
+        or first.severity != "error"
+        or (since is not None and hard[0].order < since)
+        or (since is not None and any(OWN_EXCEPTION.search(h.text) for h in hard))
+    ):
+        return _own_exception(hard, unrecognized(hard, d.unknown.count, True))  # logs39
+    if soft and not hard and first is None:
+        return unrecognized(soft, d.unknown.count, False)
+    if hard and first is not None and explained(APP_EXCEPTION, [first.id]):
+        return _own_exception(hard, None)  # logs39: a rank raised, its peers waited
+    return None
+
+
+def _own_exception(hard: list[FirstError], unknown: Finding | None) -> Finding | None:
+    """LOGS-APP-EXCEPTION in place of an honest unknown whose first failure line is a
+    Python exception the code raised itself (logs/appexc.py); with no unknown (a
+    consequence leads: a peer's watchdog timeout), the earliest such line among the ranks'
+    first failure lines.  The unknown otherwise."""
+    said = None
+    for first in hard[:1] if unknown is not None else hard:
+        said = app_exception(first.text)
+        if said is not None:
+            break
+    if said is None:
+        return unknown
+    kind, message = said
+    shown = "; ".join(f"{e.key}: {e.text[:160]!r} ({e.where})" for e in hard[:SHOWN])
+    if len(hard) > SHOWN:
+        shown += f"; and {len(hard) - SHOWN} more"
+    raised = f"{kind}: {message}" if message else kind
+    frame = f" in {first.frame}" if first.frame else ""
+    sources = tuple(dict.fromkeys(parse_place(e.where).source or e.where for e in hard))
+    return kb_finding(
+        APP_EXCEPTION,
+        unknown.nodes if unknown is not None else sources,
+        f"{first.key} raised {kind}{frame} ({first.where}{_at(first.t)})",
+        tuple(f"{e.where}: {e.text}" for e in hard[:SHOWN]),
+        rank=int(m[1]) if (m := _GLOBAL_KEY.match(first.key)) is not None else None,
+        where=first.frame,
+        exception=raised[:300],
+        who=first.key,
+        frame=frame,
+        raised_at=f"{first.where}{_at(first.t)}",
+        first_lines=shown,
     )
 
 
@@ -337,20 +405,11 @@ def conclude(
     the facts' findings added."""
     first, findings = ib_open_in_use(first, findings, d.hints)  # logs23
     hard, soft = d.unknown.firsts(True), d.unknown.firsts(False)
-    unknown = None
     first, hard = _past_wrappers(d, first, findings, hard)
     # a consequence leads (the root, or the finding a wrapper gave way to, gpu8): a failure
     # line printed before it, or a rank's own exception, outranks it
     since = _consequence_since(d, first, root_order, root_secondary)
-    if hard and (
-        first is None
-        or first.severity != "error"
-        or (since is not None and hard[0].order < since)
-        or (since is not None and any(OWN_EXCEPTION.search(h.text) for h in hard))
-    ):
-        unknown = unrecognized(hard, d.unknown.count, True)
-    elif soft and not hard and first is None:
-        unknown = unrecognized(soft, d.unknown.count, False)
+    unknown = _the_unknown(d, first, hard, soft, since)
     lead = unknown or first
     if lead is not None:  # a cause the log states leads what it explains (ranking.yaml)
         lead = next(

@@ -1,0 +1,135 @@
+"""Round 22 (logs39): a rank's own Python exception is a cause, LOGS-APP-EXCEPTION, not an
+honest unknown. Built on the corpus's real excerpts whose threads established that the code
+raised (a library refusing its arguments, an AttributeError at checkpoint save, a launcher's
+missing variable, deleted data files); twins keep the distributed stack's failures told
+through Python (NVSHMEM, CUBLAS, Habana's graph compiler) honest unknowns."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from corpus_excerpts import excerpt, ids
+
+from ddptui.diagnosis.kb import kb_entry
+from ddptui.logs.appexc import app_exception
+from ddptui.logs.diagnose import diagnose_lines
+
+ZERO3 = "at3-llamatuner-zero3-device-map-incompatible"
+CKPT = "at3-alcf-megatron-ds-checkpoint-save-attributeerror"
+PDSH = "o1-pdsh-keyerror-habana-deepspeed-8"
+DELETED = "k3-rankcrash-filesdeleted-pytorch-42107"
+PICKLE = "u1-other-lightning-docs-pickle-spawn"
+# the stack's own failures, reported through a Python exception
+NVSHMEM = "i-nvshmem-gitcode-b4216010"
+CUBLAS = "at3-nanotron-climllama-cublas-fail-flashattn-cp2"
+GAUDI = "o1-gaudi-denv-optimum-habana-1779"
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        (ZERO3, "ValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True`"),
+        (CKPT, "AttributeError: 'GPTModel' object has no attribute"),
+        (PDSH, "KeyError: 'PDSH_SSH_ARGS_APPEND'"),
+        (DELETED, "FileNotFoundError: [Errno 2] No such file or directory: '/data/coco/train2017"),
+        (PICKLE, "PicklingError: Can't pickle <function <lambda>"),
+    ],
+)
+def test_a_ranks_own_exception_is_the_cause_with_its_message(name: str, said: str) -> None:
+    d = excerpt(name)
+    assert d.first is not None and d.first.id == "LOGS-APP-EXCEPTION", (name, ids(d))
+    assert d.first.severity == "error"
+    assert said in d.first.cause, d.first.cause
+    assert "not the distributed stack" in kb_entry(d.first.id).title
+    assert "LOGS-UNRECOGNIZED" not in ids(d)  # the same lines are not told twice
+
+
+def test_the_frame_of_the_code_that_raised_is_named() -> None:
+    d = excerpt(CKPT)
+    assert d.first is not None
+    assert "gpt_model.py:203 in universal_checkpoint_info" in d.first.summary
+    assert "gpt_model.py:203 in universal_checkpoint_info" in d.first.fix
+
+
+@pytest.mark.parametrize("name", [NVSHMEM, CUBLAS, GAUDI])
+def test_the_stacks_failure_told_through_python_stays_an_honest_unknown(name: str) -> None:
+    d = excerpt(name)
+    assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED", (name, ids(d))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
+        "OSError: [Errno 28] No space left on device",
+        "ImportError: libcudart.so.12: cannot open shared object file",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "ValueError: Error initializing torch.distributed using env:// rendezvous: "
+        "environment variable MASTER_ADDR expected",
+        "RuntimeError:",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    ],
+)
+def test_no_failure_of_the_stack_or_the_environment_reads_as_the_codes(line: str) -> None:
+    assert app_exception(line) is None, line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank0]: ValueError: Unsupported nproc_per_node value: ",
+        "x3202c0s31b0n0: AssertionError: Micro batch size per gpu: 0 has to be greater than 0",
+        "3: KeyError: 'image'",
+        "omegaconf.errors.ConfigAttributeError: Key 'lr' is not in struct",
+        "RuntimeError: Tensors must be contiguous",
+    ],
+)
+def test_the_codes_own_exceptions_behind_any_launcher_prefix(line: str) -> None:
+    said = app_exception(line)
+    assert said is not None, line
+    assert said[1] in line
+
+
+def test_a_healthy_log_that_prints_a_caught_exception_stays_silent() -> None:
+    # a retried download's ValueError the run got past is a warning-level line in a log
+    # whose run went on; nothing here is a failure line
+    lines = [
+        "W1122 10:00:00.000000 1234 torch/distributed/run.py:793] Setting OMP_NUM_THREADS "
+        "environment variable for each process to be 1 in default",
+        "INFO:root:step 100 loss 2.31",
+        "WARNING:root:skipping sample 17 after ValueError: bad sample",
+        "[W1122 10:00:01.000000 1234 train.py:33] caught KeyError: label, sample skipped",
+        "INFO:root:step 200 loss 2.05",
+    ]
+    d = diagnose_lines(lines)
+    assert not any(f.severity == "error" for f in d.findings), ids(d)
+
+
+def test_diagnose_exits_1_and_prints_the_exception(tmp_path: Path) -> None:
+    log = tmp_path / "rank1.log"
+    log.write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/work/proj/train.py", line 88, in <module>\n'
+        "[rank1]:     batch = next(it)\n"
+        '[rank1]:   File "/work/proj/data.py", line 41, in __getitem__\n'
+        "[rank1]:     label = row['label']\n"
+        "[rank1]: KeyError: 'label'\n"
+        "[rank0]:[E1122 10:30:00.000000 77 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+        "Process group watchdog thread terminated with exception: [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+        "ran for 600010 milliseconds before timing out.\n",
+        encoding="utf-8",
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "ddptui", "diagnose", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "LOGS-APP-EXCEPTION" in run.stdout, run.stdout
+    assert "KeyError: 'label'" in run.stdout
+    assert "data.py:41 in __getitem__" in run.stdout
