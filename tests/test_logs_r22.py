@@ -133,3 +133,35 @@ def test_diagnose_exits_1_and_prints_the_exception(tmp_path: Path) -> None:
     assert "LOGS-APP-EXCEPTION" in run.stdout, run.stdout
     assert "KeyError: 'label'" in run.stdout
     assert "data.py:41 in __getitem__" in run.stdout
+
+
+# --- blind batch AV3 (tests/fixtures/corpus/round22av.yaml), tuned after its score ------
+
+DMABUF = "av3-ibv-reg-dmabuf-mr-not-supported-old-ib-driver"
+BF16 = "av3-nccl-no-bfloat16-before-2-10-a100"
+DRIVER_API = "av3-nccl-cuda-driver-too-old-enhanced-compat-capture-info"
+
+
+def test_dma_buf_registration_the_ib_stack_does_not_support() -> None:
+    d = excerpt(DMABUF)
+    assert d.first is not None and d.first.id == "IB-DMABUF-UNSUPPORTED", ids(d)
+    assert "NCCL_DMABUF_ENABLE=0" in d.first.fix
+    # its twin, the registration that ran out of memory, keeps its own cause
+    nomem = "misc/ibvwrap.cc:183 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error Cannot allocate memory"
+    d = diagnose_lines([nomem])
+    assert d.first is not None and d.first.id == "IB-DMABUF-NOMEM", ids(d)
+
+
+def test_bfloat16_refused_by_an_nccl_older_than_2_10() -> None:
+    d = excerpt(BF16)
+    assert d.first is not None and d.first.id == "NCCL-NO-BF16", ids(d)
+    assert "2.10" in d.first.cause and "torch.cuda.nccl.version()" in d.first.fix
+    # another dtype the process group refuses is not this
+    other = "RuntimeError: Input tensor data type is not supported for NCCL process group: ComplexFloat"
+    assert "NCCL-NO-BF16" not in ids(diagnose_lines([other]))
+
+
+def test_an_api_the_installed_driver_lacks_is_a_driver_too_old() -> None:
+    d = excerpt(DRIVER_API)
+    assert d.first is not None and d.first.id == "CUDA-DRIVER-OLD", ids(d)
+    assert "cudaErrorCallRequiresNewerDriver" in d.first.cause
