@@ -12,6 +12,7 @@ from typing import Final
 
 from ddptui.lint.flagoff import flag_guarded, switched_off
 from ddptui.lint.frameworks import ddp_kind, engine_collective, keyed_value
+from ddptui.lint.lightning import lightning_collective, sentinel_sign
 from ddptui.lint.nodes import calls_in, own_nodes
 from ddptui.lint.project import FuncNode
 from ddptui.lint.rank_pairs import paired_rank_sync, rank_minus_one
@@ -56,8 +57,6 @@ LAUNCHER_COLLECTIVES: Final = frozenset(
     }
 )
 LAUNCHERS: Final = frozenset({"Accelerator", "Fabric"})
-# Collectives of a Lightning trainer's strategy (`trainer.strategy.barrier()`)
-_STRATEGY_COLLECTIVES: Final = frozenset({"barrier", "broadcast", "reduce", "all_gather"})
 WRAPPERS: Final = frozenset({"DistributedDataParallel", "FullyShardedDataParallel"})
 # call_sync names a sync point reached through calls as "<inner> in `f()`", once per hop
 # (innermost first): sync_hops reads the functions back from that description
@@ -206,15 +205,9 @@ class Flow:
             and self._launcher_value(f.value)
         ):
             return f"{ast.unparse(f.value)}.{f.attr}"
-        if (
-            isinstance(f, ast.Attribute)
-            and f.attr in _STRATEGY_COLLECTIVES
-            and isinstance(f.value, ast.Attribute)
-            and f.value.attr == "strategy"
-            and ast.unparse(f.value.value).split(".")[-1] == "trainer"
-        ):
-            # Lightning's `trainer.strategy.barrier()` (sleap-nn's callbacks, PR #437)
-            return f"{ast.unparse(f.value)}.{f.attr}"
+        said = lightning_collective(self.s, call)
+        if said is not None:
+            return said
         return engine_collective(self.s, call)
 
     def is_backward(self, call: ast.Call) -> bool:
@@ -486,7 +479,10 @@ class Flow:
             if not ranked:
                 return False
             others = [s for s in sides if s not in ranked]
-            return not others or not all(const(o) in (-1, None) for o in others)
+            # `rank >= 0`: distributed or not, the same on every rank (lint/lightning.py)
+            return not sentinel_sign(test) and (
+                not others or not all(const(o) in (-1, None) for o in others)
+            )
         if isinstance(test, ast.Name | ast.Attribute):
             name = ident(test) or ""
             if _MAIN_FLAG.match(name.lower()):

@@ -109,10 +109,68 @@ def _unused_wrap(s: Script, f: Flow) -> Iterator[Hit]:
         )
 
 
+def _names_in(target: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _rebinding_loop(s: Script, node: ast.AST, name: str) -> ast.For | ast.AsyncFor | None:
+    """The innermost `for` around `node` (in its function) whose target binds `name`."""
+    for a in s.ancestors(node):
+        if isinstance(a, ast.For | ast.AsyncFor) and name in _names_in(a.target):
+            return a
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return None
+    return None
+
+
+def _loop_rebind(s: Script, st: ast.Assign, tgt: ast.Name, c: ast.Call) -> Iterator[Hit]:
+    """`for _, net in model.items(): net = DDP(net)` (open-mmlab/OpenUnReID's SPGAN and
+    CycleGAN tools, fixed in 2a2ee9d): the loop variable takes the wrapper and the next
+    iteration drops it; the dict keeps the bare networks.  Reads of the name later in the
+    function that another loop binds anew are not reads of the wrapper."""
+    loop = _rebinding_loop(s, st, tgt.id)
+    fn = s.scope_of(st)
+    if loop is None or not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Global | ast.Nonlocal) and tgt.id in n.names:
+            return
+        if not (isinstance(n, ast.Name) and n.id == tgt.id and isinstance(n.ctx, ast.Load)):
+            continue
+        if n.lineno < st.lineno or any(n is x for x in ast.walk(c)):
+            continue  # before the wrap, or the wrapped argument itself
+        other = _rebinding_loop(s, n, tgt.id)
+        if other is None or other is loop:
+            return  # the wrapper is read: in this loop's body, or after the loop
+    inner = ast.unparse(c.args[0]) if c.args else tgt.id
+    target = loop.target
+    bound = (
+        ", ".join(ast.unparse(e) for e in target.elts)
+        if isinstance(target, ast.Tuple)
+        else ast.unparse(target)
+    )
+    yield Hit.at(
+        "DDP-NOT-APPLIED",
+        st,
+        f"`{tgt.id}` is the loop variable of `for {bound} in "
+        f"{ast.unparse(loop.iter)}` (line {loop.lineno}): it takes the DDP wrapper of "
+        f"`{inner}` and the next iteration drops it, so `{ast.unparse(loop.iter)}` keeps the "
+        "unwrapped models",
+        why=(
+            f"The wrapper is assigned to the loop variable `{tgt.id}`, which the next "
+            f"iteration rebinds; the container the loop reads (`{ast.unparse(loop.iter)}`) "
+            "still holds the bare models the training code uses."
+        ),
+    )
+
+
 def _unused_local(s: Script, st: ast.Assign, tgt: ast.Name, c: ast.Call) -> Iterator[Hit]:
     """`ddp_model = DDP(model)` in a function that never reads `ddp_model` again."""
     fn = s.scope_of(st)
     if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or not c.args:
+        return
+    if _rebinding_loop(s, st, tgt.id) is not None:
+        yield from _loop_rebind(s, st, tgt, c)
         return
     if tgt.id.startswith("_"):
         return  # `_ = DDP(model)`: kept for the broadcast of rank 0's weights, on purpose
