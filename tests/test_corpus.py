@@ -186,7 +186,10 @@ CORPUS = load_corpus()
 # called clean, 227 healthy silent, 0 false alarms.
 RIGHT_CAUSE_FLOOR = 0.672
 WRONG_CAUSE_CEILING = 0.120
-WRONG_LABELLED_CEILING = 21  # logs35: measured
+# round 22 AW3 (blind) added 1: ezflow#194's store-barrier timeout (1 of 2 workers), whose
+# thread established that every spawned process got the same configured rank (the line
+# alone says only that a rank never arrived: C10D-STORE-BARRIER)
+WRONG_LABELLED_CEILING = 22  # logs35: measured
 # A failing log answered "nothing wrong": the worst outcome.  The 10 left hold no failure
 # line: one line the thread retyped (a title in lower case), torch's IPv6 lookup warning
 # with the host replaced by "<container id>", nccl#697's NET/Socket device list as the

@@ -165,3 +165,33 @@ def test_an_api_the_installed_driver_lacks_is_a_driver_too_old() -> None:
     d = excerpt(DRIVER_API)
     assert d.first is not None and d.first.id == "CUDA-DRIVER-OLD", ids(d)
     assert "cudaErrorCallRequiresNewerDriver" in d.first.cause
+
+
+# --- blind batch AW3 (tests/fixtures/corpus/round22aw.yaml), tuned after its score ------
+
+WRAPPER_ATTR = (
+    "aw3-ddp-wrapper-custom-method-needs-module",
+    "aw3-d3rlpy-ddp-wrapped-parameter-property",
+    "aw3-accelerate-save-hook-attr-on-ddp-wrapper",
+    "aw3-yolov5-autoanchor-reads-attr-of-ddp-wrapper",
+)
+
+
+@pytest.mark.parametrize("name", WRAPPER_ATTR)
+def test_a_model_attribute_read_through_the_ddp_wrapper(name: str) -> None:
+    d = excerpt(name)
+    assert d.first is not None and d.first.id == "DDP-WRAPPER-NO-ATTR", ids(d)
+    assert ".module." in d.first.fix and "DistributedDataParallel" in d.first.cause
+
+
+def test_another_objects_missing_attribute_is_not_the_wrapper() -> None:
+    d = diagnose_lines(["AttributeError: 'GPTModel' object has no attribute 'tp_patterns'"])
+    assert d.first is not None and d.first.id == "LOGS-APP-EXCEPTION", ids(d)
+
+
+def test_gather_on_an_nccl_group_that_has_none() -> None:
+    d = excerpt("aw3-nccl-pg-gather-unsupported-torchrun-dgx")
+    assert d.first is not None and d.first.id == "C10D-NCCL-NO-GATHER", ids(d)
+    assert "all_gather" in d.first.fix
+    d = diagnose_lines(["RuntimeError: ProcessGroupNCCL does not support scatter"])
+    assert d.first is not None and d.first.id == "C10D-NCCL-NO-GATHER" and "scatter" in d.first.cause
