@@ -133,6 +133,8 @@ def test_diagnose_exits_1_and_prints_the_exception(tmp_path: Path) -> None:
     assert "LOGS-APP-EXCEPTION" in run.stdout, run.stdout
     assert "KeyError: 'label'" in run.stdout
     assert "data.py:41 in __getitem__" in run.stdout
+    # rank 0's timeout is its consequence: no rule says the others were elsewhere
+    assert "LOGS-NOT-IN-COLLECTIVE" not in run.stdout, run.stdout
 
 
 # --- blind batch AV3 (tests/fixtures/corpus/round22av.yaml), tuned after its score ------

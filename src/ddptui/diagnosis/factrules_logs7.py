@@ -35,7 +35,7 @@ def specific_failure(ctx: Context) -> bool:
 # covers NCCL's, the fabric's, the GPU's and a rank's own errors)
 _OTHER_CAUSES: Final = (
     "GLOO-PEER-", "GLOO-CONNECT-", "GLOO-MESH", "PORT-", "PING-", "SLURM-", "K8S-", "HOST-OOM-KILL",
-    "LAUNCH-",
+    "LAUNCH-", "LOGS-APP-EXCEPTION",  # logs39: a rank's own exception ended it
 )
 
 
