@@ -197,3 +197,31 @@ def test_gather_on_an_nccl_group_that_has_none() -> None:
     assert "all_gather" in d.first.fix
     d = diagnose_lines(["RuntimeError: ProcessGroupNCCL does not support scatter"])
     assert d.first is not None and d.first.id == "C10D-NCCL-NO-GATHER" and "scatter" in d.first.cause
+
+
+# --- blind batch AX3 (tests/fixtures/corpus/round22ax.yaml), tuned after its score ------
+
+
+@pytest.mark.parametrize(
+    "name", ["ax3-aiatrack-ddp-broadcast-buffers-inplace", "ax3-basicsr-ddp-broadcast-buffers-inplace"]
+)
+def test_an_in_place_change_autograd_trips_on_is_read_with_ddps_buffer_broadcast(name: str) -> None:
+    d = excerpt(name)
+    assert d.first is not None and d.first.id == "DDP-INPLACE-VERSION", ids(d)
+    assert "broadcast_buffers=False" in d.first.fix
+
+
+def test_cuda_in_a_forked_child() -> None:
+    for name in ("ax3-scdiffeq-notebook-devices-overwritten-forked-ddp", "x1-device-cuda-fork-gpt-neox-tests-readme"):
+        d = excerpt(name)
+        assert d.first is not None and d.first.id == "CUDA-FORKED", (name, ids(d))
+        assert "spawn" in d.first.fix
+
+
+def test_the_launchers_local_rank_flag_pasted_with_a_typographic_dash() -> None:
+    # a page's renderer turned "--local_rank" into an en dash; argparse's "error:" capitalised
+    d = excerpt("ax3-bnb-dataset-launch-local-rank-unrecognized")
+    assert d.first is not None and d.first.id == "LAUNCH-LOCAL-RANK-ARG", ids(d)
+    # a dash before another option is not the launcher's flag
+    other = diagnose_lines(["Error: unrecognized arguments: –batch_size=19"])
+    assert "LAUNCH-LOCAL-RANK-ARG" not in ids(other)
