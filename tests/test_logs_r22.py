@@ -223,5 +223,5 @@ def test_the_launchers_local_rank_flag_pasted_with_a_typographic_dash() -> None:
     d = excerpt("ax3-bnb-dataset-launch-local-rank-unrecognized")
     assert d.first is not None and d.first.id == "LAUNCH-LOCAL-RANK-ARG", ids(d)
     # a dash before another option is not the launcher's flag
-    other = diagnose_lines(["Error: unrecognized arguments: –batch_size=19"])
+    other = diagnose_lines(["Error: unrecognized arguments: \u2013batch_size=19"])
     assert "LAUNCH-LOCAL-RANK-ARG" not in ids(other)
