@@ -134,3 +134,71 @@ def test_the_sign_of_a_minus_one_rank_is_no_rank_test() -> None:
     # `rank > 0` is: every rank but 0
     diverge = SENTINEL.replace("(rank >= 0)", "(rank > 0)")
     assert [f.line for f in lint_source(diverge) if f.id == "DDP-RANK-DIVERGENCE"]
+
+
+# Tuned on round 22's AX pair after its score: ups' scripts/train.py keeps a copy of the DDP
+# wrapper's weights and loads it into the bare model (eight such snapshots); diffusers'
+# train_text_to_image.py autocasts its validation pipeline while accelerate scales the loss.
+SNAPSHOT = """\
+import copy
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(operator, loader, device, distributed, epochs):
+    if distributed:
+        operator = DDP(operator, device_ids=[device])
+    best_loss = float("inf")
+    best_state = copy.deepcopy(operator.state_dict())
+    for _ in range(epochs):
+        loss = sum(operator(x).mean() for x in loader)
+        loss.backward()
+        if loss.item() < best_loss:
+            best_loss = loss.item()
+            best_state = copy.deepcopy(operator.state_dict())
+    if distributed:
+        operator.module.load_state_dict(best_state)
+    else:
+        operator.load_state_dict(best_state)
+    return operator
+"""
+
+
+def test_the_wrappers_weights_kept_and_loaded_into_the_bare_model() -> None:
+    hits = [f for f in lint_source(SNAPSHOT) if f.id == "DDP-SAVE-WRAPPER"]
+    assert sorted(f.line for f in hits) == [11, 17], hits
+    assert "operator.module" in hits[0].summary and "module." in hits[0].summary
+
+
+def test_the_snapshot_taken_from_the_model_itself_is_silent() -> None:
+    fixed = SNAPSHOT.replace(
+        "copy.deepcopy(operator.state_dict())",
+        "copy.deepcopy((operator.module if distributed else operator).state_dict())",
+    )
+    assert [f for f in lint_source(fixed) if f.id == "DDP-SAVE-WRAPPER"] == []
+
+
+ACCELERATE_FP16 = """\
+import torch
+from accelerate import Accelerator
+
+
+def main(model, optimizer, loader, pipeline, prompts):
+    accelerator = Accelerator(mixed_precision="fp16")
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for batch in loader:
+        loss = model(batch).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+    for prompt in prompts:
+        with torch.autocast("cuda"):
+            pipeline(prompt)
+"""
+
+
+def test_accelerates_backward_scales_the_loss_itself() -> None:
+    assert [f for f in lint_source(ACCELERATE_FP16) if f.id == "DDP-AUTOCAST-SCALER"] == []
+    # a plain backward under float16 autocast with no scaler is still said
+    plain = ACCELERATE_FP16.replace("accelerator.backward(loss)", "loss.backward()")
+    assert [f.id for f in lint_source(plain) if f.id == "DDP-AUTOCAST-SCALER"]

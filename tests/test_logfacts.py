@@ -214,10 +214,11 @@ def test_slurm_step_that_cannot_start() -> None:
 
 def test_a_task_exit_leads_to_the_task_s_own_error() -> None:
     """srun's "task 1: Exited with exit code 1" is a wrapper; task 1's own exception
-    (no signature knows it) is the honest answer, attributed by srun's --label."""
+    (no signature knows it) is the answer, attributed by srun's --label (logs39: the
+    code's own exception, LOGS-APP-EXCEPTION; an honest unknown before)."""
     d = slurm("task_exit")
-    assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED", ids(d)
-    assert "rank 1 first" in d.first.summary
+    assert d.first is not None and d.first.id == "LOGS-APP-EXCEPTION", ids(d)
+    assert "rank 1 raised RuntimeError" in d.first.summary
     assert "RuntimeError: dataset shard 1 is missing" in d.first.cause
     assert "SLURM-TASK-EXIT" in ids(d)
 
@@ -233,7 +234,8 @@ def test_an_unknown_failure_is_not_called_clean() -> None:
         "[rank0]: KeyError: 'labels'",
     ]
     d = diagnose_lines(lines)
-    assert d.first is not None and d.first.id == "LOGS-UNRECOGNIZED"
+    # logs39: a Python exception of the code is a cause of its own, never a clean bill
+    assert d.first is not None and d.first.id == "LOGS-APP-EXCEPTION"
     assert d.failed
     assert "rank 1" in d.first.summary  # the first to fail
     assert "ValueError: something only this job does" in d.first.cause

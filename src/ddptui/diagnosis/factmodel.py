@@ -14,6 +14,7 @@ from ddptui.diagnosis.finding import Severity
 from ddptui.diagnosis.signatures import Signature
 
 UNRECOGNIZED: Final = "LOGS-UNRECOGNIZED"
+APP_EXCEPTION: Final = "LOGS-APP-EXCEPTION"  # logs39: a rank's own Python exception
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 

@@ -28,6 +28,7 @@ from ddptui.diagnosis.factcontext import (
     who,
 )
 from ddptui.diagnosis.factmodel import (
+    APP_EXCEPTION,
     UNRECOGNIZED,
     FactRule,
     FactRules,
@@ -578,7 +579,7 @@ def fact_findings(ctx: Context, rules: FactRules | None = None) -> list[Finding]
         severity: Severity = rule.severity
         if any(ctx.present[e] == "error" for e in explains):
             severity = "error"
-            named = [e if e != UNRECOGNIZED else "the failure line" for e in explains[:3]]
+            named = [e if e not in (UNRECOGNIZED, APP_EXCEPTION) else "the failure line" for e in explains[:3]]
             summary += f" (explains {', '.join(named)})"
         hosts = {(p.host or "").partition("#")[0] for p in ctx.procs if p.rank in ranks}
         nodes = tuple(sorted(h for h in hosts if h))

@@ -14,10 +14,16 @@ from ddptui.lint.syntax import const, kwarg, last
 def autocast_scaler(s: Script, f: Flow) -> Iterator[Hit]:
     if f.uses("GradScaler", "ShardedGradScaler", "NativeScaler", "NativeScalerWithGradNormCount"):
         return  # timm's NativeScaler (and MAE's copy) hold a GradScaler
-    if not any(f.is_backward(c) for c in s.calls) or any(
-        "scaler" in (ident(c.func) or "").lower() and c.args for c in s.calls
-    ):
+    backwards = [c for c in s.calls if f.is_backward(c)]
+    if not backwards or any("scaler" in (ident(c.func) or "").lower() and c.args for c in s.calls):
         return  # `loss_scaler(loss, optimizer, ...)`: a scaler object called with the loss
+    if all(
+        isinstance(c.func, ast.Attribute) and f._launcher_value(c.func.value) for c in backwards
+    ):
+        # round 22 (blind AX1, diffusers' train_text_to_image.py): `accelerator.backward(loss)`
+        # scales the loss itself under mixed_precision="fp16" (accelerate's and Fabric's own
+        # GradScaler); an autocast around the validation pipeline is no training step
+        return
 
     for c in s.calls:
         qn = s.call_name(c)

@@ -100,12 +100,13 @@ def save_wrapper(s: Script, f: Flow) -> Iterator[Hit]:
     for c in s.calls:
         if not torch_call(s, c, "save") or not c.args or (consistent and not plain_reload(s, f, c)):
             continue
-        whole = _whole_wrapper(s, f, c.args[0])
+        saved = c.args[0]
+        whole = _whole_wrapper(s, f, saved)
         if whole is not None:
             yield whole
             said = True
             continue
-        for recv in _state_dict_receivers(s, c.args[0]):
+        for recv in _state_dict_receivers(s, saved):
             if _wrapper_as_saved(s, f, recv) and (
                 not other_branch_takes_module(s, recv)
                 or rank_conjoined_else(s, f, recv)
@@ -224,4 +225,40 @@ def called_before_wrap(s: Script, f: Flow, scope: ast.AST) -> bool:
     )
 
 
-RULES = (save_wrapper,)
+def snapshot_into_module(s: Script, f: Flow) -> Iterator[Hit]:
+    """A copy of the wrapper's weights kept in memory and loaded back into the bare
+    model: `best_state = copy.deepcopy(model.state_dict())` on the DDP wrapper, then
+    `model.module.load_state_dict(best_state)` (ups' scripts/train.py, eight such
+    snapshots): the keys start with `module.` and the model's do not, so the load fails
+    (or, with strict=False, loads nothing) only when the run is distributed."""
+    if not f.ddp_calls:
+        return
+    said: set[ast.AST] = set()
+    for c in s.calls:
+        if not (
+            isinstance(c.func, ast.Attribute)
+            and c.func.attr == "load_state_dict"
+            and c.args
+            and isinstance(c.args[0], ast.Name)
+            and _unwrapped(s, c.func.value)
+            and not _prefix_juggling(s, c)
+        ):
+            continue
+        for recv in _state_dict_receivers(s, c.args[0]):
+            call = s.parents.get(recv)
+            if call is None or call in said or not _wrapper_as_saved(s, f, recv):
+                continue
+            said.add(call)
+            yield Hit.at(
+                "DDP-SAVE-WRAPPER",
+                call,
+                (
+                    f"`{ast.unparse(recv)}.state_dict()` of the DDP wrapper is kept in "
+                    f"`{c.args[0].id}` and loaded into `{ast.unparse(c.func.value)}` (line "
+                    f"{c.lineno}), the bare model: every key starts with `module.`"
+                ),
+                model=ast.unparse(recv),
+            )
+
+
+RULES = (save_wrapper, snapshot_into_module)

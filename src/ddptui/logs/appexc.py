@@ -24,7 +24,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
-APP_EXCEPTION: Final = "LOGS-APP-EXCEPTION"
+from ddptui.diagnosis.factmodel import APP_EXCEPTION
+
+__all__ = ["APP_EXCEPTION", "app_exception"]
+
 # a Python exception line, after any launcher prefix ("[rank0]: ", "host: ", "0: ")
 _EXC: Final = re.compile(
     r"(?:^|[\]>|:]\s?)\s*(?P<type>(?:[A-Za-z_]\w*\.)*(?P<name>[A-Z]\w*(?:Error|Exception)))"
