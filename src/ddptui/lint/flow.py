@@ -185,7 +185,7 @@ class Flow:
             isinstance(o, ast.Call) and o in self.wrapper_calls for o in self.s.origins(expr)
         )
 
-    def _launcher_value(self, expr: ast.expr) -> bool:
+    def launcher_value(self, expr: ast.expr) -> bool:
         return any(
             isinstance(o, ast.Call) and last(self.s.call_name(o)) in LAUNCHERS
             for o in self.s.origins(expr)
@@ -202,7 +202,7 @@ class Flow:
         if (
             isinstance(f, ast.Attribute)
             and f.attr in LAUNCHER_COLLECTIVES
-            and self._launcher_value(f.value)
+            and self.launcher_value(f.value)
         ):
             return f"{ast.unparse(f.value)}.{f.attr}"
         said = lightning_collective(self.s, call)
@@ -221,7 +221,7 @@ class Flow:
             return name
         if self.wrapper_calls and self.is_wrapped_value(call.func):
             return f"the DDP forward `{ast.unparse(call.func)}(...)`"
-        if self.is_backward(call) and (self.wrapper_calls or self._launcher_value(call.func)):
+        if self.is_backward(call) and (self.wrapper_calls or self.launcher_value(call.func)):
             return f"`{ast.unparse(call.func)}()` (DDP's gradient all-reduce)"
         return None
 

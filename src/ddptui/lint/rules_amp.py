@@ -18,7 +18,7 @@ def autocast_scaler(s: Script, f: Flow) -> Iterator[Hit]:
     if not backwards or any("scaler" in (ident(c.func) or "").lower() and c.args for c in s.calls):
         return  # `loss_scaler(loss, optimizer, ...)`: a scaler object called with the loss
     if all(
-        isinstance(c.func, ast.Attribute) and f._launcher_value(c.func.value) for c in backwards
+        isinstance(c.func, ast.Attribute) and f.launcher_value(c.func.value) for c in backwards
     ):
         # round 22 (blind AX1, diffusers' train_text_to_image.py): `accelerator.backward(loss)`
         # scales the loss itself under mixed_precision="fp16" (accelerate's and Fabric's own
