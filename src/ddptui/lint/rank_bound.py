@@ -23,6 +23,7 @@ from ddptui.lint.lint50 import _bound_names, _in_comprehension, caught, names_fr
 from ddptui.lint.model import Hit
 from ddptui.lint.nodes import own_nodes
 from ddptui.lint.script import Script
+from ddptui.lint.syntax import target_names
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
@@ -45,7 +46,7 @@ def _stmt_binds(f: Flow, st: ast.stmt, name: str, lenient: bool) -> bool:  # noq
         return body and other
     if isinstance(st, ast.With | ast.AsyncWith):
         return any(
-            i.optional_vars is not None and name in _targets(i.optional_vars) for i in st.items
+            i.optional_vars is not None and name in target_names(i.optional_vars) for i in st.items
         ) or _binds(f, st.body, name, lenient)
     if isinstance(st, ast.Try):
         if _binds(f, st.finalbody, name, lenient):
@@ -58,10 +59,6 @@ def _stmt_binds(f: Flow, st: ast.stmt, name: str, lenient: bool) -> bool:  # noq
     if isinstance(st, (*_FUNCS, ast.ClassDef)):
         return st.name == name
     return any(name in _bound_names(n) for n in [st, *own_nodes(st)] if not isinstance(n, ast.Lambda))
-
-
-def _targets(node: ast.expr) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 def _before(s: Script, read: ast.AST, fn: ast.AST) -> list[list[ast.stmt]]:
@@ -91,10 +88,10 @@ def _bound_around(s: Script, read: ast.AST, fn: ast.AST, name: str) -> bool:
         if a is fn:
             return False
         if isinstance(a, ast.For | ast.AsyncFor) and child in a.body:
-            if name in _targets(a.target):
+            if name in target_names(a.target):
                 return True
         elif isinstance(a, ast.With | ast.AsyncWith) and child in a.body:
-            if any(i.optional_vars is not None and name in _targets(i.optional_vars) for i in a.items):
+            if any(i.optional_vars is not None and name in target_names(i.optional_vars) for i in a.items):
                 return True
         elif isinstance(a, ast.ExceptHandler) and a.name == name:
             return True

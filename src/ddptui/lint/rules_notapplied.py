@@ -12,7 +12,7 @@ from ddptui.lint.flow import Flow
 from ddptui.lint.model import Hit
 from ddptui.lint.rules_sync import _loop_of
 from ddptui.lint.script import Script
-from ddptui.lint.syntax import last
+from ddptui.lint.syntax import last, target_names
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _BOOL_CALLS = frozenset(
@@ -109,29 +109,24 @@ def _unused_wrap(s: Script, f: Flow) -> Iterator[Hit]:
         )
 
 
-def _names_in(target: ast.expr) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-
-
 def _rebinding_loop(s: Script, node: ast.AST, name: str) -> ast.For | ast.AsyncFor | None:
     """The innermost `for` around `node` (in its function) whose target binds `name`."""
     for a in s.ancestors(node):
-        if isinstance(a, ast.For | ast.AsyncFor) and name in _names_in(a.target):
+        if isinstance(a, ast.For | ast.AsyncFor) and name in target_names(a.target):
             return a
         if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             return None
     return None
 
 
-def _loop_rebind(s: Script, st: ast.Assign, tgt: ast.Name, c: ast.Call) -> Iterator[Hit]:
+def _loop_rebind(
+    s: Script, st: ast.Assign, tgt: ast.Name, c: ast.Call, loop: ast.For | ast.AsyncFor
+) -> Iterator[Hit]:
     """`for _, net in model.items(): net = DDP(net)` (open-mmlab/OpenUnReID's SPGAN and
     CycleGAN tools, fixed in 2a2ee9d): the loop variable takes the wrapper and the next
     iteration drops it; the dict keeps the bare networks.  Reads of the name later in the
     function that another loop binds anew are not reads of the wrapper."""
-    loop = _rebinding_loop(s, st, tgt.id)
     fn = s.scope_of(st)
-    if loop is None or not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-        return
     for n in ast.walk(fn):
         if isinstance(n, ast.Global | ast.Nonlocal) and tgt.id in n.names:
             return
@@ -169,8 +164,9 @@ def _unused_local(s: Script, st: ast.Assign, tgt: ast.Name, c: ast.Call) -> Iter
     fn = s.scope_of(st)
     if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or not c.args:
         return
-    if _rebinding_loop(s, st, tgt.id) is not None:
-        yield from _loop_rebind(s, st, tgt, c)
+    loop = _rebinding_loop(s, st, tgt.id)
+    if loop is not None:
+        yield from _loop_rebind(s, st, tgt, c, loop)
         return
     if tgt.id.startswith("_"):
         return  # `_ = DDP(model)`: kept for the broadcast of rank 0's weights, on purpose

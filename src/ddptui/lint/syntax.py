@@ -36,3 +36,8 @@ def const(expr: ast.expr | None) -> object:
 def last(qualname: str) -> str:
     """The last part of a dotted name: `torch.save` -> `save`."""
     return qualname.rsplit(".", 1)[-1]
+
+
+def target_names(target: ast.expr) -> set[str]:
+    """The names an assignment, `for` or `with` target binds (`i, (a, b)` -> i, a, b)."""
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}

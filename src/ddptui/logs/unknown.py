@@ -181,22 +181,40 @@ def _at(t: float | None) -> str:
     return " at " + datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def unrecognized(errors: list[FirstError], count: int, hard: bool, plain: bool = False) -> Finding:
-    first = errors[0]
+def _first_lines(errors: list[FirstError]) -> str:
+    """Each rank's first failure line, as the findings' {first_lines} quote them."""
     shown = "; ".join(f"{e.key}: {e.text[:160]!r} ({e.where})" for e in errors[:SHOWN])
     if len(errors) > SHOWN:
         shown += f"; and {len(errors) - SHOWN} more"
-    sources = tuple(dict.fromkeys(parse_place(e.where).source or e.where for e in errors))
+    return shown
+
+
+def _sources(errors: list[FirstError]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(parse_place(e.where).source or e.where for e in errors))
+
+
+def _quoted(errors: list[FirstError]) -> tuple[str, ...]:
+    """The evidence: each rank's first failure line with its place."""
+    return tuple(f"{e.where}: {e.text}" for e in errors[:SHOWN])
+
+
+def _global_rank(key: str) -> int | None:
+    """The global rank a FirstError key names ("rank 3"), if it names one (gpu8)."""
+    return int(m[1]) if (m := _GLOBAL_KEY.match(key)) is not None else None
+
+
+def unrecognized(errors: list[FirstError], count: int, hard: bool, plain: bool = False) -> Finding:
+    first = errors[0]
     return kb_finding(
         UNRECOGNIZED,
-        sources,
+        _sources(errors),
         f"{_HEADING[(hard, plain)]}: {first.where}, "
         f"{first.key} first{_at(first.t)}",
-        tuple(f"{e.where}: {e.text}" for e in errors[:SHOWN]),
+        _quoted(errors),
         severity="error" if hard else "warning",
-        rank=int(m[1]) if (m := _GLOBAL_KEY.match(first.key)) is not None else None,  # gpu8
+        rank=_global_rank(first.key),
         facts=unknown_words(PLAIN if plain else FAILURE if hard else WARNING, count),  # logs25
-        first_lines=shown,
+        first_lines=_first_lines(errors),
         first=f"{first.key}{_at(first.t)} ({first.where})",
     )
 
@@ -237,24 +255,20 @@ def _own_exception(hard: list[FirstError], unknown: Finding | None) -> Finding |
     if said is None:
         return unknown
     kind, message = said
-    shown = "; ".join(f"{e.key}: {e.text[:160]!r} ({e.where})" for e in hard[:SHOWN])
-    if len(hard) > SHOWN:
-        shown += f"; and {len(hard) - SHOWN} more"
     raised = f"{kind}: {message}" if message else kind
     frame = f" in {first.frame}" if first.frame else ""
-    sources = tuple(dict.fromkeys(parse_place(e.where).source or e.where for e in hard))
     return kb_finding(
         APP_EXCEPTION,
-        unknown.nodes if unknown is not None else sources,
+        _sources(hard),
         f"{first.key} raised {kind}{frame} ({first.where}{_at(first.t)})",
-        tuple(f"{e.where}: {e.text}" for e in hard[:SHOWN]),
-        rank=int(m[1]) if (m := _GLOBAL_KEY.match(first.key)) is not None else None,
+        _quoted(hard),
+        rank=_global_rank(first.key),
         where=first.frame,
         exception=raised[:300],
         who=first.key,
         frame=frame,
         raised_at=f"{first.where}{_at(first.t)}",
-        first_lines=shown,
+        first_lines=_first_lines(hard),
     )
 
 
@@ -323,9 +337,9 @@ def _raised(findings: list[Finding], hard: Sequence[FirstError]) -> dict[int, st
         if said is not None:
             out[f.rank] = said
     for e in hard:
-        m = _GLOBAL_KEY.match(e.key)
-        if m is not None and OWN_EXCEPTION.search(e.text):
-            out.setdefault(int(m[1]), f"{e.where}: {e.text}")
+        rank = _global_rank(e.key)
+        if rank is not None and OWN_EXCEPTION.search(e.text):
+            out.setdefault(rank, f"{e.where}: {e.text}")
     return out
 
 
